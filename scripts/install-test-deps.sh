@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh machine: the Go toolchain and spdystream (the
+# foreign SPDY/3.1 peer), and the Python Kubernetes client. kubectl 1.27–1.33 come with the
+# machine image. Safe to run repeatedly.
+set -euo pipefail
+
+need_apt=()
+command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
+[ -d /usr/share/gocode/src/github.com/docker/spdystream ] || [ -d /usr/share/gocode/src/github.com/moby/spdystream ] \
+  || need_apt+=(golang-github-docker-spdystream-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import kubernetes' >/dev/null 2>&1; then
+  "$PYTHON" -m pip install --quiet 'kubernetes>=29'
+fi

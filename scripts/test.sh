@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The one command that runs every test (README "Testing"); CI runs exactly this.
+# Installs prerequisites, checks formatting and lints, builds once in release mode and runs all
+# tests in parallel (unit, property, integration with real kubectl / Python / Go peers), then
+# runs each fuzz target briefly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-test-deps.sh
+
+cargo fmt --all -- --check
+cargo clippy --release --all-targets -- -D warnings
+
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --release --no-fail-fast
+else
+  cargo test --release --no-fail-fast
+fi
+cargo test --release --doc
+
+FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/run.sh

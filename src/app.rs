@@ -1,0 +1,111 @@
+//! Starting the proxy: binding the listeners, wiring the shared state, stopping on a signal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::cli::ServeArgs;
+use crate::proxy::state::ProxyState;
+use crate::proxy::upstream::{Upstream, UpstreamTls};
+use crate::proxy::{admin, server};
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("--upstream is required")]
+    NoUpstream,
+    #[error("invalid upstream: {0}")]
+    Upstream(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running proxy; dropping it does not stop it, call [`RunningProxy::shutdown`].
+#[derive(Debug)]
+pub struct RunningProxy {
+    /// Where the main listener ended up (useful with port 0).
+    pub addr: SocketAddr,
+    /// Where the admin listener ended up.
+    pub admin_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningProxy {
+    /// Stops accepting connections; running sessions continue until they end.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Builds the upstream description from the flags.
+pub fn upstream_from_args(args: &ServeArgs) -> Result<Upstream, StartError> {
+    let url = args.upstream.as_deref().ok_or(StartError::NoUpstream)?;
+    let tls = UpstreamTls {
+        ca_file: args.upstream_ca_file.clone(),
+        insecure_skip_verify: args.upstream_insecure_skip_tls_verify,
+        ..UpstreamTls::default()
+    };
+    Upstream::from_url(url, tls).map_err(|e| StartError::Upstream(e.to_string()))
+}
+
+/// Binds both listeners and serves in the background.
+pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
+    let upstream = upstream_from_args(args)?;
+    let mut state = ProxyState::new(upstream);
+    state.max_message_size = args.max_message_size;
+    state.upstream_ping_interval = args.upstream_ping_interval;
+    state.session_limits.close_drain_timeout = args.close_drain_timeout;
+    let state = Arc::new(state);
+
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let main = bind(args.listen).await?;
+    let admin_listener = bind(args.admin_listen).await?;
+    let addr = main.local_addr().map_err(|source| StartError::Bind {
+        addr: args.listen,
+        source,
+    })?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            addr: args.admin_listen,
+            source,
+        })?;
+    let (stop, stop_rx) = watch::channel(false);
+    let admin_task = tokio::spawn(admin::serve(admin_listener, state.clone(), stop_rx.clone()));
+    let task = tokio::spawn(async move {
+        let _ = server::serve(main, state, stop_rx).await;
+        admin_task.abort();
+    });
+    info!(%addr, %admin_addr, upstream = %args.upstream.as_deref().unwrap_or(""), "kube-ws-proxy ready");
+    Ok(RunningProxy {
+        addr,
+        admin_addr,
+        stop,
+        task,
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,149 @@
+//! Command-line interface. Every flag can also be set from the environment
+//! (`KUBE_WS_PROXY_<FLAG>`); a flag on the command line wins over the environment.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
+/// WebSocket exec/attach (v5.channel.k8s.io) and port-forward (SPDY/3.1+portforward.k8s.io)
+/// connections and re-originates them as SPDY/3.1 towards API servers that only speak SPDY.
+/// Everything else is reverse-proxied unchanged.
+#[derive(Debug, Parser)]
+#[command(name = "kube-ws-proxy", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Subcommands besides the default (serving).
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a simulated SPDY-only cluster and the proxy in front of it, write a kubeconfig and
+    /// print kubectl commands to try.
+    Demo(DemoArgs),
+    /// Run only the simulated SPDY-only cluster (an old API server + kubelet on loopback).
+    SimCluster(SimArgs),
+}
+
+/// Flags of the proxy itself.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address of the main listener: the Kubernetes API as clients see it.
+    #[arg(long, env = "KUBE_WS_PROXY_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Address of the admin listener serving /healthz and /readyz. Separate from the main
+    /// listener because /healthz there belongs to the upstream API server.
+    #[arg(long, env = "KUBE_WS_PROXY_ADMIN_LISTEN", default_value = "127.0.0.1:8081")]
+    pub admin_listen: SocketAddr,
+
+    /// URL of the upstream API server (or kubelet), e.g. https://10.0.0.1:6443.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM")]
+    pub upstream: Option<String>,
+
+    /// PEM file with the CA certificates that sign the upstream's serving certificate.
+    /// Without it, the system's web PKI roots are used.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_CA_FILE")]
+    pub upstream_ca_file: Option<PathBuf>,
+
+    /// Do not verify the upstream's TLS certificate. Insecure: for experiments only.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_INSECURE_SKIP_TLS_VERIFY")]
+    pub upstream_insecure_skip_tls_verify: bool,
+
+    /// Largest WebSocket message accepted from a client, in bytes (the reference server
+    /// closes the connection above 32 MiB).
+    #[arg(long, env = "KUBE_WS_PROXY_MAX_MESSAGE_SIZE", default_value_t = 32 * 1024 * 1024)]
+    pub max_message_size: usize,
+
+    /// How often translated sessions send an SPDY PING upstream, so idle sessions survive
+    /// middleboxes between the proxy and the cluster.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_PING_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub upstream_ping_interval: Duration,
+
+    /// After a session's final status and Close, how long to wait for the client's Close
+    /// before the connection is dropped (reading on prevents truncated output).
+    #[arg(long, env = "KUBE_WS_PROXY_CLOSE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub close_drain_timeout: Duration,
+
+    /// Log format.
+    #[arg(long, env = "KUBE_WS_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Flags of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Address of the proxy in the demo.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Where to write the demo kubeconfig.
+    #[arg(long, default_value = "kube-ws-proxy-demo.kubeconfig")]
+    pub kubeconfig: PathBuf,
+}
+
+/// Flags of `sim-cluster`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Loopback address of the simulated cluster.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    pub listen: SocketAddr,
+    /// Require this bearer token on every request.
+    #[arg(long)]
+    pub require_token: Option<String>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Parses `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let value: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("invalid duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

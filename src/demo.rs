@@ -1,0 +1,77 @@
+//! `kube-ws-proxy demo`: the simulated SPDY-only cluster with the proxy in front of it, a
+//! kubeconfig pointing at the proxy, and commands to try.
+
+use std::path::Path;
+
+use crate::cli::{DemoArgs, LogFormat, ServeArgs, SimArgs};
+use crate::sim::{SimCluster, SimConfig};
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// A kubeconfig for a plain-HTTP server without credentials (or with a bearer token).
+pub fn kubeconfig(server: &str, token: Option<&str>) -> String {
+    let user = match token {
+        Some(t) => format!("  user:\n    token: {t}\n"),
+        None => "  user: {}\n".to_owned(),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    server: {server}\n\
+         contexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\n    namespace: default\n\
+         current-context: demo\nusers:\n- name: demo\n{user}"
+    )
+}
+
+/// Runs the demo until Ctrl-C.
+pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
+    let sim = SimCluster::start(SimConfig::default()).await?;
+    let serve = ServeArgs {
+        listen: args.listen,
+        admin_listen: "127.0.0.1:0".parse()?,
+        upstream: Some(sim.url()),
+        upstream_ca_file: None,
+        upstream_insecure_skip_tls_verify: false,
+        max_message_size: 32 * 1024 * 1024,
+        upstream_ping_interval: std::time::Duration::from_secs(5),
+        close_drain_timeout: std::time::Duration::from_secs(10),
+        log_format: LogFormat::Text,
+    };
+    let proxy = crate::app::start(&serve).await?;
+    let server = format!("http://{}", proxy.addr);
+    write_kubeconfig(&args.kubeconfig, &kubeconfig(&server, None))?;
+    let k = args.kubeconfig.display();
+    println!(
+        "\nSimulated SPDY-only cluster: {sim_url}\nkube-ws-proxy in front of it: {server} (admin {admin})\n\
+         Kubeconfig written to {k}\n\nTry (kubectl 1.31+ speaks WebSocket and is translated to SPDY):\n\
+         \x20 kubectl --kubeconfig {k} get pods demo\n\
+         \x20 kubectl --kubeconfig {k} exec demo -- sh -c 'echo hello from the pod; uname -a'\n\
+         \x20 kubectl --kubeconfig {k} exec -it demo -- sh\n\
+         \x20 echo hi | kubectl --kubeconfig {k} exec -i demo -- cat\n\
+         \x20 kubectl --kubeconfig {k} attach -i demo\n\
+         \x20 kubectl --kubeconfig {k} port-forward pod/demo 9000:<a local port with a server>\n\
+         \nPress Ctrl-C to stop.",
+        sim_url = sim.url(),
+        admin = proxy.admin_addr,
+    );
+    crate::app::wait_for_signal().await;
+    proxy.shutdown().await;
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Runs only the simulated cluster until Ctrl-C.
+pub async fn run_sim(args: SimArgs) -> Result<(), BoxError> {
+    let sim = SimCluster::start(SimConfig {
+        listen: args.listen,
+        require_bearer_token: args.require_token,
+        ..SimConfig::default()
+    })
+    .await?;
+    println!("simulated SPDY-only cluster listening on {}", sim.url());
+    crate::app::wait_for_signal().await;
+    sim.shutdown().await;
+    Ok(())
+}
+
+fn write_kubeconfig(path: &Path, contents: &str) -> std::io::Result<()> {
+    std::fs::write(path, contents)
+}

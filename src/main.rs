@@ -1,0 +1,38 @@
+use clap::Parser;
+use kube_ws_proxy::cli::{Cli, Command, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.serve.log_format);
+    let result = match cli.command {
+        None => serve(cli.serve).await,
+        Some(Command::Demo(args)) => kube_ws_proxy::demo::run(args).await,
+        Some(Command::SimCluster(args)) => kube_ws_proxy::demo::run_sim(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kube-ws-proxy: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: kube_ws_proxy::cli::ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let proxy = kube_ws_proxy::app::start(&args).await?;
+    kube_ws_proxy::app::wait_for_signal().await;
+    tracing::info!("shutting down");
+    proxy.shutdown().await;
+    Ok(())
+}

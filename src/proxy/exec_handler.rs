@@ -1,0 +1,124 @@
+//! `pods/{name}/exec` and `/attach` WebSockets offering `v5.channel.k8s.io`: dial the upstream
+//! first, then accept the client's WebSocket and translate (PROTOCOL.md §4.7).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use tracing::{info, warn};
+
+use super::forward::ProxyBody;
+use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
+use super::state::ProxyState;
+use super::status_response::failure;
+use super::websocket::{socket_config, switching_protocols, upgraded, validate};
+use crate::spdy::proto::{Config as SpdyConfig, Connection};
+use crate::spdy::upgrade::UpgradeError;
+use crate::translate::exec_options::ExecOptions;
+use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
+use crate::translate::remote_command::{self, ExecStreams};
+use crate::translate::status::Status;
+use crate::translate::status_mapping::from_upgrade_refusal;
+use crate::translate::subprotocol::BearerToken;
+
+/// Handles a request the classifier marked for translation.
+pub async fn handle(
+    state: Arc<ProxyState>,
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    bearer: Option<BearerToken>,
+) -> Response<ProxyBody> {
+    let accept = match validate(&req) {
+        Ok(accept) => accept,
+        Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
+    };
+    let options = ExecOptions::from_query(req.uri().query().unwrap_or(""));
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| req.uri().path().to_owned());
+    let headers = upstream_headers(req.headers(), bearer.as_ref(), peer);
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return failure(StatusCode::BAD_REQUEST, "BadRequest", "connection cannot be upgraded");
+    };
+
+    // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
+    let setup = setup_upstream(&state, &path_and_query, headers, &options).await;
+    let ready = options.ready_channel();
+    let tty = options.tty;
+    let limits = state.session_limits.clone();
+    let ws_config = socket_config(state.max_message_size);
+    tokio::spawn(async move {
+        let ws = match upgraded(on_upgrade, ws_config).await {
+            Ok(ws) => ws,
+            Err(e) => {
+                warn!(error = %e, "client upgrade failed");
+                if let Ok(streams) = setup {
+                    streams.conn.close().await;
+                }
+                return;
+            }
+        };
+        let outcome = match setup {
+            Ok(streams) => remote_command::run(ws, streams, ready, tty, &limits).await,
+            Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
+        };
+        info!(
+            path = %path_and_query_for_log(&path_and_query),
+            bytes_in = outcome.bytes_in,
+            bytes_out = outcome.bytes_out,
+            end = ?outcome.end,
+            status = outcome.status.as_ref().map(|s| s.summary()).unwrap_or_default(),
+            duration_ms = outcome.duration.as_millis() as u64,
+            "exec session finished"
+        );
+    });
+    switching_protocols(&accept, Some(ChannelProtocol::V5.name()))
+}
+
+/// Dials, upgrades and opens the streams; any failure becomes the Status the client will see.
+async fn setup_upstream(
+    state: &ProxyState,
+    path_and_query: &str,
+    headers: http::HeaderMap,
+    options: &ExecOptions,
+) -> Result<ExecStreams, Status> {
+    let offered = UpstreamVersion::offer_list()
+        .iter()
+        .map(|v| v.name().to_owned())
+        .collect();
+    let upgraded = match dial_spdy(&state.upstream, path_and_query, headers, offered).await {
+        Ok(upgraded) => upgraded,
+        Err(DialError::Upgrade(UpgradeError::Refused {
+            status,
+            headers,
+            body,
+        })) => {
+            let content_type = headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            return Err(from_upgrade_refusal(status.as_u16(), content_type, &body));
+        }
+        Err(e) => return Err(Status::internal_error(&e.to_string())),
+    };
+    let version = UpstreamVersion::from_negotiated(upgraded.protocol.as_deref());
+    let spdy_config = SpdyConfig {
+        ping_interval: Some(state.upstream_ping_interval),
+        ..SpdyConfig::default()
+    };
+    let conn = Connection::client(upgraded.io, upgraded.leftover, spdy_config);
+    match remote_command::open_streams(conn.clone(), version, options).await {
+        Ok(streams) => Ok(streams),
+        Err(e) => {
+            conn.close().await;
+            Err(Status::internal_error(&format!("error creating upstream streams: {e}")))
+        }
+    }
+}
+
+/// The path without the query, which may carry commands with secrets in them.
+fn path_and_query_for_log(pq: &str) -> &str {
+    pq.split('?').next().unwrap_or(pq)
+}

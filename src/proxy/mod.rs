@@ -1,0 +1,10 @@
+//! The HTTP front door: listeners, routing, relaying and upstream connections.
+
+pub mod admin;
+pub mod exec_handler;
+pub mod server;
+pub mod spdy_dial;
+pub mod state;
+pub mod status_response;
+pub mod tunnel_handler;
+pub mod websocket;

@@ -1,0 +1,92 @@
+//! Dialling the upstream with an `Upgrade: SPDY/3.1` request on behalf of a client request:
+//! shared by the exec translator and the port-forward tunnel.
+
+use std::net::SocketAddr;
+
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method};
+
+use super::headers::append_x_forwarded_for;
+use super::upstream::{Upstream, UpstreamError, UpstreamIo};
+use crate::spdy::upgrade::{upgrade, UpgradeError, UpgradeRequest, Upgraded};
+use crate::translate::subprotocol::BearerToken;
+
+/// Why the upstream SPDY session could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    Upgrade(#[from] UpgradeError),
+}
+
+/// Client headers that describe the client's own connection or WebSocket handshake and must not
+/// reach the upstream SPDY request.
+const NOT_FORWARDED: &[HeaderName] = &[
+    header::HOST,
+    header::CONNECTION,
+    header::UPGRADE,
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::TRAILER,
+    header::PROXY_AUTHORIZATION,
+    header::SEC_WEBSOCKET_KEY,
+    header::SEC_WEBSOCKET_VERSION,
+    header::SEC_WEBSOCKET_PROTOCOL,
+    header::SEC_WEBSOCKET_EXTENSIONS,
+    header::SEC_WEBSOCKET_ACCEPT,
+];
+
+/// The end-to-end headers to send upstream: everything the client sent except its connection
+/// and handshake headers (Authorization, Impersonate-*, User-Agent … pass unchanged), the
+/// bearer token from the subprotocol list as `Authorization`, and `X-Forwarded-For`.
+pub fn upstream_headers(
+    client: &HeaderMap,
+    bearer: Option<&BearerToken>,
+    peer: SocketAddr,
+) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(client.len() + 1);
+    let named_in_connection: Vec<String> = client
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_ascii_lowercase())
+        .collect();
+    for (name, value) in client {
+        if NOT_FORWARDED.contains(name)
+            || name.as_str().eq_ignore_ascii_case("keep-alive")
+            || name.as_str().eq_ignore_ascii_case("proxy-connection")
+            || named_in_connection.iter().any(|n| n == name.as_str())
+            || name.as_str().eq_ignore_ascii_case("x-stream-protocol-version")
+        {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if let Some(token) = bearer {
+        if let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
+            out.insert(header::AUTHORIZATION, v);
+        }
+    }
+    append_x_forwarded_for(&mut out, peer.ip());
+    out
+}
+
+/// Dials the upstream and performs the SPDY upgrade for `path_and_query`.
+pub async fn dial_spdy(
+    upstream: &Upstream,
+    path_and_query: &str,
+    headers: HeaderMap,
+    protocols: Vec<String>,
+) -> Result<Upgraded<UpstreamIo>, DialError> {
+    let io = upstream.connect_raw().await?;
+    let req = UpgradeRequest {
+        method: Method::POST,
+        path_and_query: upstream.join_path(path_and_query),
+        host: upstream.authority(),
+        headers,
+        protocols,
+    };
+    Ok(upgrade(io, &req).await?)
+}

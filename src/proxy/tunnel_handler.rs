@@ -1,0 +1,113 @@
+//! WebSockets offering `SPDY/3.1+<name>.k8s.io` (kubectl ≥ 1.31 port-forward): dial the
+//! upstream with a SPDY upgrade first; on its 101 accept the WebSocket and relay bytes; an
+//! upstream refusal ≥ 400 is replayed to the client as that HTTP response (PROTOCOL.md §2.1).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use tracing::{info, warn};
+
+use super::forward::ProxyBody;
+use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
+use super::state::ProxyState;
+use super::status_response::failure;
+use super::websocket::{socket_config, switching_protocols, upgraded, validate};
+use crate::spdy::upgrade::UpgradeError;
+use crate::translate::protocol::TUNNEL_PREFIX;
+use crate::translate::subprotocol::BearerToken;
+use crate::translate::tunnel;
+
+/// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names.
+pub async fn handle(
+    state: Arc<ProxyState>,
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    bearer: Option<BearerToken>,
+    protocols: Vec<String>,
+) -> Response<ProxyBody> {
+    let accept = match validate(&req) {
+        Ok(accept) => accept,
+        Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
+    };
+    if protocols.is_empty() {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "unable to upgrade: no tunneling spdy protocols provided",
+        );
+    }
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| req.uri().path().to_owned());
+    let headers = upstream_headers(req.headers(), bearer.as_ref(), peer);
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return failure(StatusCode::BAD_REQUEST, "BadRequest", "connection cannot be upgraded");
+    };
+    let upgraded_upstream =
+        match dial_spdy(&state.upstream, &path_and_query, headers, protocols).await {
+            Ok(u) => u,
+            Err(DialError::Upgrade(UpgradeError::Refused {
+                status,
+                headers,
+                body,
+            })) if status.as_u16() >= 400 => return replay(status, headers, body),
+            Err(DialError::Upgrade(UpgradeError::Refused { status, .. })) => {
+                return failure(
+                    StatusCode::BAD_GATEWAY,
+                    "BadGateway",
+                    format!("invalid upgrade response: status code {}", status.as_u16()),
+                )
+            }
+            Err(e) => {
+                return failure(
+                    StatusCode::BAD_GATEWAY,
+                    "BadGateway",
+                    format!("error dialing the upstream: {e}"),
+                )
+            }
+        };
+    // No version header in the 101 → no subprotocol (the client then rejects it, as designed).
+    let chosen = upgraded_upstream
+        .protocol
+        .as_ref()
+        .map(|p| format!("{TUNNEL_PREFIX}{p}"));
+    let ws_config = socket_config(state.max_message_size);
+    tokio::spawn(async move {
+        let ws = match upgraded(on_upgrade, ws_config).await {
+            Ok(ws) => ws,
+            Err(e) => {
+                warn!(error = %e, "client upgrade failed");
+                return;
+            }
+        };
+        let outcome = tunnel::run(ws, upgraded_upstream.io, upgraded_upstream.leftover).await;
+        info!(
+            path = %path_and_query.split('?').next().unwrap_or(""),
+            bytes_up = outcome.bytes_up,
+            bytes_down = outcome.bytes_down,
+            ended_by = ?outcome.ended_by,
+            duration_ms = outcome.duration.as_millis() as u64,
+            "port-forward tunnel finished"
+        );
+    });
+    switching_protocols(&accept, chosen.as_deref())
+}
+
+/// The upstream's refusal, as it sent it (hop-by-hop headers aside).
+fn replay(status: StatusCode, headers: http::HeaderMap, body: Bytes) -> Response<ProxyBody> {
+    let mut resp = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
+    *resp.status_mut() = status;
+    for (name, value) in &headers {
+        if super::headers::is_hop_by_hop(name) || name == http::header::CONTENT_LENGTH {
+            continue;
+        }
+        resp.headers_mut().append(name.clone(), value.clone());
+    }
+    resp
+}

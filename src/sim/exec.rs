@@ -1,0 +1,429 @@
+//! The container side of exec and attach, independent of the transport: bounded channels in,
+//! bounded channels out, a Status at the end (or nothing if the session was cancelled).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::process::{self, OutputSource, SpawnSpec, StdinSink};
+use super::status::Status;
+use super::{Inner, SessionKind, SimEvent};
+
+/// Size of one read from a process (the kubelet's copy buffer).
+pub(crate) const CHUNK: usize = 32 * 1024;
+/// Chunks that may wait between a process and its transport.
+pub(crate) const CHANNEL_DEPTH: usize = 8;
+/// After the process exits, how long its output may still drain (a background child can hold
+/// the pipe open forever).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// Attach: once the session's stdin has ended, the session ends after this long without output.
+const ATTACH_LINGER: Duration = Duration::from_millis(300);
+/// The program every attach target runs.
+const ATTACH_SCRIPT: &str = r#"while IFS= read -r l; do echo "attached: $l"; done"#;
+
+/// What one exec/attach request asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub kind: SessionKind,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+    /// A `dying-*` pod: the transport drops the connection after the first output.
+    pub dying: bool,
+}
+
+/// The transport's ends of the session streams. A closed `stdin` channel is end of input.
+#[derive(Default)]
+pub(crate) struct ExecIo {
+    pub stdin: Option<mpsc::Receiver<Bytes>>,
+    pub stdout: Option<mpsc::Sender<Bytes>>,
+    pub stderr: Option<mpsc::Sender<Bytes>>,
+    pub resize: Option<mpsc::Receiver<(u16, u16)>>,
+}
+
+/// Runs the session's container side. Returns the status to report, or `None` when `cancel`
+/// fired first (client gone, dying pod, shutdown); the process group is killed either way.
+pub(crate) async fn run(
+    inner: &Arc<Inner>,
+    session: u64,
+    target: &Target,
+    io: ExecIo,
+    cancel: &CancellationToken,
+) -> Option<Status> {
+    match target.kind {
+        SessionKind::Attach => attach(inner, session, target, io, cancel).await,
+        _ => exec(inner, session, target, io, cancel).await,
+    }
+}
+
+fn env_for(inner: &Inner, target: &Target) -> Vec<(String, String)> {
+    vec![
+        ("POD_NAME".into(), target.pod.clone()),
+        ("POD_NAMESPACE".into(), target.namespace.clone()),
+        ("CONTAINER_NAME".into(), target.container.clone()),
+        (
+            "PWD".into(),
+            inner.pod_dir(&target.namespace, &target.pod).display().to_string(),
+        ),
+    ]
+}
+
+async fn exec(
+    inner: &Arc<Inner>,
+    session: u64,
+    target: &Target,
+    io: ExecIo,
+    cancel: &CancellationToken,
+) -> Option<Status> {
+    let cwd = inner.pod_dir(&target.namespace, &target.pod);
+    if let Err(e) = tokio::fs::create_dir_all(&cwd).await {
+        return Some(Status::internal_error(&format!(
+            "error executing command in container: cannot prepare pod directory: {e}"
+        )));
+    }
+    let spec = SpawnSpec {
+        argv: target.command.clone(),
+        cwd,
+        env: env_for(inner, target),
+        stdin: io.stdin.is_some(),
+        stdout: io.stdout.is_some(),
+        stderr: io.stderr.is_some() && !target.tty,
+        tty: target.tty,
+    };
+    let mut spawned = match process::spawn(&spec) {
+        Ok(s) => s,
+        Err(e) => {
+            inner.event(SimEvent::ProcessExited {
+                session,
+                exit_code: None,
+            });
+            return Some(Status::internal_error(&start_failure(&target.command, &e)));
+        }
+    };
+    inner.event(SimEvent::ProcessStarted {
+        session,
+        container: target.container.clone(),
+        command: target.command.clone(),
+        tty: target.tty,
+    });
+    let pgid = spawned.pgid;
+    let mut helpers: Vec<JoinHandle<()>> = Vec::new();
+    let mut outputs: Vec<JoinHandle<()>> = Vec::new();
+    if let Some(src) = spawned.stdout.take() {
+        outputs.push(tokio::spawn(pump_out(src, io.stdout.clone())));
+    }
+    if let Some(src) = spawned.stderr.take() {
+        outputs.push(tokio::spawn(pump_out(src, io.stderr.clone())));
+    }
+    drop(io.stdout);
+    drop(io.stderr);
+    if let Some(rx) = io.stdin {
+        helpers.push(tokio::spawn(pump_in(
+            rx,
+            spawned.stdin.take(),
+            inner.clone(),
+            session,
+        )));
+    }
+    if let Some(mut rx) = io.resize {
+        let pty = spawned.pty.clone();
+        helpers.push(tokio::spawn(async move {
+            while let Some((w, h)) = rx.recv().await {
+                // The kubelet ignores sizes with a zero dimension.
+                if let (Some(pty), true) = (&pty, w > 0 && h > 0) {
+                    let _ = pty.resize(w, h);
+                }
+            }
+        }));
+    }
+    let abort_all = |helpers: &[JoinHandle<()>], outputs: &[JoinHandle<()>]| {
+        for h in helpers.iter().chain(outputs) {
+            h.abort();
+        }
+    };
+    let status = tokio::select! {
+        s = spawned.child.wait() => s,
+        _ = cancel.cancelled() => {
+            process::kill_group(pgid);
+            let _ = spawned.child.kill().await;
+            abort_all(&helpers, &outputs);
+            inner.event(SimEvent::ProcessExited { session, exit_code: None });
+            return None;
+        }
+    };
+    let code = match status {
+        Ok(s) => process::exit_code(s),
+        Err(_) => 255,
+    };
+    // Let the output drain, bounded: grandchildren may keep the pipes or the terminal open.
+    let drain = async {
+        for h in outputs.iter_mut() {
+            let _ = h.await;
+        }
+    };
+    let cancelled = tokio::select! {
+        _ = tokio::time::timeout(DRAIN_AFTER_EXIT, drain) => false,
+        _ = cancel.cancelled() => true,
+    };
+    process::kill_group(pgid);
+    abort_all(&helpers, &outputs);
+    inner.event(SimEvent::ProcessExited {
+        session,
+        exit_code: Some(code),
+    });
+    if cancelled {
+        return None;
+    }
+    Some(if code == 0 {
+        Status::success()
+    } else {
+        Status::non_zero_exit(&target.command, code)
+    })
+}
+
+/// containerd + runc's wording when the command cannot be started.
+fn start_failure(argv: &[String], e: &std::io::Error) -> String {
+    let cmd = argv.first().map(String::as_str).unwrap_or("");
+    let cause = match e.kind() {
+        std::io::ErrorKind::NotFound if !cmd.contains('/') => {
+            format!("exec: \"{cmd}\": executable file not found in $PATH")
+        }
+        std::io::ErrorKind::NotFound => format!("exec: \"{cmd}\": stat {cmd}: no such file or directory"),
+        std::io::ErrorKind::PermissionDenied => format!("exec: \"{cmd}\": permission denied"),
+        _ => format!("exec: \"{cmd}\": {e}"),
+    };
+    format!(
+        "error executing command in container: failed to exec in container: failed to start exec \"sim\": OCI runtime exec failed: exec failed: unable to start container process: {cause}: unknown"
+    )
+}
+
+/// Copies one process output to its channel. If the transport stops listening the output is
+/// still drained, so the process never blocks on a full pipe.
+async fn pump_out(mut src: OutputSource, mut tx: Option<mpsc::Sender<Bytes>>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match src.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if let Some(t) = &tx {
+                    if t.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                        tx = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Session stdin → process stdin; end of the channel → end of input for the process.
+async fn pump_in(
+    mut rx: mpsc::Receiver<Bytes>,
+    mut sink: Option<StdinSink>,
+    inner: Arc<Inner>,
+    session: u64,
+) {
+    while let Some(chunk) = rx.recv().await {
+        if let Some(s) = sink.as_mut() {
+            if s.write_all(&chunk).await.is_err() {
+                // The process no longer reads stdin; keep consuming so the session is not stuck.
+                sink = None;
+            }
+        }
+    }
+    if let Some(s) = sink {
+        s.close().await;
+    }
+    inner.event(SimEvent::StdinClosed { session });
+}
+
+/// A long-running attach target.
+pub(crate) struct AttachProc {
+    stdin: mpsc::Sender<Bytes>,
+    /// (is_stderr, bytes) as the process writes them.
+    output: broadcast::Sender<(bool, Bytes)>,
+    exit: watch::Receiver<Option<i32>>,
+    argv: Vec<String>,
+}
+
+impl AttachProc {
+    fn alive(&self) -> bool {
+        self.exit.borrow().is_none()
+    }
+}
+
+impl Inner {
+    /// Whether every attach target has exited (used while shutting down).
+    pub(crate) fn attach_all_gone(&self) -> bool {
+        self.attach
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .all(|p| !p.alive())
+    }
+
+    fn attach_proc(self: &Arc<Self>, target: &Target) -> std::io::Result<Arc<AttachProc>> {
+        let key = (
+            target.namespace.clone(),
+            target.pod.clone(),
+            target.container.clone(),
+        );
+        let mut map = self.attach.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = map.get(&key) {
+            if p.alive() {
+                return Ok(p.clone());
+            }
+        }
+        let cwd = self.pod_dir(&target.namespace, &target.pod);
+        std::fs::create_dir_all(&cwd)?;
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), ATTACH_SCRIPT.into()];
+        let spec = SpawnSpec {
+            argv: argv.clone(),
+            cwd,
+            env: env_for(self, target),
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        };
+        let mut spawned = process::spawn(&spec)?;
+        let (stdin_tx, mut stdin_rx) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
+        let (out_tx, _) = broadcast::channel(64);
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let shutdown = self.shutdown.clone();
+        if let Some(mut sink) = spawned.stdin.take() {
+            tokio::spawn(async move {
+                while let Some(chunk) = stdin_rx.recv().await {
+                    if sink.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        for (is_err, src) in [(false, spawned.stdout.take()), (true, spawned.stderr.take())] {
+            if let Some(mut src) = src {
+                let out_tx = out_tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; CHUNK];
+                    while let Ok(n @ 1..) = src.read(&mut buf).await {
+                        let _ = out_tx.send((is_err, Bytes::copy_from_slice(&buf[..n])));
+                    }
+                });
+            }
+        }
+        let mut child = spawned.child;
+        let pgid = spawned.pgid;
+        tokio::spawn(async move {
+            let code = tokio::select! {
+                s = child.wait() => s.map(process::exit_code).unwrap_or(255),
+                _ = shutdown.cancelled() => {
+                    process::kill_group(pgid);
+                    let _ = child.kill().await;
+                    137
+                }
+            };
+            process::kill_group(pgid);
+            let _ = exit_tx.send(Some(code));
+        });
+        let proc = Arc::new(AttachProc {
+            stdin: stdin_tx,
+            output: out_tx,
+            exit: exit_rx,
+            argv,
+        });
+        map.insert(key, proc.clone());
+        Ok(proc)
+    }
+}
+
+async fn attach(
+    inner: &Arc<Inner>,
+    session: u64,
+    target: &Target,
+    io: ExecIo,
+    cancel: &CancellationToken,
+) -> Option<Status> {
+    let proc = match inner.attach_proc(target) {
+        Ok(p) => p,
+        Err(e) => {
+            return Some(Status::internal_error(&format!(
+                "error attaching to container: {e}"
+            )))
+        }
+    };
+    let mut output = proc.output.subscribe();
+    let mut exit = proc.exit.clone();
+    inner.event(SimEvent::ProcessStarted {
+        session,
+        container: target.container.clone(),
+        command: proc.argv.clone(),
+        tty: target.tty,
+    });
+    let ExecIo {
+        mut stdin,
+        stdout,
+        stderr,
+        mut resize,
+    } = io;
+    let mut linger: Option<tokio::time::Instant> = None;
+    let status = loop {
+        let linger_at = linger;
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            changed = exit.changed() => {
+                let code = if changed.is_ok() { (*exit.borrow()).unwrap_or(0) } else { 0 };
+                break if code == 0 { Status::success() } else { Status::non_zero_exit(&proc.argv, code) };
+            }
+            msg = output.recv() => match msg {
+                Ok((is_err, data)) => {
+                    // With a tty the container has no separate stderr: it all goes to stdout.
+                    let tx = if is_err && !target.tty { &stderr } else { &stdout };
+                    if let Some(tx) = tx {
+                        let _ = tx.send(data).await;
+                    }
+                    if let Some(l) = linger.as_mut() {
+                        *l = tokio::time::Instant::now() + ATTACH_LINGER;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => break Status::success(),
+            },
+            chunk = recv_opt(&mut stdin) => match chunk {
+                Some(data) => {
+                    let _ = proc.stdin.send(data).await;
+                }
+                None => {
+                    stdin = None;
+                    inner.event(SimEvent::StdinClosed { session });
+                    linger = Some(tokio::time::Instant::now() + ATTACH_LINGER);
+                }
+            },
+            size = recv_opt(&mut resize) => if size.is_none() { resize = None },
+            _ = sleep_opt(linger_at) => break Status::success(),
+        }
+    };
+    Some(status)
+}
+
+/// Receives from an optional channel; pending forever when there is none.
+async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,445 @@
+//! A simulated **SPDY-only Kubernetes cluster** on loopback: what an old (1.28-era) API server
+//! plus kubelet look like to kubectl and to the proxy. Used by integration tests and by
+//! `kube-ws-proxy demo`.
+//!
+//! # What it serves
+//!
+//! * Discovery and reads, as JSON: `/version`, `/api`, `/apis`, `/api/v1`, namespaces, pods
+//!   (any pod name is a Running pod with containers `main` and `sidecar`; lists show `sim-pod`
+//!   plus every pod touched so far), `/healthz`, `/readyz`, `/livez`. Server-side printing
+//!   (`as=Table`) for pods and namespaces. Unknown paths → 404 Status.
+//! * `pods/{pod}/exec` and `/attach` over **SPDY/3.1** (versions v4, v3, v2, v1 — never v5) and
+//!   over the **legacy WebSocket** protocols an old kubelet serves (`v4.channel.k8s.io`,
+//!   `v4.base64.channel.k8s.io`, `channel.k8s.io`, `base64.channel.k8s.io`, none). `v5` and
+//!   `SPDY/3.1+…` WebSocket offers get a bare 403, so kubectl ≥ 1.29 falls back to SPDY.
+//!   Exec runs the command as a **real local process** in a per-pod scratch directory
+//!   (`<scratch>/<namespace>/<pod>`; relative paths in `kubectl cp` land there, absolute paths
+//!   are the host's). `tty=true` uses a pseudo-terminal that follows resize events.
+//!   Attach bridges to one long-running process per (namespace, pod, container) that answers
+//!   each input line `l` with `attached: l`.
+//! * `pods/{pod}/portforward` over SPDY (`portforward.k8s.io`) and legacy WebSocket
+//!   (`ports=`, `v4.channel.k8s.io`, `v4.base64.channel.k8s.io`, none): dials `127.0.0.1:<port>`.
+//! * `pods/{pod}/log`: plain (chunked) and WebSocket (`binary.k8s.io`, `base64.binary.k8s.io`);
+//!   lines `log line N`, N = 1..=10, and with `follow=true` one more line every 200 ms up to 300.
+//!
+//! # Fault-injection pods (by name prefix, on exec, attach, portforward and log)
+//!
+//! * `forbidden-*`: 403 Forbidden JSON Status before any upgrade.
+//! * `error500-*`: 500 `text/plain` "container runtime is not responding" (a kubelet error).
+//! * `dying-*`: the upgrade and the streams succeed, the command runs, and right after its
+//!   first output chunk (exec/attach) or the first bytes from the local port (port-forward) the
+//!   TCP connection is shut down abruptly: no status, no GOAWAY, no WebSocket Close.
+//!
+//! # Failures of the command itself
+//!
+//! Exit code N ≠ 0 → `NonZeroExitCode` with the kubelet's wording (PROTOCOL.md §1.6). A command
+//! that cannot be started is reported like containerd/runc do: Failure, reason `InternalError`,
+//! code 500, message `Internal error occurred: error executing command in container: failed to
+//! exec in container: ... exec: "<cmd>": executable file not found in $PATH: unknown`
+//! (kubectl prints it and exits 1).
+
+mod exec;
+mod http;
+mod kill;
+mod logs;
+mod objects;
+mod portforward;
+mod process;
+mod resize;
+mod spdy;
+mod status;
+mod websocket;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use objects::{CONTAINERS, NODE_NAME};
+
+/// How many requests and events are kept for inspection (oldest dropped first).
+const RECORD_LIMIT: usize = 10_000;
+
+/// Configuration of a [`SimCluster`].
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Where to listen; must be a loopback address. Port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Root of the per-pod working directories. `None`: a fresh directory under the system
+    /// temp dir, removed again by [`SimCluster::shutdown`].
+    pub scratch_dir: Option<PathBuf>,
+    /// When set, every request must carry `Authorization: Bearer <token>` (or the WebSocket
+    /// bearer subprotocol entry); others get 401.
+    pub require_bearer_token: Option<String>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            scratch_dir: None,
+            require_bearer_token: None,
+        }
+    }
+}
+
+/// One HTTP request as the simulated cluster received it.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub method: String,
+    /// The path without the query.
+    pub path: String,
+    /// The raw query string, if any.
+    pub query: Option<String>,
+    /// All headers, names lowercase, in arrival order (`authorization` included).
+    pub headers: Vec<(String, String)>,
+}
+
+impl SeenRequest {
+    /// The first value of a header (name case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether this was an upgrade request (SPDY or WebSocket).
+    pub fn is_upgrade(&self) -> bool {
+        self.header("upgrade").is_some()
+    }
+}
+
+/// Which streaming subresource a session served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionKind {
+    Exec,
+    Attach,
+    PortForward,
+    Log,
+}
+
+/// How a session was carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    Spdy,
+    WebSocket,
+    /// A plain HTTP response (logs without WebSocket).
+    Http,
+}
+
+/// Something that happened inside the simulated cluster, for tests to assert on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimEvent {
+    /// A streaming session was upgraded (or a log stream started).
+    SessionStarted {
+        session: u64,
+        kind: SessionKind,
+        transport: Transport,
+        /// Negotiated protocol (`v4.channel.k8s.io`, `portforward.k8s.io`, `""` for none).
+        protocol: String,
+        namespace: String,
+        pod: String,
+    },
+    /// A process was started for an exec, or an attach connected to its container process.
+    ProcessStarted {
+        session: u64,
+        container: String,
+        command: Vec<String>,
+        tty: bool,
+    },
+    /// The session's stdin ended (SPDY FIN/RST on `stdin`) and the process's stdin was closed
+    /// (pipes) or sent Ctrl-D (tty). Attach: the session stopped feeding the container.
+    StdinClosed { session: u64 },
+    /// The exec'd process ended (exit code) or could not be started (`None`).
+    ProcessExited { session: u64, exit_code: Option<i32> },
+    /// A port-forward connection to the local port was attempted.
+    PortForwardDialed {
+        session: u64,
+        port: u16,
+        ok: bool,
+    },
+    /// A forwarded connection finished.
+    PortForwardClosed {
+        session: u64,
+        port: u16,
+        bytes_to_pod: u64,
+        bytes_from_pod: u64,
+    },
+    /// The session is over. `reason`: `completed`, `client gone`, `dying pod`,
+    /// `stream creation timeout`, `shutdown` or an error text.
+    SessionEnded { session: u64, reason: String },
+}
+
+/// State shared by every connection of one simulated cluster.
+pub(crate) struct Inner {
+    pub config: SimConfig,
+    pub addr: SocketAddr,
+    pub started: SystemTime,
+    pub scratch: PathBuf,
+    pub shutdown: CancellationToken,
+    next_session: AtomicU64,
+    records: Mutex<Records>,
+    notify: Notify,
+    pub attach: Mutex<HashMap<(String, String, String), Arc<exec::AttachProc>>>,
+}
+
+#[derive(Default)]
+struct Records {
+    requests: VecDeque<SeenRequest>,
+    events: VecDeque<SimEvent>,
+    pods: BTreeSet<(String, String)>,
+    namespaces: BTreeSet<String>,
+}
+
+impl Inner {
+    fn records(&self) -> MutexGuard<'_, Records> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn next_session(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn record_request(&self, r: SeenRequest) {
+        let mut rec = self.records();
+        if rec.requests.len() >= RECORD_LIMIT {
+            rec.requests.pop_front();
+        }
+        rec.requests.push_back(r);
+    }
+
+    pub(crate) fn event(&self, e: SimEvent) {
+        tracing::debug!(event = ?e, "sim event");
+        {
+            let mut rec = self.records();
+            if rec.events.len() >= RECORD_LIMIT {
+                rec.events.pop_front();
+            }
+            rec.events.push_back(e);
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Remembers a pod (and its namespace) so that lists show it.
+    pub(crate) fn touch_pod(&self, namespace: &str, pod: &str) {
+        let mut rec = self.records();
+        if rec.pods.len() < RECORD_LIMIT {
+            rec.pods.insert((namespace.to_string(), pod.to_string()));
+        }
+        if rec.namespaces.len() < RECORD_LIMIT {
+            rec.namespaces.insert(namespace.to_string());
+        }
+    }
+
+    pub(crate) fn touch_namespace(&self, namespace: &str) {
+        let mut rec = self.records();
+        if rec.namespaces.len() < RECORD_LIMIT {
+            rec.namespaces.insert(namespace.to_string());
+        }
+    }
+
+    /// Pods to list: `sim-pod` in every listed namespace plus every pod touched so far.
+    pub(crate) fn pods(&self, namespace: Option<&str>) -> Vec<(String, String)> {
+        let rec = self.records();
+        let mut set: BTreeSet<(String, String)> = rec.pods.clone();
+        let namespaces: Vec<String> = match namespace {
+            Some(ns) => vec![ns.to_string()],
+            None => Self::namespace_set(&rec).into_iter().collect(),
+        };
+        for ns in namespaces {
+            set.insert((ns, "sim-pod".to_string()));
+        }
+        set.into_iter()
+            .filter(|(ns, _)| namespace.is_none_or(|want| want == ns))
+            .collect()
+    }
+
+    pub(crate) fn namespaces(&self) -> Vec<String> {
+        Self::namespace_set(&self.records()).into_iter().collect()
+    }
+
+    fn namespace_set(rec: &Records) -> BTreeSet<String> {
+        let mut set = rec.namespaces.clone();
+        for ns in ["default", "kube-node-lease", "kube-public", "kube-system"] {
+            set.insert(ns.to_string());
+        }
+        set
+    }
+
+    /// The working directory of a pod's processes (created on demand).
+    pub(crate) fn pod_dir(&self, namespace: &str, pod: &str) -> PathBuf {
+        self.scratch.join(namespace).join(pod)
+    }
+}
+
+/// A running simulated cluster. Dropping it stops it too (without waiting); prefer
+/// [`SimCluster::shutdown`].
+pub struct SimCluster {
+    inner: Arc<Inner>,
+    accept: Option<JoinHandle<()>>,
+    owns_scratch: bool,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("addr", &self.inner.addr)
+            .field("scratch", &self.inner.scratch)
+            .finish()
+    }
+}
+
+static SCRATCH_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl SimCluster {
+    /// Binds the listener and starts serving. Fails for a non-loopback `listen` address.
+    pub async fn start(config: SimConfig) -> io::Result<SimCluster> {
+        if !config.listen.ip().is_loopback() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the simulated cluster only listens on loopback addresses, not {}",
+                    config.listen
+                ),
+            ));
+        }
+        let (scratch, owns_scratch) = match &config.scratch_dir {
+            Some(dir) => (dir.clone(), false),
+            None => {
+                let nanos = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0);
+                let name = format!(
+                    "kube-ws-proxy-sim-{}-{}-{nanos:08x}",
+                    std::process::id(),
+                    SCRATCH_COUNTER.fetch_add(1, Ordering::Relaxed)
+                );
+                (std::env::temp_dir().join(name), true)
+            }
+        };
+        std::fs::create_dir_all(&scratch)?;
+        let scratch = scratch.canonicalize().unwrap_or(scratch);
+        let listener = TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let inner = Arc::new(Inner {
+            config,
+            addr,
+            started: SystemTime::now(),
+            scratch,
+            shutdown: CancellationToken::new(),
+            next_session: AtomicU64::new(0),
+            records: Mutex::new(Records::default()),
+            notify: Notify::new(),
+            attach: Mutex::new(HashMap::new()),
+        });
+        let accept = tokio::spawn(http::accept_loop(inner.clone(), listener));
+        tracing::info!(%addr, scratch = %inner.scratch.display(), "simulated SPDY-only cluster listening");
+        Ok(SimCluster {
+            inner,
+            accept: Some(accept),
+            owns_scratch,
+        })
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// Root of the per-pod working directories.
+    pub fn scratch_dir(&self) -> &Path {
+        &self.inner.scratch
+    }
+
+    /// Working directory of the processes of one pod (exists once something ran there).
+    pub fn pod_dir(&self, namespace: &str, pod: &str) -> PathBuf {
+        self.inner.pod_dir(namespace, pod)
+    }
+
+    /// A kubeconfig (YAML) pointing at this cluster, with the bearer token if one is required.
+    pub fn kubeconfig(&self) -> String {
+        let user = match &self.inner.config.require_bearer_token {
+            Some(t) => format!("    token: \"{}\"\n", t.replace('\\', "\\\\").replace('"', "\\\"")),
+            None => "    {}\n".to_string(),
+        };
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\nusers:\n- name: sim\n  user:\n{}",
+            self.url(),
+            user
+        )
+    }
+
+    /// Every request received so far (oldest first, at most the last 10 000).
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.inner.records().requests.iter().cloned().collect()
+    }
+
+    /// Every event so far (oldest first, at most the last 10 000).
+    pub fn events(&self) -> Vec<SimEvent> {
+        self.inner.records().events.iter().cloned().collect()
+    }
+
+    /// Waits until an event matching `pred` has been recorded (including earlier ones) and
+    /// returns it; `None` after `timeout`.
+    pub async fn wait_for_event(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&SimEvent) -> bool,
+    ) -> Option<SimEvent> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.inner.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(e) = self.inner.records().events.iter().find(|e| pred(e)) {
+                return Some(e.clone());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Stops accepting, ends every session (killing their processes) and the attach targets,
+    /// and removes the scratch directory if the cluster created it.
+    pub async fn shutdown(mut self) {
+        self.inner.shutdown.cancel();
+        if let Some(accept) = self.accept.take() {
+            accept.abort();
+            let _ = accept.await;
+        }
+        // Sessions notice the token at once; give them a moment to kill and reap.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while tokio::time::Instant::now() < deadline && !self.inner.attach_all_gone() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if self.owns_scratch {
+            let _ = tokio::fs::remove_dir_all(&self.inner.scratch).await;
+        }
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        self.inner.shutdown.cancel();
+        if let Some(accept) = self.accept.take() {
+            accept.abort();
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! A stream's bounded receive queue. The bound is in bytes, not frames, because a peer may send
+//! DATA frames of up to 16 MiB: a frame-count bound would let a few huge frames pile up. The
+//! session's reader waits for room before it reads further from the socket, so a slow stream
+//! reader slows the peer through TCP instead of growing memory.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, Semaphore};
+
+/// The session reader's end of a stream inbox.
+#[derive(Debug)]
+pub(crate) struct InboxSender {
+    tx: mpsc::UnboundedSender<Bytes>,
+    room: Arc<Semaphore>,
+    capacity: usize,
+}
+
+/// The stream handle's end of the inbox.
+#[derive(Debug)]
+pub(crate) struct InboxReceiver {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    room: Arc<Semaphore>,
+    capacity: usize,
+}
+
+/// Creates an inbox that holds at most `capacity` bytes (one larger frame is let through alone).
+pub(crate) fn inbox(capacity: usize) -> (InboxSender, InboxReceiver) {
+    let capacity = capacity.clamp(1, Semaphore::MAX_PERMITS);
+    let room = Arc::new(Semaphore::new(capacity));
+    let (tx, rx) = mpsc::unbounded_channel();
+    (
+        InboxSender {
+            tx,
+            room: room.clone(),
+            capacity,
+        },
+        InboxReceiver { rx, room, capacity },
+    )
+}
+
+fn permits_for(len: usize, capacity: usize) -> u32 {
+    // A frame larger than the whole inbox takes all of it: it is delivered alone.
+    len.clamp(1, capacity) as u32
+}
+
+impl InboxSender {
+    /// Queues `data`, waiting while the inbox is full. Returns `false` if the receiver is gone,
+    /// in which case the data is discarded (nobody wants it).
+    pub(crate) async fn deliver(&self, data: Bytes) -> bool {
+        let n = permits_for(data.len(), self.capacity);
+        match self.room.acquire_many(n).await {
+            Ok(permit) => permit.forget(),
+            Err(_) => return false,
+        }
+        self.tx.send(data).is_ok()
+    }
+}
+
+impl InboxReceiver {
+    /// The next queued item, or `None` once the sender is gone and the queue is drained.
+    pub(crate) async fn recv(&mut self) -> Option<Bytes> {
+        let data = self.rx.recv().await?;
+        self.room
+            .add_permits(permits_for(data.len(), self.capacity) as usize);
+        Some(data)
+    }
+}
+
+impl InboxReceiver {
+    /// Whether data is queued right now (`recv` would not wait).
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.rx.is_empty()
+    }
+}
+
+impl Drop for InboxReceiver {
+    fn drop(&mut self) {
+        // Wakes a reader waiting for room so it discards instead of blocking the session.
+        self.room.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn full_inbox_blocks_until_read() {
+        let (tx, mut rx) = inbox(10);
+        assert!(tx.deliver(Bytes::from_static(b"0123456789")).await);
+        let blocked = tokio::time::timeout(Duration::from_millis(50), tx.deliver(Bytes::from_static(b"x"))).await;
+        assert!(blocked.is_err(), "second delivery must wait for room");
+        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"0123456789"));
+        assert!(tx.deliver(Bytes::from_static(b"x")).await);
+        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"x"));
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_passes_alone() {
+        let (tx, mut rx) = inbox(4);
+        assert!(tx.deliver(Bytes::from(vec![1u8; 100])).await);
+        assert_eq!(rx.recv().await.unwrap().len(), 100);
+    }
+
+    #[tokio::test]
+    async fn dropped_receiver_discards_instead_of_blocking() {
+        let (tx, rx) = inbox(4);
+        assert!(tx.deliver(Bytes::from_static(b"abcd")).await);
+        drop(rx);
+        assert!(!tx.deliver(Bytes::from_static(b"more")).await);
+    }
+
+    #[tokio::test]
+    async fn sender_gone_ends_after_queued_data() {
+        let (tx, mut rx) = inbox(64);
+        assert!(tx.deliver(Bytes::from_static(b"last")).await);
+        drop(tx);
+        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"last"));
+        assert!(rx.recv().await.is_none());
+    }
+}

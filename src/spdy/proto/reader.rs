@@ -1,0 +1,252 @@
+//! The reader task: decodes frames from the socket and dispatches them. It is the only place
+//! that blocks on a full stream inbox, which is how a slow stream reader slows the peer.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+
+use super::error::SessionEnd;
+use super::inbox::inbox;
+use super::shared::{Control, RecvEnd, Shared, StreamEntry, StreamFlags};
+use super::stream::IncomingStream;
+use crate::spdy::codec::FrameDecoder;
+use crate::spdy::frame::{
+    Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream,
+};
+
+/// Bytes requested from the socket per read when the buffer is empty.
+const READ_CHUNK: usize = 16 * 1024;
+/// A buffer grown beyond this by a large frame is dropped once empty, so an idle session does
+/// not keep a multi-MiB allocation.
+const SHRINK_ABOVE: usize = 256 * 1024;
+
+pub(crate) struct Reader<R> {
+    io: R,
+    buf: BytesMut,
+    decoder: FrameDecoder,
+    shared: Arc<Shared>,
+    incoming: Option<mpsc::Sender<IncomingStream>>,
+}
+
+impl<R: AsyncRead + Unpin> Reader<R> {
+    pub(crate) fn new(
+        io: R,
+        leftover: bytes::Bytes,
+        shared: Arc<Shared>,
+        incoming: Option<mpsc::Sender<IncomingStream>>,
+    ) -> Self {
+        let decoder = FrameDecoder::with_limits(
+            shared.config.max_control_frame,
+            shared.config.max_header_block,
+        );
+        Reader {
+            io,
+            buf: BytesMut::from(&leftover[..]),
+            decoder,
+            shared,
+            incoming,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        let end = self.read_loop().await;
+        self.shared.end(end);
+    }
+
+    async fn read_loop(&mut self) -> SessionEnd {
+        loop {
+            if self.shared.release_decoder.load(Ordering::Acquire) {
+                self.decoder.release_header_context();
+            }
+            match self.decoder.decode(&mut self.buf) {
+                Ok(Some(frame)) => {
+                    if let Err(end) = self.dispatch(frame).await {
+                        return end;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // A frame we cannot parse ends this session only (PROTOCOL.md §3.2).
+                    let _ = self.shared.control_tx.try_send(Control::Frame(Frame::GoAway(GoAway {
+                        last_good_stream_id: self.shared.lock().last_peer_stream,
+                        status: crate::spdy::frame::GoAwayStatus::ProtocolError,
+                    })));
+                    return SessionEnd::Protocol(e.to_string());
+                }
+            }
+            if self.buf.is_empty() && self.buf.capacity() > SHRINK_ABOVE {
+                self.buf = BytesMut::new();
+            }
+            self.buf.reserve(READ_CHUNK);
+            match self.io.read_buf(&mut self.buf).await {
+                Ok(0) => {
+                    return match self.shared.lock().goaway {
+                        Some(status) => SessionEnd::GoAway(status),
+                        None => SessionEnd::Eof,
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => return SessionEnd::Io(e.to_string()),
+            }
+        }
+    }
+
+    async fn dispatch(&mut self, frame: Frame) -> Result<(), SessionEnd> {
+        match frame {
+            Frame::Data(data) => self.on_data(data).await,
+            Frame::SynStream(syn) => self.on_syn_stream(syn),
+            Frame::SynReply(reply) => self.on_syn_reply(reply),
+            Frame::RstStream(rst) => self.on_rst(rst),
+            Frame::Ping(ping) => self.on_ping(ping).await,
+            Frame::GoAway(goaway) => {
+                // Streams above last-good were never processed: they end as reset. The peer is
+                // about to close; keep reading until it does so nothing it sent is lost.
+                let mut st = self.shared.lock();
+                st.goaway = Some(goaway.status);
+                let last = goaway.last_good_stream_id;
+                let role = self.shared.role;
+                st.streams.retain(|id, entry| {
+                    if role.owns_id(id.get()) && *id > last {
+                        entry.flags.set_recv_end(RecvEnd::Reset);
+                        entry.flags.close_send();
+                        if let Some(reply) = entry.reply.take() {
+                            let _ = reply.send(Err(super::Error::GoingAway(goaway.status)));
+                        }
+                        false
+                    } else {
+                        true
+                    }
+                });
+                Ok(())
+            }
+            // Accepted and ignored: Kubernetes peers have no flow control and no use for these.
+            Frame::Settings(_) | Frame::WindowUpdate(_) | Frame::Headers(_) => Ok(()),
+        }
+    }
+
+    async fn on_data(&mut self, data: Data) -> Result<(), SessionEnd> {
+        let target = {
+            let mut st = self.shared.lock();
+            match st.streams.get_mut(&data.stream_id) {
+                Some(entry) => {
+                    let inbox = if data.fin {
+                        entry.flags.set_recv_end(RecvEnd::Fin);
+                        entry.inbox.take()
+                    } else {
+                        entry.inbox.clone()
+                    };
+                    if data.fin && entry.is_done() {
+                        st.streams.remove(&data.stream_id);
+                    }
+                    inbox
+                }
+                // DATA for an unknown or finished stream is ignored, as spdystream does.
+                None => None,
+            }
+        };
+        if let Some(inbox) = target {
+            if !data.payload.is_empty() {
+                inbox.deliver(data.payload).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_syn_stream(&mut self, syn: SynStream) -> Result<(), SessionEnd> {
+        let id = syn.stream_id;
+        let refuse = |status| {
+            let _ = self
+                .shared
+                .control_tx
+                .try_send(Control::Frame(Frame::RstStream(RstStream {
+                    stream_id: id,
+                    status,
+                })));
+        };
+        let Some(incoming_tx) = self.incoming.as_ref() else {
+            refuse(RstStatus::RefusedStream);
+            return Ok(());
+        };
+        let flags = Arc::new(StreamFlags::default());
+        let (tx, rx) = inbox(self.shared.config.stream_inbox_bytes);
+        {
+            let mut st = self.shared.lock();
+            if self.shared.role.owns_id(id.get()) || id <= st.last_peer_stream {
+                drop(st);
+                refuse(RstStatus::ProtocolError);
+                return Ok(());
+            }
+            if st.goaway.is_some() || st.ended.is_some() {
+                drop(st);
+                refuse(RstStatus::RefusedStream);
+                return Ok(());
+            }
+            st.last_peer_stream = id;
+            let mut entry = StreamEntry::new(Arc::new(tx), flags.clone());
+            if syn.fin {
+                entry.inbox = None;
+                flags.set_recv_end(RecvEnd::Fin);
+            }
+            st.streams.insert(id, entry);
+        }
+        let stream = IncomingStream::new(self.shared.clone(), id, syn.headers, flags, rx);
+        if incoming_tx.try_send(stream).is_err() {
+            // Nobody accepts streams fast enough: refuse rather than queue without bound.
+            self.shared.lock().streams.remove(&id);
+            refuse(RstStatus::RefusedStream);
+        }
+        Ok(())
+    }
+
+    fn on_syn_reply(&mut self, reply: SynReply) -> Result<(), SessionEnd> {
+        let mut st = self.shared.lock();
+        if let Some(entry) = st.streams.get_mut(&reply.stream_id) {
+            if let Some(waiter) = entry.reply.take() {
+                if reply.fin {
+                    entry.flags.set_recv_end(RecvEnd::Fin);
+                    entry.inbox = None;
+                }
+                let _ = waiter.send(Ok(reply.headers));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_rst(&mut self, rst: RstStream) -> Result<(), SessionEnd> {
+        let mut st = self.shared.lock();
+        if let Some(mut entry) = st.streams.remove(&rst.stream_id) {
+            entry.flags.set_recv_end(RecvEnd::Reset);
+            entry.flags.close_send();
+            if let Some(waiter) = entry.reply.take() {
+                let _ = waiter.send(Err(super::Error::StreamReset(rst.status)));
+            }
+            // Dropping the inbox sender ends the reader after the data queued before the RST.
+        }
+        Ok(())
+    }
+
+    async fn on_ping(&mut self, ping: Ping) -> Result<(), SessionEnd> {
+        if self.shared.role.owns_id(ping.id.0) {
+            // The answer to one of our pings.
+            if let Some(waiter) = self.shared.lock().pings.remove(&ping.id.0) {
+                let _ = waiter.send(());
+            }
+            return Ok(());
+        }
+        // Echo at once through the priority lane; it never waits behind queued data.
+        if self
+            .shared
+            .control_tx
+            .send(Control::Frame(Frame::Ping(ping)))
+            .await
+            .is_err()
+        {
+            return Err(SessionEnd::Local);
+        }
+        Ok(())
+    }
+}

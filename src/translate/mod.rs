@@ -1,0 +1,4 @@
+//! The Kubernetes WebSocket channel protocols and their mapping to SPDY streams.
+
+pub mod remote_command;
+pub mod tunnel;

@@ -1,0 +1,21 @@
+//! The exec/attach translator (PROTOCOL.md §4, §7): a client's `v5.channel.k8s.io` WebSocket on
+//! one side, an SPDY remote-command session on the other.
+//!
+//! ```text
+//! client WS ──► [client reader] ──stdin/CLOSE──► [stdin pump] ──► SPDY stdin
+//!                      └──────── resize ───────► [resize pump] ─► SPDY resize
+//!           ◄── [output pump] ◄── stdout/stderr ◄── SPDY
+//!           ◄── status on channel 3 ◄── [error reader] ◄── SPDY error
+//! ```
+//! Every hop is bounded: a slow client slows the upstream, a stalled upstream stops the client
+//! reader once a bounded amount of stdin is queued.
+
+mod client_reader;
+mod error_reader;
+mod output_pump;
+mod session;
+mod setup;
+mod stdin_pump;
+
+pub use session::{refuse, run, Outcome, SessionEndKind, SessionLimits};
+pub use setup::{open_streams, ExecStreams};

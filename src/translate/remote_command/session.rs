@@ -1,0 +1,248 @@
+//! One translated exec/attach session, from the ready message to the graceful close.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use super::client_reader::{read_client, ClientEnd, ClientSinks};
+use super::error_reader::read_error_stream;
+use super::output_pump::{frame_message, pump_output, OutputEnd};
+use super::setup::ExecStreams;
+use super::stdin_pump::pump_stdin;
+use crate::spdy::proto::SendStream;
+use crate::translate::channel::Channel;
+use crate::translate::resize::TerminalSize;
+use crate::translate::status::Status;
+use crate::translate::status_mapping::from_upstream_error_stream;
+
+/// How long a departing client's stdin FIN may take before the upstream is torn down anyway.
+const STDIN_FIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Bounds of one session.
+#[derive(Debug, Clone)]
+pub struct SessionLimits {
+    /// stdin messages queued towards a slow upstream before the client reader stops reading.
+    pub stdin_queue_messages: usize,
+    /// After our Close, how long to wait for the client's Close before dropping the socket.
+    pub close_drain_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            stdin_queue_messages: 16,
+            close_drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How a session ended, for logs and metrics.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// stdin bytes received from the client.
+    pub bytes_in: u64,
+    /// stdout/stderr bytes sent to the client.
+    pub bytes_out: u64,
+    /// The Status sent on channel 3, if one was sent.
+    pub status: Option<Status>,
+    /// Why the session ended.
+    pub end: SessionEndKind,
+    pub duration: Duration,
+}
+
+/// Why a translated session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEndKind {
+    /// The command finished and its status was delivered.
+    Completed,
+    /// The client went away first; the upstream session was torn down.
+    ClientGone,
+    /// The client broke the protocol and was closed with an error code.
+    ClientViolation,
+    /// The upstream refused the session; its Status was delivered.
+    UpstreamRefused,
+}
+
+/// Runs a translated session on an accepted `v5.channel.k8s.io` WebSocket.
+pub async fn run<S>(
+    ws: WebSocketStream<S>,
+    upstream: ExecStreams,
+    ready: Channel,
+    tty: bool,
+    limits: &SessionLimits,
+) -> Outcome
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Instant::now();
+    let ExecStreams {
+        conn,
+        version,
+        error,
+        stdin,
+        stdout,
+        stderr,
+        resize,
+    } = upstream;
+    let (mut sink, mut stream) = ws.split();
+    let mut bytes_out = 0u64;
+
+    // Ready message: an empty payload on the lowest writable channel.
+    let mut scratch = BytesMut::new();
+    let ready_msg = frame_message(&mut scratch, ready, &[]);
+    if sink.send(Message::Binary(ready_msg)).await.is_err() {
+        conn.close().await;
+        return outcome(0, 0, None, SessionEndKind::ClientGone, started);
+    }
+
+    let error_task = tokio::spawn(read_error_stream(error));
+    let bytes_in = AtomicU64::new(0);
+    let mut sinks = ClientSinks {
+        stdin: None,
+        resize: None,
+    };
+    let mut stdin_task = None;
+    if let Some(stdin) = stdin {
+        let (tx, rx) = mpsc::channel(limits.stdin_queue_messages.max(1));
+        stdin_task = Some(tokio::spawn(pump_stdin(rx, stdin)));
+        sinks.stdin = Some(tx);
+    }
+    if let (true, Some(resize)) = (tty, resize) {
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(pump_resize(rx, resize));
+        sinks.resize = Some(tx);
+    }
+
+    // Phase 1: until the command is over (outputs and the error stream ended) or the client left.
+    let client = read_client(&mut stream, sinks, &bytes_in);
+    tokio::pin!(client);
+    let upstream_done = async {
+        let out = pump_output(&mut sink, stdout, stderr, &mut bytes_out).await;
+        if let OutputEnd::ClientGone = out {
+            return None;
+        }
+        Some(error_task.await.unwrap_or_default())
+    };
+    let client_end = tokio::select! {
+        result = upstream_done => match result {
+            Some(result) => {
+                // Phase 2: deliver the status, close, and drain the client.
+                let status = from_upstream_error_stream(version, &result.bytes, result.ended_cleanly);
+                let delivered = deliver_status(&mut sink, &status).await;
+                conn.close().await;
+                if delivered {
+                    // Keep reading (and discarding) so a late client frame never meets a TCP
+                    // reset that would destroy output the client has not read yet.
+                    let _ = tokio::time::timeout(limits.close_drain_timeout, &mut client).await;
+                }
+                let bytes_in = bytes_in.load(Ordering::Relaxed);
+                return outcome(bytes_in, bytes_out, Some(status), SessionEndKind::Completed, started);
+            }
+            None => ClientEnd::Gone,
+        },
+        end = &mut client => end,
+    };
+
+    // The client left or misbehaved first. Its reader has returned and dropped the stdin queue,
+    // so the stdin pump sends FIN after what was queued; give it a moment (it may be stuck on a
+    // stalled upstream), then tear the session down (RST + GOAWAY).
+    if let Some(task) = stdin_task {
+        let _ = tokio::time::timeout(STDIN_FIN_GRACE, task).await;
+    }
+    conn.close().await;
+    let kind = match client_end {
+        ClientEnd::Violation(code, reason) => {
+            let _ = sink
+                .send(Message::Close(Some(CloseFrame {
+                    code,
+                    reason: reason.into(),
+                })))
+                .await;
+            SessionEndKind::ClientViolation
+        }
+        ClientEnd::Closed | ClientEnd::Gone => SessionEndKind::ClientGone,
+    };
+    outcome(bytes_in.load(Ordering::Relaxed), bytes_out, None, kind, started)
+}
+
+/// Answers a session the upstream refused: the client's WebSocket is accepted, gets the ready
+/// message and the upstream's Status on channel 3, then Close 1000. An HTTP error on the
+/// handshake instead would send kubectl into its SPDY fallback, which our users' gateway drops.
+pub async fn refuse<S>(
+    ws: WebSocketStream<S>,
+    ready: Channel,
+    status: Status,
+    limits: &SessionLimits,
+) -> Outcome
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Instant::now();
+    let (mut sink, mut stream) = ws.split();
+    let mut scratch = BytesMut::new();
+    let ready_msg = frame_message(&mut scratch, ready, &[]);
+    let mut delivered = sink.send(Message::Binary(ready_msg)).await.is_ok();
+    delivered = delivered && deliver_status(&mut sink, &status).await;
+    if delivered {
+        let drain = async { while let Some(Ok(_)) = stream.next().await {} };
+        let _ = tokio::time::timeout(limits.close_drain_timeout, drain).await;
+    }
+    outcome(0, 0, Some(status), SessionEndKind::UpstreamRefused, started)
+}
+
+/// Sends the status on channel 3 and Close 1000. Returns whether both went out.
+async fn deliver_status<S>(sink: &mut S, status: &Status) -> bool
+where
+    S: futures_util::Sink<Message, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
+{
+    let mut scratch = BytesMut::new();
+    let msg = frame_message(&mut scratch, Channel::Error, &status.to_json_bytes());
+    if sink.send(Message::Binary(msg)).await.is_err() {
+        return false;
+    }
+    sink.send(Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    })))
+    .await
+    .is_ok()
+}
+
+/// Forwards the latest terminal size to the upstream resize stream.
+async fn pump_resize(mut rx: watch::Receiver<Option<TerminalSize>>, mut resize: SendStream) {
+    let mut json = Vec::with_capacity(32);
+    while rx.changed().await.is_ok() {
+        let Some(size) = *rx.borrow_and_update() else {
+            continue;
+        };
+        json.clear();
+        size.encode_json(&mut json);
+        if resize.send(bytes::Bytes::copy_from_slice(&json)).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn outcome(
+    bytes_in: u64,
+    bytes_out: u64,
+    status: Option<Status>,
+    end: SessionEndKind,
+    started: Instant,
+) -> Outcome {
+    Outcome {
+        bytes_in,
+        bytes_out,
+        status,
+        end,
+        duration: started.elapsed(),
+    }
+}

@@ -1,0 +1,93 @@
+//! Runs the real `kube-ws-proxy` binary, as users do, and finds its addresses in its JSON log.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running proxy process; killed on drop.
+pub struct ProxyProcess {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    child: Child,
+    /// Every log line so far.
+    pub logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ProxyProcess {
+    /// Starts the proxy in front of `upstream` with extra flags.
+    pub fn start(upstream: &str, extra: &[&str]) -> ProxyProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--upstream",
+                upstream,
+                "--log-format",
+                "json",
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kube-ws-proxy");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("kube-ws-proxy ready") {
+                    let _ = tx.send(line.clone());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let ready = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("kube-ws-proxy did not log that it is ready");
+        let v: serde_json::Value = serde_json::from_str(&ready).expect("JSON log line");
+        let field = |name: &str| -> SocketAddr {
+            v["fields"][name]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {name} in {ready}"))
+                .parse()
+                .unwrap()
+        };
+        ProxyProcess {
+            addr: field("addr"),
+            admin_addr: field("admin_addr"),
+            child,
+            logs,
+        }
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Waits until a log line containing `needle` appears.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(l) = self.logs.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return Some(l.clone());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
