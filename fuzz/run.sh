@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs each SPDY codec fuzz target for SECONDS (default 20), installing cargo-fuzz if missing.
+# Runs each SPDY codec fuzz target for SECONDS (default: $FUZZ_SECONDS, else 20), installing
+# cargo-fuzz if missing.
 #
 #   fuzz/run.sh [SECONDS]
 #
@@ -10,7 +11,7 @@
 # fuzz/seeds/<target> are read-only inputs. Crashes land in fuzz/artifacts/<target>.
 set -euo pipefail
 
-seconds=${1:-20}
+seconds=${1:-${FUZZ_SECONDS:-20}}
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
 cd "$fuzz_dir/.."
 

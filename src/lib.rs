@@ -1,8 +1,15 @@
-pub mod spdy {
-    #[path = "/work/main/src/spdy/codec/mod.rs"]
-    pub mod codec;
-    #[path = "/work/main/src/spdy/frame/mod.rs"]
-    pub mod frame;
-    #[path = "/work/main/src/spdy/header_block/mod.rs"]
-    pub mod header_block;
-}
+//! kube-ws-proxy: terminates kubectl's WebSocket streaming protocols and re-originates SPDY/3.1
+//! towards Kubernetes API servers and kubelets that only speak SPDY.
+//!
+//! - [`spdy`]: an SPDY/3.1 library (frames, header blocks, session, HTTP/1.1 upgrade).
+//! - [`translate`]: the WebSocket channel protocols and their mapping to SPDY streams.
+//! - [`proxy`]: the HTTP front door, routing, relaying and upstream connections.
+//! - [`sim`]: a simulated SPDY-only cluster for tests and the demo.
+
+pub mod app;
+pub mod cli;
+pub mod demo;
+pub mod proxy;
+pub mod sim;
+pub mod spdy;
+pub mod translate;

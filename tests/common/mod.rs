@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod clients;
+pub mod harness;
 pub mod middlebox;
 pub mod proxy_process;
 pub mod pty;
+pub mod ws_client;

@@ -32,8 +32,6 @@ pub use window_update::WindowUpdate;
 
 pub use crate::spdy::header_block::HeaderBlock;
 
-pub(crate) use wire::{expect_len, expect_no_flags, put_control, read_u32};
-
 /// Largest payload a frame's 24-bit length field can describe.
 pub const MAX_FRAME_LEN: usize = 0x00FF_FFFF;
 

@@ -8,7 +8,8 @@ use std::fmt;
 
 use bytes::BufMut;
 
-use super::{expect_len, expect_no_flags, put_control, read_u32, ControlType, FrameError};
+use super::wire::{expect_len, expect_no_flags, put_control, read_u32};
+use super::{ControlType, FrameError};
 
 /// A ping id. Clients use odd ids, servers even ones; 0 is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

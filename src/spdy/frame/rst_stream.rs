@@ -6,7 +6,8 @@
 
 use bytes::BufMut;
 
-use super::{expect_len, put_control, read_u32, ControlType, FrameError, StreamId};
+use super::wire::{expect_len, put_control, read_u32};
+use super::{ControlType, FrameError, StreamId};
 
 /// RST_STREAM status codes. Kubernetes only sends `Cancel` (and spdystream `ProtocolError`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

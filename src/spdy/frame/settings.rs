@@ -7,7 +7,8 @@
 
 use bytes::BufMut;
 
-use super::{read_u32, ControlType, FrameError, Head, HEAD_LEN, MAX_FRAME_LEN};
+use super::wire::read_u32;
+use super::{ControlType, FrameError, Head, HEAD_LEN, MAX_FRAME_LEN};
 
 /// `FLAG_SETTINGS_CLEAR_SETTINGS`.
 const FLAG_CLEAR: u8 = 0x01;

@@ -39,7 +39,7 @@ impl StreamId {
     /// Reads a stream id from the first four bytes of `src` (big-endian), ignoring the
     /// reserved bit. Callers have checked the length.
     pub(crate) fn read(src: &[u8]) -> StreamId {
-        StreamId::new(super::read_u32(src))
+        StreamId::new(super::wire::read_u32(src))
     }
 }
 

@@ -7,9 +7,8 @@
 
 use bytes::BufMut;
 
-use super::{
-    expect_len, expect_no_flags, put_control, read_u32, ControlType, FrameError, StreamId,
-};
+use super::wire::{expect_len, expect_no_flags, put_control, read_u32};
+use super::{ControlType, FrameError, StreamId};
 
 /// Largest legal delta, 2^31 - 1.
 const MAX_DELTA: u32 = 0x7FFF_FFFF;

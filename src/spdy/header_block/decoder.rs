@@ -195,7 +195,9 @@ mod tests {
     #[test]
     fn limits_below_the_initial_scratch_size() {
         let mut out = BytesMut::new();
-        HeaderEncoder::new().encode(&streamtype("error"), &mut out).unwrap();
+        HeaderEncoder::new()
+            .encode(&streamtype("error"), &mut out)
+            .unwrap();
         // The block inflates to 27 bytes.
         for (limit, ok) in [(0, false), (26, false), (27, true), (usize::MAX, true)] {
             let result = HeaderDecoder::with_limit(limit).decode(&out, BlockKind::SynStream);

@@ -1,0 +1,93 @@
+//! A raw WebSocket client for protocol-level tests (what kubectl would never send).
+
+use std::net::SocketAddr;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+pub type Ws = WebSocketStream<TcpStream>;
+
+/// Opens a WebSocket to `path` on `addr` offering `protocols`.
+pub async fn connect(
+    addr: SocketAddr,
+    path: &str,
+    protocols: &str,
+) -> Result<(Ws, http::Response<Option<Vec<u8>>>), tokio_tungstenite::tungstenite::Error> {
+    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
+    if !protocols.is_empty() {
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+    }
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tokio_tungstenite::client_async(req, tcp).await
+}
+
+/// The exec URL for `pod` running `command` with the given streams.
+pub fn exec_path(pod: &str, command: &[&str], stdin: bool, stdout: bool, stderr: bool) -> String {
+    let mut q: Vec<String> = command
+        .iter()
+        .map(|c| format!("command={}", urlencode(c)))
+        .collect();
+    for (name, on) in [("stdin", stdin), ("stdout", stdout), ("stderr", stderr)] {
+        if on {
+            q.push(format!("{name}=true"));
+        }
+    }
+    format!("/api/v1/namespaces/default/pods/{pod}/exec?{}", q.join("&"))
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Everything a session delivered, split by channel, plus how it was closed.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    /// Messages in arrival order (channel byte included).
+    pub messages: Vec<Vec<u8>>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub status: Vec<u8>,
+    pub close: Option<CloseFrame>,
+}
+
+/// Reads until the server closes, answering nothing (tungstenite answers pings).
+pub async fn read_to_close(ws: &mut Ws) -> Transcript {
+    let mut t = Transcript::default();
+    while let Some(msg) = ws.next().await {
+        match msg {
+            Ok(Message::Binary(data)) => {
+                match data.first() {
+                    Some(1) => t.stdout.extend_from_slice(&data[1..]),
+                    Some(2) => t.stderr.extend_from_slice(&data[1..]),
+                    Some(3) => t.status.extend_from_slice(&data[1..]),
+                    _ => {}
+                }
+                t.messages.push(data.to_vec());
+            }
+            Ok(Message::Close(frame)) => {
+                t.close = frame;
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    t
+}
+
+/// Sends one binary message.
+pub async fn send(ws: &mut Ws, data: &[u8]) {
+    ws.send(Message::Binary(data.to_vec().into())).await.unwrap();
+}
