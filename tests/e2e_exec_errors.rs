@@ -152,21 +152,34 @@ async fn fragmented_messages_are_reassembled() {
     for (head, payload) in frames {
         tcp.write_all(&masked(head, payload)).await.unwrap();
     }
+    let (head, leftover) = read_http_head(&mut tcp).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     let mut ws = tokio_tungstenite::WebSocketStream::from_partially_read(
         tcp,
-        skip_http_head().await,
+        leftover,
         tokio_tungstenite::tungstenite::protocol::Role::Client,
         None,
     )
     .await;
-    let _ = &mut ws;
-    // Reading the 101 head and frames raw is simpler than mixing parsers: collect everything.
     let t = read_to_close(&mut ws).await;
     assert_eq!(t.stdout, b"fragmented");
+    assert_eq!(t.status, SUCCESS);
 }
 
-async fn skip_http_head() -> Vec<u8> {
-    Vec::new()
+/// Reads an HTTP response head; returns it and the bytes after it.
+async fn read_http_head(tcp: &mut tokio::net::TcpStream) -> (String, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            return (head, buf[end + 4..].to_vec());
+        }
+        let n = tcp.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed before the response head");
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }
 
 fn masked(head: u8, payload: &[u8]) -> Vec<u8> {

@@ -10,4 +10,5 @@ pub mod codec;
 pub mod frame;
 pub mod header_block;
 pub mod proto;
+pub mod upgrade;
 
