@@ -1,10 +1,15 @@
 //! The HTTP front door: listeners, routing, relaying and upstream connections.
 
 pub mod admin;
+pub mod classify;
 pub mod exec_handler;
+pub mod forward;
+pub mod headers;
+pub mod relay;
 pub mod server;
 pub mod spdy_dial;
 pub mod state;
 pub mod status_response;
 pub mod tunnel_handler;
+pub mod upstream;
 pub mod websocket;

@@ -27,17 +27,18 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // Running out of file descriptors must not end the proxy.
-                    debug!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+        };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                // Running out of file descriptors must not end the proxy.
+                debug!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let _ = tcp.set_nodelay(true);
         let state = state.clone();

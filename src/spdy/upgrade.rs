@@ -110,14 +110,36 @@ fn request_head(req: &UpgradeRequest) -> Vec<u8> {
     out
 }
 
-/// A parsed response head.
-struct Head {
-    status: StatusCode,
-    headers: HeaderMap,
+/// A parsed HTTP/1.1 response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
     len: usize,
 }
 
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, UpgradeError> {
+/// Reads an HTTP/1.1 response head (at most 64 KiB). Returns it and the bytes read past it.
+pub async fn read_response_head<T: AsyncRead + Unpin>(
+    io: &mut T,
+) -> Result<(ResponseHead, BytesMut), UpgradeError> {
+    let mut buf = BytesMut::with_capacity(1024);
+    let head = loop {
+        if let Some(head) = parse_head(&buf)? {
+            break head;
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(UpgradeError::HeaderTooLarge);
+        }
+        buf.reserve(1024);
+        if io.read_buf(&mut buf).await? == 0 {
+            return Err(UpgradeError::Closed);
+        }
+    };
+    buf.advance(head.len);
+    Ok((head, buf))
+}
+
+fn parse_head(buf: &[u8]) -> Result<Option<ResponseHead>, UpgradeError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut slots);
     let len = match resp.parse(buf) {
@@ -136,7 +158,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, UpgradeError> {
             .map_err(|e| UpgradeError::MalformedResponse(e.to_string()))?;
         headers.append(name, value);
     }
-    Ok(Some(Head {
+    Ok(Some(ResponseHead {
         status,
         headers,
         len,
@@ -158,24 +180,10 @@ where
 {
     io.write_all(&request_head(req)).await?;
     io.flush().await?;
-
-    let mut buf = BytesMut::with_capacity(1024);
-    let head = loop {
-        if let Some(head) = parse_head(&buf)? {
-            break head;
-        }
-        if buf.len() >= MAX_HEAD {
-            return Err(UpgradeError::HeaderTooLarge);
-        }
-        buf.reserve(1024);
-        if io.read_buf(&mut buf).await? == 0 {
-            return Err(UpgradeError::Closed);
-        }
-    };
-    buf.advance(head.len);
+    let (head, buf) = read_response_head(&mut io).await?;
 
     if head.status != StatusCode::SWITCHING_PROTOCOLS {
-        let body = read_body(&mut io, &head.headers, buf).await?;
+        let body = read_body(&mut io, &head.headers, buf, MAX_BODY).await?;
         return Err(UpgradeError::Refused {
             status: head.status,
             headers: head.headers,
@@ -201,11 +209,13 @@ where
     })
 }
 
-/// Reads a refusal body by Content-Length, chunked encoding, or to EOF; at most `MAX_BODY`.
-async fn read_body<T: AsyncRead + Unpin>(
+/// Reads a response body by Content-Length, chunked encoding, or to EOF; at most `max` bytes
+/// are kept. `buf` holds bytes already read past the head.
+pub async fn read_body<T: AsyncRead + Unpin>(
     io: &mut T,
     headers: &HeaderMap,
     mut buf: BytesMut,
+    max: usize,
 ) -> Result<Bytes, UpgradeError> {
     let chunked = header_contains(headers, header::TRANSFER_ENCODING, "chunked");
     let length = headers
@@ -213,9 +223,9 @@ async fn read_body<T: AsyncRead + Unpin>(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<usize>().ok());
     if chunked {
-        return read_chunked(io, buf).await;
+        return read_chunked(io, buf, max).await;
     }
-    let want = length.unwrap_or(MAX_BODY).min(MAX_BODY);
+    let want = length.unwrap_or(max).min(max);
     while buf.len() < want {
         buf.reserve(4096);
         match io.read_buf(&mut buf).await {
@@ -233,6 +243,7 @@ async fn read_body<T: AsyncRead + Unpin>(
 async fn read_chunked<T: AsyncRead + Unpin>(
     io: &mut T,
     mut raw: BytesMut,
+    max: usize,
 ) -> Result<Bytes, UpgradeError> {
     let mut body = BytesMut::new();
     loop {
@@ -244,7 +255,7 @@ async fn read_chunked<T: AsyncRead + Unpin>(
                     break;
                 }
                 let need = consumed + size + 2;
-                while raw.len() < need && body.len() + raw.len() < MAX_BODY + need {
+                while raw.len() < need && body.len() + raw.len() < max + need {
                     raw.reserve(4096);
                     if io.read_buf(&mut raw).await? == 0 {
                         return Err(UpgradeError::Closed);
@@ -253,10 +264,10 @@ async fn read_chunked<T: AsyncRead + Unpin>(
                 if raw.len() < need {
                     break;
                 }
-                let take = size.min(MAX_BODY.saturating_sub(body.len()));
+                let take = size.min(max.saturating_sub(body.len()));
                 body.extend_from_slice(&raw[consumed..consumed + take]);
                 raw.advance(need);
-                if body.len() >= MAX_BODY {
+                if body.len() >= max {
                     break;
                 }
             }

@@ -1,4 +1,16 @@
 //! The Kubernetes WebSocket channel protocols and their mapping to SPDY streams.
+//!
+//! Pure protocol logic (testable without sockets): [`channel`], [`protocol`], [`subprotocol`],
+//! [`close_signal`], [`resize`], [`status`], [`status_mapping`], [`exec_options`].
+//! The async bridges: [`remote_command`] (exec/attach) and [`tunnel`] (port-forward).
 
+pub mod channel;
+pub mod close_signal;
+pub mod exec_options;
+pub mod protocol;
 pub mod remote_command;
+pub mod resize;
+pub mod status;
+pub mod status_mapping;
+pub mod subprotocol;
 pub mod tunnel;

@@ -1,0 +1,185 @@
+//! Every request on the main listener is classified once, here (DESIGN.md "One request, one
+//! decision"). A pure function of method, path and headers; the table in the tests is the spec.
+
+use http::{header, HeaderMap, Method};
+
+use crate::translate::exec_options::{parse_pod_subresource, Subresource};
+use crate::translate::protocol::ChannelProtocol;
+use crate::translate::subprotocol::{BearerToken, OfferedProtocols};
+
+/// What kind of relay an upgrade gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayKind {
+    /// `Upgrade: SPDY/3.1` (kubectl ≤ 1.30 and kubectl's fallback).
+    Spdy,
+    /// A WebSocket the upstream serves natively (legacy exec/port-forward protocols, logs).
+    WebSocket,
+    /// Any other upgrade.
+    Other,
+}
+
+/// The handler a request goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Class {
+    /// exec/attach WebSocket offering `v5.channel.k8s.io`: translate to SPDY.
+    Translate {
+        subresource: Subresource,
+        bearer: Option<BearerToken>,
+    },
+    /// WebSocket offering `SPDY/3.1+<name>.k8s.io`: tunnel; `protocols` are de-prefixed.
+    Tunnel {
+        protocols: Vec<String>,
+        bearer: Option<BearerToken>,
+    },
+    /// Relay the upgrade byte for byte.
+    Relay(RelayKind),
+    /// No upgrade: reverse proxy.
+    Forward,
+    /// A request we must refuse before doing anything (e.g. a malformed bearer subprotocol).
+    BadRequest(String),
+}
+
+fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.to_str()
+            .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+            .unwrap_or(false)
+    })
+}
+
+/// Classifies one request.
+pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
+    let Some(upgrade) = headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()) else {
+        return Class::Forward;
+    };
+    if !has_token(headers, header::CONNECTION, "upgrade") {
+        // `Upgrade` without `Connection: upgrade` is not an upgrade request (RFC 9110 §7.8).
+        return Class::Forward;
+    }
+    let upgrade = upgrade.trim();
+    if upgrade.len() >= 4 && upgrade[..4].eq_ignore_ascii_case("spdy") {
+        return Class::Relay(RelayKind::Spdy);
+    }
+    if !upgrade.eq_ignore_ascii_case("websocket") {
+        return Class::Relay(RelayKind::Other);
+    }
+    let offered = match OfferedProtocols::from_headers(headers) {
+        Ok(o) => o,
+        Err(e) => {
+            // Only refuse when we would have to act on the entry ourselves; otherwise the
+            // upstream judges the request exactly as it would without us.
+            return if wants_us(path, headers) {
+                Class::BadRequest(format!("invalid WebSocket subprotocol: {e}"))
+            } else {
+                Class::Relay(RelayKind::WebSocket)
+            };
+        }
+    };
+    let tunnel = offered.tunnel_protocols();
+    if !tunnel.is_empty() {
+        let mut offered = offered;
+        return Class::Tunnel {
+            protocols: tunnel,
+            bearer: offered.take_bearer(),
+        };
+    }
+    let _ = method;
+    if let Some(target) = parse_pod_subresource(path) {
+        let exec_like = matches!(target.subresource, Subresource::Exec | Subresource::Attach);
+        if exec_like && offered.contains(ChannelProtocol::V5.name()) {
+            let mut offered = offered;
+            return Class::Translate {
+                subresource: target.subresource,
+                bearer: offered.take_bearer(),
+            };
+        }
+    }
+    Class::Relay(RelayKind::WebSocket)
+}
+
+/// Whether a WebSocket request would be handled by the proxy itself (raw header inspection,
+/// used only when the subprotocol list is malformed).
+fn wants_us(path: &str, headers: &HeaderMap) -> bool {
+    let raw: String = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let exec_like = parse_pod_subresource(path)
+        .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
+    raw.contains("SPDY/3.1+") || (exec_like && raw.contains(ChannelProtocol::V5.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::subprotocol::bearer_entry;
+
+    const EXEC: &str = "/api/v1/namespaces/default/pods/web/exec";
+    const ATTACH: &str = "/api/v1/namespaces/default/pods/web/attach";
+    const PF: &str = "/api/v1/namespaces/default/pods/web/portforward";
+    const LOG: &str = "/api/v1/namespaces/default/pods/web/log";
+
+    fn ws(protocols: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, "websocket".parse().unwrap());
+        h.insert(header::CONNECTION, "Upgrade".parse().unwrap());
+        for p in protocols {
+            h.append(header::SEC_WEBSOCKET_PROTOCOL, p.parse().unwrap());
+        }
+        h
+    }
+
+    fn spdy() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, "SPDY/3.1".parse().unwrap());
+        h.insert(header::CONNECTION, "Upgrade".parse().unwrap());
+        h
+    }
+
+    fn translate(sub: Subresource) -> Class {
+        Class::Translate {
+            subresource: sub,
+            bearer: None,
+        }
+    }
+
+    #[test]
+    fn the_table() {
+        use Class::*;
+        let token = bearer_entry("secret");
+        let token_v5 = format!("{token}, v5.channel.k8s.io");
+        let cases: Vec<(&str, Method, &str, HeaderMap, Class)> = vec![
+            ("kubectl 1.31+ exec", Method::GET, EXEC, ws(&["v5.channel.k8s.io"]), translate(Subresource::Exec)),
+            ("kubectl attach", Method::GET, ATTACH, ws(&["v5.channel.k8s.io"]), translate(Subresource::Attach)),
+            ("v5 after v4", Method::GET, EXEC, ws(&["v4.channel.k8s.io, v5.channel.k8s.io"]), translate(Subresource::Exec)),
+            ("v5 on a second header line", Method::GET, EXEC, ws(&["v4.channel.k8s.io", "v5.channel.k8s.io"]), translate(Subresource::Exec)),
+            ("v4 exec is relayed", Method::GET, EXEC, ws(&["v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("v1 exec is relayed", Method::GET, EXEC, ws(&["channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("base64 exec is relayed", Method::GET, EXEC, ws(&["base64.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("no subprotocol is relayed", Method::GET, EXEC, ws(&[]), Relay(RelayKind::WebSocket)),
+            ("only v3 is relayed (upstream refuses)", Method::GET, EXEC, ws(&["v3.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("tunnel", Method::GET, PF, ws(&["SPDY/3.1+portforward.k8s.io"]), Tunnel { protocols: vec!["portforward.k8s.io".into()], bearer: None }),
+            ("python offers v5,v4 on portforward", Method::GET, &format!("{PF}?ports=80"), ws(&["v5.channel.k8s.io, v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("legacy portforward", Method::GET, PF, ws(&["v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("log over websocket", Method::GET, LOG, ws(&["binary.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("v5 on a log is relayed", Method::GET, LOG, ws(&["v5.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("kubectl SPDY exec", Method::POST, EXEC, spdy(), Relay(RelayKind::Spdy)),
+            ("kubectl SPDY portforward", Method::POST, PF, spdy(), Relay(RelayKind::Spdy)),
+            ("h2c or other upgrade", Method::GET, "/api", { let mut h = HeaderMap::new(); h.insert(header::UPGRADE, "h2c".parse().unwrap()); h.insert(header::CONNECTION, "Upgrade, HTTP2-Settings".parse().unwrap()); h }, Relay(RelayKind::Other)),
+            ("plain GET", Method::GET, "/api/v1/pods", HeaderMap::new(), Forward),
+            ("watch", Method::GET, "/api/v1/pods?watch=true", HeaderMap::new(), Forward),
+            ("POST create", Method::POST, "/api/v1/namespaces/default/pods", HeaderMap::new(), Forward),
+            ("Upgrade without Connection", Method::GET, EXEC, { let mut h = ws(&["v5.channel.k8s.io"]); h.remove(header::CONNECTION); h }, Forward),
+            ("exec path without upgrade", Method::POST, EXEC, HeaderMap::new(), Forward),
+            ("bearer + v5", Method::GET, EXEC, ws(&[&token_v5]), Translate { subresource: Subresource::Exec, bearer: OfferedProtocols::parse([token_v5.as_str()]).unwrap().take_bearer() }),
+            ("bearer alone", Method::GET, EXEC, ws(&[&token]), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
+            ("bearer alone on a relayed log", Method::GET, LOG, ws(&[&token]), Relay(RelayKind::WebSocket)),
+            ("pods list is not a subresource", Method::GET, "/api/v1/namespaces/default/pods/exec", ws(&["v5.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+        ];
+        for (name, method, path, headers, want) in cases {
+            assert_eq!(classify(&method, path, &headers), want, "case: {name}");
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The streaming reverse proxy for requests that do not upgrade: bodies flow through as they
+//! come (watches, `logs -f`), nothing is buffered.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tracing::debug;
+
+use super::headers::{append_x_forwarded_for, remove_hop_by_hop};
+use super::status_response::failure;
+use super::upstream::{HttpClient, Upstream};
+
+/// The body type of every response the proxy sends.
+pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// Forwards one request and streams the answer back.
+pub async fn forward(
+    upstream: &Upstream,
+    client: &HttpClient,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = req.into_parts();
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| "/".to_owned());
+    parts.uri = match upstream.uri(&pq) {
+        Ok(uri) => uri,
+        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+    };
+    // The upstream connection is HTTP/1.1 whatever the client spoke.
+    parts.version = http::Version::HTTP_11;
+    remove_hop_by_hop(&mut parts.headers);
+    append_x_forwarded_for(&mut parts.headers, peer.ip());
+    if let Ok(host) = HeaderValue::from_str(&upstream.authority()) {
+        parts.headers.insert(header::HOST, host);
+    }
+    let req = Request::from_parts(parts, body.boxed());
+    match client.request(req).await {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            remove_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.boxed())
+        }
+        Err(e) => {
+            debug!(error = %e, "upstream request failed");
+            failure(
+                StatusCode::BAD_GATEWAY,
+                "ServiceUnavailable",
+                format!("error trying to reach the upstream API server: {e}"),
+            )
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The upstream API server (or kubelet): where it is, how to reach it over TCP or TLS, and a
+//! pooled client for plain requests. Upgrades always go over fresh HTTP/1.1 connections (ALPN
+//! `http/1.1` only): SPDY and the relayed WebSocket protocols are HTTP/1.1 upgrades.
+
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+use tracing::warn;
+
+use super::forward::ProxyBody;
+
+/// The pooled client for plain (non-upgrade) requests.
+pub type HttpClient = Client<UpstreamConnector, ProxyBody>;
+
+/// Why the upstream could not be described or reached.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("invalid upstream URL {0:?}: {1}")]
+    InvalidUrl(String, String),
+    #[error("cannot read {path}: {source}")]
+    File { path: PathBuf, source: io::Error },
+    #[error("invalid TLS configuration: {0}")]
+    TlsConfig(String),
+    #[error("cannot connect to {addr}: {source}")]
+    Dial { addr: String, source: io::Error },
+    #[error("timed out connecting to {0}")]
+    Timeout(String),
+    #[error("TLS handshake with {addr} failed: {source}")]
+    Tls { addr: String, source: io::Error },
+}
+
+/// TLS options for the upstream connection.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamTls {
+    /// PEM CA bundle; the web PKI roots when absent.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate (insecure; warned about loudly).
+    pub insecure_skip_verify: bool,
+    /// Client certificate and key (PEM) presented to the upstream.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Name to verify instead of the URL's host.
+    pub server_name: Option<String>,
+}
+
+/// Where and how to reach the upstream.
+#[derive(Clone)]
+pub struct Upstream {
+    host: String,
+    port: u16,
+    base_path: String,
+    /// TLS with ALPN `http/1.1`, if the URL is https.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+    dial_timeout: Duration,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("base_path", &self.base_path)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Upstream {
+    /// Parses `http://host[:port][/base]` or `https://…`.
+    pub fn from_url(url: &str, tls: UpstreamTls) -> Result<Upstream, UpstreamError> {
+        let bad = |why: &str| UpstreamError::InvalidUrl(url.to_owned(), why.to_owned());
+        let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        let https = match parsed.scheme() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(bad("scheme must be http or https")),
+        };
+        let host = parsed.host_str().ok_or_else(|| bad("no host"))?.to_owned();
+        let port = parsed
+            .port_or_known_default()
+            .ok_or_else(|| bad("no port"))?;
+        let base_path = parsed.path().trim_end_matches('/').to_owned();
+        let tls = if https {
+            let name = tls.server_name.clone().unwrap_or_else(|| {
+                host.trim_start_matches('[').trim_end_matches(']').to_owned()
+            });
+            let server_name = ServerName::try_from(name.clone())
+                .map_err(|e| UpstreamError::TlsConfig(format!("server name {name:?}: {e}")))?;
+            let config = client_config(&tls, vec![b"http/1.1".to_vec()])?;
+            Some((TlsConnector::from(Arc::new(config)), server_name))
+        } else {
+            None
+        };
+        Ok(Upstream {
+            host,
+            port,
+            base_path,
+            tls,
+            dial_timeout: Duration::from_secs(10),
+        })
+    }
+
+    /// Sets how long dialling (TCP and TLS) may take.
+    pub fn with_dial_timeout(mut self, timeout: Duration) -> Self {
+        self.dial_timeout = timeout;
+        self
+    }
+
+    /// The `Host` header value.
+    pub fn authority(&self) -> String {
+        let default = if self.tls.is_some() { 443 } else { 80 };
+        if self.port == default {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// `path_and_query` below the upstream's base path.
+    pub fn join_path(&self, path_and_query: &str) -> String {
+        format!("{}{}", self.base_path, path_and_query)
+    }
+
+    /// Whether the upstream is reached over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The upstream URI for a request path (for the pooled client).
+    pub fn uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        Ok(Uri::builder()
+            .scheme(scheme)
+            .authority(self.authority())
+            .path_and_query(self.join_path(path_and_query))
+            .build()?)
+    }
+
+    /// A fresh connection (TCP, then TLS with ALPN `http/1.1` if https).
+    pub async fn connect_raw(&self) -> Result<UpstreamIo, UpstreamError> {
+        let addr = format!("{}:{}", self.host, self.port);
+        let dial = async {
+            let host = self.host.trim_start_matches('[').trim_end_matches(']');
+            let tcp = TcpStream::connect((host, self.port))
+                .await
+                .map_err(|source| UpstreamError::Dial {
+                    addr: addr.clone(),
+                    source,
+                })?;
+            let _ = tcp.set_nodelay(true);
+            match &self.tls {
+                None => Ok(UpstreamIo::Plain(tcp)),
+                Some((connector, name)) => connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map(|s| UpstreamIo::Tls(Box::new(s)))
+                    .map_err(|source| UpstreamError::Tls {
+                        addr: addr.clone(),
+                        source,
+                    }),
+            }
+        };
+        tokio::time::timeout(self.dial_timeout, dial)
+            .await
+            .map_err(|_| UpstreamError::Timeout(addr.clone()))?
+    }
+
+    /// A pooled HTTP/1.1 client for plain requests to this upstream.
+    pub fn http_client(&self) -> HttpClient {
+        Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(UpstreamConnector {
+                upstream: Arc::new(self.clone()),
+            })
+    }
+}
+
+/// Builds the rustls client configuration (ring provider, chosen explicitly).
+fn client_config(
+    tls: &UpstreamTls,
+    alpn: Vec<Vec<u8>>,
+) -> Result<rustls::ClientConfig, UpstreamError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| UpstreamError::TlsConfig(e.to_string()))?;
+    let builder = if tls.insecure_skip_verify {
+        warn!("upstream TLS verification is DISABLED (--upstream-insecure-skip-tls-verify): anyone on the path can impersonate the API server");
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(insecure::AcceptAny(provider)))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        match &tls.ca_file {
+            Some(path) => {
+                let certs = read_certs(path)?;
+                for cert in certs {
+                    roots
+                        .add(cert)
+                        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", path.display())))?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        builder.with_root_certificates(roots)
+    };
+    let mut config = match &tls.client_cert {
+        Some((cert, key)) => {
+            let chain = read_certs(cert)?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                UpstreamError::TlsConfig(format!("{}: {e}", key.display()))
+            })?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| UpstreamError::TlsConfig(e.to_string()))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn;
+    Ok(config)
+}
+
+fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", path.display())))?
+        .collect();
+    let certs = certs.map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(UpstreamError::TlsConfig(format!(
+            "{}: no certificates found",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+mod insecure {
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{DigitallySignedStruct, Error, SignatureScheme};
+
+    /// Accepts any certificate, but still checks handshake signatures.
+    #[derive(Debug)]
+    pub(super) struct AcceptAny(pub Arc<CryptoProvider>);
+
+    impl ServerCertVerifier for AcceptAny {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<ServerCertVerified, Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+}
+
+/// A connection to the upstream, plain or TLS.
+pub enum UpstreamIo {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl std::fmt::Debug for UpstreamIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UpstreamIo::Plain(_) => "UpstreamIo::Plain",
+            UpstreamIo::Tls(_) => "UpstreamIo::Tls",
+        })
+    }
+}
+
+impl AsyncRead for UpstreamIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Plain(s) => s.is_write_vectored(),
+            UpstreamIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpstreamIo::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamIo::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Connects the pooled client to the upstream, whatever host the request URI names.
+#[derive(Clone, Debug)]
+pub struct UpstreamConnector {
+    upstream: Arc<Upstream>,
+}
+
+/// The pooled client's view of a connection.
+pub struct PooledIo(TokioIo<UpstreamIo>);
+
+impl Connection for PooledIo {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl hyper::rt::Read for PooledIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for PooledIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+impl tower_service::Service<Uri> for UpstreamConnector {
+    type Response = PooledIo;
+    type Error = UpstreamError;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<PooledIo, UpstreamError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let upstream = self.upstream.clone();
+        Box::pin(async move { Ok(PooledIo(TokioIo::new(upstream.connect_raw().await?))) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let u = Upstream::from_url("http://127.0.0.1:6443", UpstreamTls::default()).unwrap();
+        assert_eq!(u.authority(), "127.0.0.1:6443");
+        assert_eq!(u.join_path("/api?x=1"), "/api?x=1");
+        let u = Upstream::from_url("https://k8s.example/base/", UpstreamTls::default()).unwrap();
+        assert_eq!(u.authority(), "k8s.example");
+        assert_eq!(u.join_path("/api"), "/base/api");
+        assert!(u.is_tls());
+        assert!(Upstream::from_url("ftp://x", UpstreamTls::default()).is_err());
+        assert!(Upstream::from_url("not a url", UpstreamTls::default()).is_err());
+    }
+}
