@@ -12,7 +12,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// connections and re-originates them as SPDY/3.1 towards API servers that only speak SPDY.
 /// Everything else is reverse-proxied unchanged.
 #[derive(Debug, Parser)]
-#[command(name = "kube-ws-proxy", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "kube-ws-proxy",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -39,7 +43,11 @@ pub struct ServeArgs {
 
     /// Address of the admin listener serving /healthz and /readyz. Separate from the main
     /// listener because /healthz there belongs to the upstream API server.
-    #[arg(long, env = "KUBE_WS_PROXY_ADMIN_LISTEN", default_value = "127.0.0.1:8081")]
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_ADMIN_LISTEN",
+        default_value = "127.0.0.1:8081"
+    )]
     pub admin_listen: SocketAddr,
 
     /// URL of the upstream API server (or kubelet), e.g. https://10.0.0.1:6443.
@@ -119,7 +127,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "s" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m or h)"
+            ))
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("invalid duration {s:?}"));

@@ -16,7 +16,10 @@ const T: Duration = Duration::from_secs(120);
 
 /// Asserts that kubectl really used WebSocket through the gateway (no SPDY fallback).
 fn assert_websocket_only(h: &Harness) {
-    assert!(h.middlebox.websockets() > 0, "no WebSocket upgrade reached the proxy");
+    assert!(
+        h.middlebox.websockets() > 0,
+        "no WebSocket upgrade reached the proxy"
+    );
     assert_eq!(h.middlebox.dropped(), 0, "kubectl fell back to SPDY");
 }
 
@@ -77,7 +80,15 @@ async fn big_transfers(h: &Harness, kubectl: &Path, kubeconfig: &Path) {
     let up = h.dir.path().join("up.bin");
     let up_sha = random_file(&up, 100_000_000, 11);
     let mut c = h.kubectl(kubectl, kubeconfig);
-    c.args(["exec", "-i", pod, "--", "sh", "-c", "cat > up.bin; echo stored"]);
+    c.args([
+        "exec",
+        "-i",
+        pod,
+        "--",
+        "sh",
+        "-c",
+        "cat > up.bin; echo stored",
+    ]);
     let o = run(c, Some(std::fs::read(&up).unwrap()), T).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "stored\n");
@@ -150,7 +161,9 @@ macro_rules! websocket_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exec_basics() {
-                let Some(k) = require_kubectl($minor) else { return };
+                let Some(k) = require_kubectl($minor) else {
+                    return;
+                };
                 let h = Harness::start().await;
                 basics(&h, &k, &h.via_gateway).await;
                 assert_websocket_only(&h);
@@ -158,7 +171,9 @@ macro_rules! websocket_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exec_tty_size() {
-                let Some(k) = require_kubectl($minor) else { return };
+                let Some(k) = require_kubectl($minor) else {
+                    return;
+                };
                 let h = Harness::start().await;
                 tty_size(&h, &k, &h.via_gateway).await;
                 assert_websocket_only(&h);
@@ -166,7 +181,9 @@ macro_rules! websocket_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exec_big_transfers() {
-                let Some(k) = require_kubectl($minor) else { return };
+                let Some(k) = require_kubectl($minor) else {
+                    return;
+                };
                 let h = Harness::start().await;
                 big_transfers(&h, &k, &h.via_gateway).await;
                 assert_websocket_only(&h);
@@ -174,7 +191,9 @@ macro_rules! websocket_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn cp_up_and_down() {
-                let Some(k) = require_kubectl($minor) else { return };
+                let Some(k) = require_kubectl($minor) else {
+                    return;
+                };
                 let h = Harness::start().await;
                 copy_files(&h, &k, &h.via_gateway).await;
                 assert_websocket_only(&h);
@@ -182,7 +201,9 @@ macro_rules! websocket_suite {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn attach_stdin() {
-                let Some(k) = require_kubectl($minor) else { return };
+                let Some(k) = require_kubectl($minor) else {
+                    return;
+                };
                 let h = Harness::start().await;
                 attach(&h, &k, &h.via_gateway).await;
                 assert_websocket_only(&h);
@@ -201,7 +222,9 @@ mod kubectl_1_28_spdy_relay {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn exec_basics_tty_and_attach() {
-        let Some(k) = require_kubectl("1.28") else { return };
+        let Some(k) = require_kubectl("1.28") else {
+            return;
+        };
         let h = Harness::start().await;
         basics(&h, &k, &h.direct).await;
         tty_size(&h, &k, &h.direct).await;
@@ -210,7 +233,9 @@ mod kubectl_1_28_spdy_relay {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn big_transfers_and_cp() {
-        let Some(k) = require_kubectl("1.28") else { return };
+        let Some(k) = require_kubectl("1.28") else {
+            return;
+        };
         let h = Harness::start().await;
         big_transfers(&h, &k, &h.direct).await;
         copy_files(&h, &k, &h.direct).await;

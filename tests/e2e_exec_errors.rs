@@ -19,7 +19,9 @@ const SUCCESS: &[u8] = br#"{"metadata":{},"status":"Success"}"#;
 async fn raw_v5_session_matches_the_reference_order() {
     let h = Harness::start().await;
     let path = exec_path("web", &["echo", "hi"], false, true, false);
-    let (mut ws, resp) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
+    let (mut ws, resp) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
     assert_eq!(
         resp.headers().get("sec-websocket-protocol").unwrap(),
         "v5.channel.k8s.io"
@@ -52,7 +54,9 @@ async fn close_signal_half_closes_stdin_after_earlier_bytes() {
 async fn exit_codes_become_non_zero_exit_statuses() {
     let h = Harness::start().await;
     let path = exec_path("web", &["sh", "-c", "exit 2"], false, true, true);
-    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
     let t = read_to_close(&mut ws).await;
     let status: serde_json::Value = serde_json::from_slice(&t.status).unwrap();
     assert_eq!(status["status"], "Failure");
@@ -68,8 +72,16 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let path = exec_path("web", &["sh", "-c", "sleep 1; echo still-fine"], false, true, true);
-    let (mut healthy, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
+    let path = exec_path(
+        "web",
+        &["sh", "-c", "sleep 1; echo still-fine"],
+        false,
+        true,
+        true,
+    );
+    let (mut healthy, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
     bad().await;
     let t = read_to_close(&mut healthy).await;
     assert_eq!(t.stdout, b"still-fine\n");
@@ -78,19 +90,25 @@ where
 
 async fn expect_close(h: &Harness, frames: &[&[u8]], code: CloseCode) {
     let path = exec_path("web", &["sleep", "5"], true, true, true);
-    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
     for f in frames {
         send(&mut ws, f).await;
     }
-    let t = tokio::time::timeout(T, read_to_close(&mut ws)).await.unwrap();
+    let t = tokio::time::timeout(T, read_to_close(&mut ws))
+        .await
+        .unwrap();
     assert_eq!(t.close.map(|c| c.code), Some(code));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_close_signal_closes_with_1002() {
     let h = Harness::start().await;
-    with_healthy_neighbour(&h, || expect_close(&h, &[b"\xff\x00\x00"], CloseCode::Protocol))
-        .await;
+    with_healthy_neighbour(&h, || {
+        expect_close(&h, &[b"\xff\x00\x00"], CloseCode::Protocol)
+    })
+    .await;
     with_healthy_neighbour(&h, || expect_close(&h, &[b"\xff\x09"], CloseCode::Protocol)).await;
 }
 
@@ -100,7 +118,9 @@ async fn unknown_channel_closes_with_1002_and_server_channels_are_ignored() {
     with_healthy_neighbour(&h, || expect_close(&h, &[b"\x07junk"], CloseCode::Protocol)).await;
     // Channels 1–3 from a client are ignored: the session still completes.
     let path = exec_path("web", &["cat"], true, true, false);
-    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
     send(&mut ws, b"\x01ignored").await;
     send(&mut ws, b"\x03ignored").await;
     send(&mut ws, b"\x00kept").await;
@@ -115,10 +135,14 @@ async fn text_messages_close_with_1003() {
     use futures_util::SinkExt;
     let h = Harness::start().await;
     let path = exec_path("web", &["sleep", "5"], true, true, true);
-    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
-    ws.send(tokio_tungstenite::tungstenite::Message::Text("0aGk=".into()))
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
         .await
         .unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        "0aGk=".into(),
+    ))
+    .await
+    .unwrap();
     let t = read_to_close(&mut ws).await;
     assert_eq!(t.close.map(|c| c.code), Some(CloseCode::Unsupported));
 }
@@ -127,7 +151,8 @@ async fn text_messages_close_with_1003() {
 async fn oversized_messages_close_with_1009() {
     let h = Harness::start_with(Default::default(), &["--max-message-size", "65536"]).await;
     let big = vec![0u8; 100_000];
-    with_healthy_neighbour(&h, || expect_close(&h, &[&big], CloseCode::Size)).await;
+    let frames: [&[u8]; 1] = [&big];
+    with_healthy_neighbour(&h, || expect_close(&h, &frames, CloseCode::Size)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,13 +240,17 @@ async fn garbage_handshakes_get_http_errors() {
     }
     // The proxy is still serving.
     let path = exec_path("web", &["echo", "alive"], false, true, false);
-    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
     assert_eq!(read_to_close(&mut ws).await.stdout, b"alive\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_sees_the_clusters_refusals_not_the_gateways() {
-    let Some(k) = require_kubectl("1.33") else { return };
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
     let h = Harness::start().await;
 
     let mut c = h.kubectl(&k, &h.via_gateway);
@@ -241,9 +270,19 @@ async fn kubectl_sees_the_clusters_refusals_not_the_gateways() {
     );
 
     let mut c = h.kubectl(&k, &h.via_gateway);
-    c.args(["exec", "dying-x", "--", "sh", "-c", "echo partial; sleep 5; echo never"]);
+    c.args([
+        "exec",
+        "dying-x",
+        "--",
+        "sh",
+        "-c",
+        "echo partial; sleep 5; echo never",
+    ]);
     let o = run(c, None, T).await;
-    assert!(!o.status.success(), "an upstream that died must not look like success");
+    assert!(
+        !o.status.success(),
+        "an upstream that died must not look like success"
+    );
 
     assert_eq!(h.middlebox.dropped(), 0, "kubectl fell back to SPDY");
 }
@@ -251,28 +290,40 @@ async fn kubectl_sees_the_clusters_refusals_not_the_gateways() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_ends_the_upstream_session() {
     let h = Harness::start().await;
-    let path = exec_path("web", &["sh", "-c", "cat >/dev/null; sleep 30"], true, true, true);
-    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io").await.unwrap();
+    let path = exec_path(
+        "web",
+        &["sh", "-c", "cat >/dev/null; sleep 30"],
+        true,
+        true,
+        true,
+    );
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
     send(&mut ws, b"\x00some input").await;
     let started = h
         .sim
         .wait_for_event(T, |e| matches!(e, SimEvent::ProcessStarted { .. }))
         .await
         .expect("process started");
-    let SimEvent::ProcessStarted { session, .. } = started else { unreachable!() };
+    let SimEvent::ProcessStarted { session, .. } = started else {
+        unreachable!()
+    };
     drop(ws); // TCP close without a Close frame, like a killed kubectl.
     let stdin_closed = h
         .sim
-        .wait_for_event(Duration::from_secs(5), |e| {
-            matches!(e, SimEvent::StdinClosed { session: s } if *s == session)
-        })
+        .wait_for_event(
+            Duration::from_secs(5),
+            |e| matches!(e, SimEvent::StdinClosed { session: s } if *s == session),
+        )
         .await;
     assert!(stdin_closed.is_some(), "the process never saw stdin EOF");
     let ended = h
         .sim
-        .wait_for_event(Duration::from_secs(5), |e| {
-            matches!(e, SimEvent::SessionEnded { session: s, .. } if *s == session)
-        })
+        .wait_for_event(
+            Duration::from_secs(5),
+            |e| matches!(e, SimEvent::SessionEnded { session: s, .. } if *s == session),
+        )
         .await;
     assert!(ended.is_some(), "the upstream session was not torn down");
 }

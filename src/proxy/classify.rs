@@ -65,15 +65,8 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
     }
     let offered = match OfferedProtocols::from_headers(headers) {
         Ok(o) => o,
-        Err(e) => {
-            // Only refuse when we would have to act on the entry ourselves; otherwise the
-            // upstream judges the request exactly as it would without us.
-            return if wants_us(path, headers) {
-                Class::BadRequest(format!("invalid WebSocket subprotocol: {e}"))
-            } else {
-                Class::Relay(RelayKind::WebSocket)
-            };
-        }
+        // A malformed bearer entry is refused outright: nothing is forwarded on its behalf.
+        Err(e) => return Class::BadRequest(format!("invalid WebSocket subprotocol: {e}")),
     };
     let tunnel = offered.tunnel_protocols();
     if !tunnel.is_empty() {
@@ -95,20 +88,6 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
         }
     }
     Class::Relay(RelayKind::WebSocket)
-}
-
-/// Whether a WebSocket request would be handled by the proxy itself (raw header inspection,
-/// used only when the subprotocol list is malformed).
-fn wants_us(path: &str, headers: &HeaderMap) -> bool {
-    let raw: String = headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect::<Vec<_>>()
-        .join(",");
-    let exec_like = parse_pod_subresource(path)
-        .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
-    raw.contains("SPDY/3.1+") || (exec_like && raw.contains(ChannelProtocol::V5.name()))
 }
 
 #[cfg(test)]
@@ -161,7 +140,7 @@ mod tests {
             ("no subprotocol is relayed", Method::GET, EXEC, ws(&[]), Relay(RelayKind::WebSocket)),
             ("only v3 is relayed (upstream refuses)", Method::GET, EXEC, ws(&["v3.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
             ("tunnel", Method::GET, PF, ws(&["SPDY/3.1+portforward.k8s.io"]), Tunnel { protocols: vec!["portforward.k8s.io".into()], bearer: None }),
-            ("python offers v5,v4 on portforward", Method::GET, &format!("{PF}?ports=80"), ws(&["v5.channel.k8s.io, v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("python offers v5,v4 on portforward", Method::GET, PF, ws(&["v5.channel.k8s.io, v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
             ("legacy portforward", Method::GET, PF, ws(&["v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
             ("log over websocket", Method::GET, LOG, ws(&["binary.k8s.io"]), Relay(RelayKind::WebSocket)),
             ("v5 on a log is relayed", Method::GET, LOG, ws(&["v5.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
@@ -175,7 +154,7 @@ mod tests {
             ("exec path without upgrade", Method::POST, EXEC, HeaderMap::new(), Forward),
             ("bearer + v5", Method::GET, EXEC, ws(&[&token_v5]), Translate { subresource: Subresource::Exec, bearer: OfferedProtocols::parse([token_v5.as_str()]).unwrap().take_bearer() }),
             ("bearer alone", Method::GET, EXEC, ws(&[&token]), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
-            ("bearer alone on a relayed log", Method::GET, LOG, ws(&[&token]), Relay(RelayKind::WebSocket)),
+            ("bearer alone on a relayed log", Method::GET, LOG, ws(&[&token]), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
             ("pods list is not a subresource", Method::GET, "/api/v1/namespaces/default/pods/exec", ws(&["v5.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
         ];
         for (name, method, path, headers, want) in cases {

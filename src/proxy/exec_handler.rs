@@ -41,7 +41,11 @@ pub async fn handle(
         .unwrap_or_else(|| req.uri().path().to_owned());
     let headers = upstream_headers(req.headers(), bearer.as_ref(), peer);
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return failure(StatusCode::BAD_REQUEST, "BadRequest", "connection cannot be upgraded");
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "connection cannot be upgraded",
+        );
     };
 
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
@@ -113,7 +117,9 @@ async fn setup_upstream(
         Ok(streams) => Ok(streams),
         Err(e) => {
             conn.close().await;
-            Err(Status::internal_error(&format!("error creating upstream streams: {e}")))
+            Err(Status::internal_error(&format!(
+                "error creating upstream streams: {e}"
+            )))
         }
     }
 }

@@ -9,7 +9,7 @@ use http::{header, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncWriteExt, AsyncReadExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
 use super::forward::ProxyBody;
@@ -37,7 +37,11 @@ pub async fn relay(
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return failure(StatusCode::BAD_REQUEST, "BadRequest", "connection cannot be upgraded");
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "connection cannot be upgraded",
+        );
     };
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, MAX_REQUEST_BODY).collect().await {

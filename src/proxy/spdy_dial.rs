@@ -58,7 +58,9 @@ pub fn upstream_headers(
             || name.as_str().eq_ignore_ascii_case("keep-alive")
             || name.as_str().eq_ignore_ascii_case("proxy-connection")
             || named_in_connection.iter().any(|n| n == name.as_str())
-            || name.as_str().eq_ignore_ascii_case("x-stream-protocol-version")
+            || name
+                .as_str()
+                .eq_ignore_ascii_case("x-stream-protocol-version")
         {
             continue;
         }

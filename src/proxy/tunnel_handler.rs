@@ -47,7 +47,11 @@ pub async fn handle(
         .unwrap_or_else(|| req.uri().path().to_owned());
     let headers = upstream_headers(req.headers(), bearer.as_ref(), peer);
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return failure(StatusCode::BAD_REQUEST, "BadRequest", "connection cannot be upgraded");
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "connection cannot be upgraded",
+        );
     };
     let upgraded_upstream =
         match dial_spdy(&state.upstream, &path_and_query, headers, protocols).await {
@@ -56,7 +60,7 @@ pub async fn handle(
                 status,
                 headers,
                 body,
-            })) if status.as_u16() >= 400 => return replay(status, headers, body),
+            })) if status.as_u16() >= 400 => return replay(status, *headers, body),
             Err(DialError::Upgrade(UpgradeError::Refused { status, .. })) => {
                 return failure(
                     StatusCode::BAD_GATEWAY,

@@ -95,7 +95,9 @@ impl Upstream {
         let base_path = parsed.path().trim_end_matches('/').to_owned();
         let tls = if https {
             let name = tls.server_name.clone().unwrap_or_else(|| {
-                host.trim_start_matches('[').trim_end_matches(']').to_owned()
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned()
             });
             let server_name = ServerName::try_from(name.clone())
                 .map_err(|e| UpstreamError::TlsConfig(format!("server name {name:?}: {e}")))?;
@@ -142,11 +144,11 @@ impl Upstream {
     /// The upstream URI for a request path (for the pooled client).
     pub fn uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        Ok(Uri::builder()
+        Uri::builder()
             .scheme(scheme)
             .authority(self.authority())
             .path_and_query(self.join_path(path_and_query))
-            .build()?)
+            .build()
     }
 
     /// A fresh connection (TCP, then TLS with ALPN `http/1.1` if https).
@@ -208,9 +210,9 @@ fn client_config(
             Some(path) => {
                 let certs = read_certs(path)?;
                 for cert in certs {
-                    roots
-                        .add(cert)
-                        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", path.display())))?;
+                    roots.add(cert).map_err(|e| {
+                        UpstreamError::TlsConfig(format!("{}: {e}", path.display()))
+                    })?;
                 }
             }
             None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
@@ -220,9 +222,8 @@ fn client_config(
     let mut config = match &tls.client_cert {
         Some((cert, key)) => {
             let chain = read_certs(cert)?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                UpstreamError::TlsConfig(format!("{}: {e}", key.display()))
-            })?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", key.display())))?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| UpstreamError::TlsConfig(e.to_string()))?
@@ -277,7 +278,12 @@ mod insecure {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+            verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
         }
 
         fn verify_tls13_signature(
@@ -286,7 +292,12 @@ mod insecure {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+            verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -113,7 +113,10 @@ mod tests {
     #[test]
     fn refusals_follow_the_reference_server() {
         let post = req(Method::POST, "13", "dGhlIHNhbXBsZSBub25jZQ==");
-        assert_eq!(validate(&post).unwrap_err().status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(
+            validate(&post).unwrap_err().status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
         let v8 = req(Method::GET, "8", "dGhlIHNhbXBsZSBub25jZQ==");
         assert_eq!(validate(&v8).unwrap_err(), HandshakeError::Version);
         let nokey = req(Method::GET, "13", "short");

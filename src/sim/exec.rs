@@ -20,6 +20,8 @@ pub(crate) const CHANNEL_DEPTH: usize = 8;
 /// After the process exits, how long its output may still drain (a background child can hold
 /// the pipe open forever).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// How long a tty exec waits for the client's first terminal size before starting the command.
+const INITIAL_SIZE_WAIT: Duration = Duration::from_secs(1);
 /// Attach: once the session's stdin has ended, the session ends after this long without output.
 const ATTACH_LINGER: Duration = Duration::from_millis(300);
 /// The program every attach target runs.
@@ -72,7 +74,10 @@ fn env_for(inner: &Inner, target: &Target) -> Vec<(String, String)> {
         ("CONTAINER_NAME".into(), target.container.clone()),
         (
             "PWD".into(),
-            inner.pod_dir(&target.namespace, &target.pod).display().to_string(),
+            inner
+                .pod_dir(&target.namespace, &target.pod)
+                .display()
+                .to_string(),
         ),
     ]
 }
@@ -81,9 +86,17 @@ async fn exec(
     inner: &Arc<Inner>,
     session: u64,
     target: &Target,
-    io: ExecIo,
+    mut io: ExecIo,
     cancel: &CancellationToken,
 ) -> Option<Status> {
+    // A runtime applies the client's first size before the process reads it: kubectl sends it
+    // right after the streams open, so wait briefly for it instead of racing the command.
+    let mut initial_size = None;
+    if let (true, Some(rx)) = (target.tty, io.resize.as_mut()) {
+        if let Ok(Some((w, h))) = tokio::time::timeout(INITIAL_SIZE_WAIT, rx.recv()).await {
+            initial_size = (w > 0 && h > 0).then_some((w, h));
+        }
+    }
     let cwd = inner.pod_dir(&target.namespace, &target.pod);
     if let Err(e) = tokio::fs::create_dir_all(&cwd).await {
         return Some(Status::internal_error(&format!(
@@ -98,6 +111,7 @@ async fn exec(
         stdout: io.stdout.is_some(),
         stderr: io.stderr.is_some() && !target.tty,
         tty: target.tty,
+        initial_size,
     };
     let mut spawned = match process::spawn(&spec) {
         Ok(s) => s,
@@ -197,7 +211,9 @@ fn start_failure(argv: &[String], e: &std::io::Error) -> String {
         std::io::ErrorKind::NotFound if !cmd.contains('/') => {
             format!("exec: \"{cmd}\": executable file not found in $PATH")
         }
-        std::io::ErrorKind::NotFound => format!("exec: \"{cmd}\": stat {cmd}: no such file or directory"),
+        std::io::ErrorKind::NotFound => {
+            format!("exec: \"{cmd}\": stat {cmd}: no such file or directory")
+        }
         std::io::ErrorKind::PermissionDenied => format!("exec: \"{cmd}\": permission denied"),
         _ => format!("exec: \"{cmd}\": {e}"),
     };
@@ -293,6 +309,7 @@ impl Inner {
             stdout: true,
             stderr: true,
             tty: false,
+            initial_size: None,
         };
         let mut spawned = process::spawn(&spec)?;
         let (stdin_tx, mut stdin_rx) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
@@ -308,7 +325,10 @@ impl Inner {
                 }
             });
         }
-        for (is_err, src) in [(false, spawned.stdout.take()), (true, spawned.stderr.take())] {
+        for (is_err, src) in [
+            (false, spawned.stdout.take()),
+            (true, spawned.stderr.take()),
+        ] {
             if let Some(mut src) = src {
                 let out_tx = out_tx.clone();
                 tokio::spawn(async move {

@@ -43,7 +43,10 @@ pub(crate) fn text_response(status: StatusCode, text: &str) -> Response<Body> {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     resp
 }
 
@@ -226,10 +229,7 @@ fn authenticated(inner: &Inner, headers: &HeaderMap) -> bool {
 }
 
 fn unauthorized() -> Response<Body> {
-    status_response(
-        &Status::api_error(401, "Unauthorized", "Unauthorized"),
-        401,
-    )
+    status_response(&Status::api_error(401, "Unauthorized", "Unauthorized"), 401)
 }
 
 /// Kubernetes object names: a conservative character set, never `.` or `..`.
@@ -297,9 +297,15 @@ async fn handle(inner: Arc<Inner>, kill: KillSwitch, req: Request<Incoming>) -> 
         ["api", "v1", "namespaces"] if is_read => {
             let names = inner.namespaces();
             if wants_table(req.headers()) {
-                json_response(StatusCode::OK, &objects::namespace_table(&names, inner.started))
+                json_response(
+                    StatusCode::OK,
+                    &objects::namespace_table(&names, inner.started),
+                )
             } else {
-                json_response(StatusCode::OK, &objects::namespace_list(&names, inner.started))
+                json_response(
+                    StatusCode::OK,
+                    &objects::namespace_list(&names, inner.started),
+                )
             }
         }
         ["api", "v1", "pods"] if is_read => pods_response(&inner, &req, None),
@@ -400,7 +406,11 @@ async fn subresource(
 
     // Fault-injection pods.
     if pod.starts_with("forbidden-") {
-        let verb = if method == Method::GET { "get" } else { "create" };
+        let verb = if method == Method::GET {
+            "get"
+        } else {
+            "create"
+        };
         let resource = match sub {
             "portforward" => "pods/portforward",
             "log" => "pods/log",
@@ -423,11 +433,12 @@ async fn subresource(
     }
 
     if sub == "log" || sub == "exec" || sub == "attach" {
-        let container = query.first("container").unwrap_or(CONTAINERS[0]).to_string();
+        let container = query
+            .first("container")
+            .unwrap_or(CONTAINERS[0])
+            .to_string();
         if !CONTAINERS.contains(&container.as_str()) {
-            return bad_request(format!(
-                "container {container} is not valid for pod {pod}"
-            ));
+            return bad_request(format!("container {container} is not valid for pod {pod}"));
         }
         if sub == "log" {
             return logs::serve(inner, req, &query, ns, pod, &container).await;

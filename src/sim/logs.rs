@@ -31,9 +31,21 @@ const FOLLOW_LIMIT: u32 = 300;
 const FOLLOW_PERIOD: Duration = Duration::from_millis(200);
 
 const WS_PROTOCOLS: [Protocol; 3] = [
-    Protocol { name: "", framing: Framing::Binary, v4: false },
-    Protocol { name: "binary.k8s.io", framing: Framing::Binary, v4: false },
-    Protocol { name: "base64.binary.k8s.io", framing: Framing::Base64, v4: false },
+    Protocol {
+        name: "",
+        framing: Framing::Binary,
+        v4: false,
+    },
+    Protocol {
+        name: "binary.k8s.io",
+        framing: Framing::Binary,
+        v4: false,
+    },
+    Protocol {
+        name: "base64.binary.k8s.io",
+        framing: Framing::Base64,
+        v4: false,
+    },
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -108,12 +120,18 @@ pub(crate) async fn serve(
         .and_then(|t| t.parse::<i64>().ok())
         .filter(|t| *t >= 0);
     let first = match tail {
-        Some(t) => (INITIAL_LINES + 1).saturating_sub(u32::try_from(t).unwrap_or(u32::MAX)).max(1),
+        Some(t) => (INITIAL_LINES + 1)
+            .saturating_sub(u32::try_from(t).unwrap_or(u32::MAX))
+            .max(1),
         None => 1,
     };
     let opts = LogOptions {
         follow: query.flag("follow"),
-        first: if tail == Some(0) { INITIAL_LINES + 1 } else { first },
+        first: if tail == Some(0) {
+            INITIAL_LINES + 1
+        } else {
+            first
+        },
         timestamps: query.flag("timestamps"),
     };
     let session = inner.next_session();
@@ -197,7 +215,12 @@ pub(crate) async fn serve(
     resp
 }
 
-async fn ws_log(inner: &Arc<Inner>, ws: websocket::Ws, framing: Framing, opts: LogOptions) -> &'static str {
+async fn ws_log(
+    inner: &Arc<Inner>,
+    ws: websocket::Ws,
+    framing: Framing,
+    opts: LogOptions,
+) -> &'static str {
     let (sink, mut stream) = ws.split();
     let (out_tx, out_rx) = mpsc::channel::<Out>(4);
     let writer = websocket::spawn_writer(sink, framing, out_rx);

@@ -160,13 +160,12 @@ pub enum SimEvent {
     /// (pipes) or sent Ctrl-D (tty). Attach: the session stopped feeding the container.
     StdinClosed { session: u64 },
     /// The exec'd process ended (exit code) or could not be started (`None`).
-    ProcessExited { session: u64, exit_code: Option<i32> },
-    /// A port-forward connection to the local port was attempted.
-    PortForwardDialed {
+    ProcessExited {
         session: u64,
-        port: u16,
-        ok: bool,
+        exit_code: Option<i32>,
     },
+    /// A port-forward connection to the local port was attempted.
+    PortForwardDialed { session: u64, port: u16, ok: bool },
     /// A forwarded connection finished.
     PortForwardClosed {
         session: u64,
@@ -374,7 +373,10 @@ impl SimCluster {
     /// A kubeconfig (YAML) pointing at this cluster, with the bearer token if one is required.
     pub fn kubeconfig(&self) -> String {
         let user = match &self.inner.config.require_bearer_token {
-            Some(t) => format!("    token: \"{}\"\n", t.replace('\\', "\\\\").replace('"', "\\\"")),
+            Some(t) => format!(
+                "    token: \"{}\"\n",
+                t.replace('\\', "\\\\").replace('"', "\\\"")
+            ),
             None => "    {}\n".to_string(),
         };
         format!(

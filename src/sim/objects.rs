@@ -42,9 +42,7 @@ pub(crate) fn api_group_list() -> Value {
 }
 
 pub(crate) fn core_v1_resources() -> Value {
-    let sub = |name: &str, kind: &str, verbs: &[&str]| {
-        json!({"name": name, "singularName": "", "namespaced": true, "kind": kind, "verbs": verbs})
-    };
+    let sub = |name: &str, kind: &str, verbs: &[&str]| json!({"name": name, "singularName": "", "namespaced": true, "kind": kind, "verbs": verbs});
     json!({
         "kind": "APIResourceList",
         "groupVersion": "v1",
@@ -80,7 +78,9 @@ pub(crate) fn uid(kind: &str, namespace: &str, name: &str) -> String {
         .chain(name.bytes())
     {
         h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        h2 = (h2 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(7);
+        h2 = (h2 ^ u64::from(b))
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(7);
     }
     let hex = format!("{h:016x}{h2:016x}");
     format!(
@@ -220,13 +220,38 @@ pub(crate) fn pod_table(pods: &[(String, String)], created: SystemTime) -> Value
     let age = human_age(created);
     let columns = vec![
         column("Name", "name", 0, "Name must be unique within a namespace."),
-        column("Ready", "", 0, "The aggregate readiness state of this pod for accepting traffic."),
-        column("Status", "", 0, "The aggregate status of the containers in this pod."),
-        column("Restarts", "", 0, "The number of times the containers in this pod have been restarted."),
+        column(
+            "Ready",
+            "",
+            0,
+            "The aggregate readiness state of this pod for accepting traffic.",
+        ),
+        column(
+            "Status",
+            "",
+            0,
+            "The aggregate status of the containers in this pod.",
+        ),
+        column(
+            "Restarts",
+            "",
+            0,
+            "The number of times the containers in this pod have been restarted.",
+        ),
         column("Age", "", 0, "CreationTimestamp of the object."),
         column("IP", "", 1, "IP address allocated to the pod."),
-        column("Node", "", 1, "Name of the node where the pod is scheduled."),
-        column("Nominated Node", "", 1, "Name of the node nominated for the pod."),
+        column(
+            "Node",
+            "",
+            1,
+            "Name of the node where the pod is scheduled.",
+        ),
+        column(
+            "Nominated Node",
+            "",
+            1,
+            "Name of the node nominated for the pod.",
+        ),
         column("Readiness Gates", "", 1, "Readiness gates of the pod."),
     ];
     let rows = pods

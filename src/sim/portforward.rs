@@ -29,9 +29,21 @@ use crate::spdy::proto::{IncomingStream, SendStream, Stream};
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 
 const WS_PROTOCOLS: [Protocol; 3] = [
-    Protocol { name: "", framing: Framing::Binary, v4: true },
-    Protocol { name: "v4.channel.k8s.io", framing: Framing::Binary, v4: true },
-    Protocol { name: "v4.base64.channel.k8s.io", framing: Framing::Base64, v4: true },
+    Protocol {
+        name: "",
+        framing: Framing::Binary,
+        v4: true,
+    },
+    Protocol {
+        name: "v4.channel.k8s.io",
+        framing: Framing::Binary,
+        v4: true,
+    },
+    Protocol {
+        name: "v4.base64.channel.k8s.io",
+        framing: Framing::Base64,
+        v4: true,
+    },
 ];
 
 /// Shared facts of one port-forward session.
@@ -310,7 +322,11 @@ async fn forward_spdy_pair(ctx: PfContext, port: u16, mut err_send: SendStream, 
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     from_pod += n as u64;
-                    if data_send.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                    if data_send
+                        .send(Bytes::copy_from_slice(&buf[..n]))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     if ctx.dying && first {
@@ -448,7 +464,13 @@ async fn ws_session(
         let _ = out_tx.send(Out::Data(data_ch.wrapping_add(1), le)).await;
         let (tx, rx) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
         to_pod_txs.push(tx);
-        tasks.spawn(forward_ws_port(ctx.clone(), port, data_ch, rx, out_tx.clone()));
+        tasks.spawn(forward_ws_port(
+            ctx.clone(),
+            port,
+            data_ch,
+            rx,
+            out_tx.clone(),
+        ));
     }
     let reader = {
         let cancel = ctx.cancel.clone();

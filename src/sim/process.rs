@@ -28,6 +28,8 @@ pub(crate) struct SpawnSpec {
     pub stdout: bool,
     pub stderr: bool,
     pub tty: bool,
+    /// The terminal's size at start (columns, rows), when the client sent one in time.
+    pub initial_size: Option<(u16, u16)>,
 }
 
 /// A started process and its plumbing.
@@ -99,7 +101,8 @@ pub(crate) fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .kill_on_drop(true);
     if spec.tty {
-        let (pty, slave) = Pty::open(DEFAULT_SIZE.0, DEFAULT_SIZE.1)?;
+        let (cols, rows) = spec.initial_size.unwrap_or(DEFAULT_SIZE);
+        let (pty, slave) = Pty::open(cols, rows)?;
         let term = std::env::var("TERM")
             .ok()
             .filter(|t| !t.is_empty())
@@ -206,7 +209,8 @@ impl Pty {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: openpty returned two fresh descriptors that we now own.
-        let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        let (master, slave) =
+            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
         for fd in [master.as_raw_fd(), slave.as_raw_fd()] {
             // SAFETY: fcntl on descriptors we own.
             unsafe {
@@ -244,9 +248,7 @@ impl Pty {
             let mut guard = self.master.readable().await?;
             let res = guard.try_io(|fd| {
                 // SAFETY: buf is valid for buf.len() bytes.
-                let n = unsafe {
-                    libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())
-                };
+                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
                 if n < 0 {
                     Err(io::Error::last_os_error())
                 } else {
@@ -269,9 +271,7 @@ impl Pty {
             let mut guard = self.master.writable().await?;
             let res = guard.try_io(|fd| {
                 // SAFETY: data is valid for data.len() bytes.
-                let n = unsafe {
-                    libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len())
-                };
+                let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
                 if n < 0 {
                     Err(io::Error::last_os_error())
                 } else {

@@ -88,7 +88,10 @@ mod tests {
     fn split_and_lowercase() {
         let mut d = SizeDecoder::default();
         assert!(d.push(br#"{"Width":100,"#).is_empty());
-        assert_eq!(d.push(b"\"Height\":40}\n{\"width\":1,\"height\":2}\n"), vec![(100, 40), (1, 2)]);
+        assert_eq!(
+            d.push(b"\"Height\":40}\n{\"width\":1,\"height\":2}\n"),
+            vec![(100, 40), (1, 2)]
+        );
     }
 
     #[test]

@@ -50,12 +50,14 @@ fn header_tokens(
 
 /// Negotiates like `httpstream.Handshake`: the first version the client lists that we support
 /// (repeated header lines and comma lists both count). On failure, the error response.
+// The refusal is the response itself; it is built once per failed request.
+#[allow(clippy::result_large_err)]
 pub(crate) fn negotiate(
     headers: &HeaderMap,
     supported: &[&'static str],
 ) -> Result<String, Response<Body>> {
-    let connection_upgrade = header_tokens(headers, http::header::CONNECTION)
-        .any(|t| t.eq_ignore_ascii_case("upgrade"));
+    let connection_upgrade =
+        header_tokens(headers, http::header::CONNECTION).any(|t| t.eq_ignore_ascii_case("upgrade"));
     if !connection_upgrade || !wants_spdy(headers) {
         return Err(text_response(
             StatusCode::BAD_REQUEST,
@@ -98,7 +100,10 @@ pub(crate) fn switching_protocols(version: &str) -> Response<Body> {
     let mut resp = Response::new(super::http::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
-    h.insert(http::header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(
+        http::header::CONNECTION,
+        HeaderValue::from_static("Upgrade"),
+    );
     h.insert(http::header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
     if let Ok(v) = HeaderValue::from_str(version) {
         h.insert("x-stream-protocol-version", v);
@@ -217,7 +222,12 @@ where
                 return "stream creation timeout";
             }
         };
-        let kind = s.headers().get_all("streamtype").next().unwrap_or("").to_string();
+        let kind = s
+            .headers()
+            .get_all("streamtype")
+            .next()
+            .unwrap_or("")
+            .to_string();
         let stream = match s.accept().await {
             Ok(stream) => stream,
             Err(_) => return "client gone",
@@ -267,7 +277,10 @@ where
         });
     }
     let mut outputs: Vec<JoinHandle<Option<SendStream>>> = Vec::new();
-    for (stream, is_stdout) in [(streams.stdout.take(), true), (streams.stderr.take(), false)] {
+    for (stream, is_stdout) in [
+        (streams.stdout.take(), true),
+        (streams.stderr.take(), false),
+    ] {
         let Some(stream) = stream else { continue };
         let (send, _recv) = stream.split();
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);

@@ -172,7 +172,10 @@ mod tests {
 
     #[test]
     fn kubelet_exit_2_bytes() {
-        let argv: Vec<String> = ["sh", "-c", "exit 2"].iter().map(|s| s.to_string()).collect();
+        let argv: Vec<String> = ["sh", "-c", "exit 2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let json = String::from_utf8(Status::non_zero_exit(&argv, 2).to_json_bytes()).unwrap();
         assert_eq!(
             json,

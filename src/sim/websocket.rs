@@ -53,15 +53,37 @@ pub(crate) struct Protocol {
 }
 
 pub(crate) const EXEC_PROTOCOLS: [Protocol; 5] = [
-    Protocol { name: "", framing: Framing::Binary, v4: false },
-    Protocol { name: "channel.k8s.io", framing: Framing::Binary, v4: false },
-    Protocol { name: "base64.channel.k8s.io", framing: Framing::Base64, v4: false },
-    Protocol { name: "v4.channel.k8s.io", framing: Framing::Binary, v4: true },
-    Protocol { name: "v4.base64.channel.k8s.io", framing: Framing::Base64, v4: true },
+    Protocol {
+        name: "",
+        framing: Framing::Binary,
+        v4: false,
+    },
+    Protocol {
+        name: "channel.k8s.io",
+        framing: Framing::Binary,
+        v4: false,
+    },
+    Protocol {
+        name: "base64.channel.k8s.io",
+        framing: Framing::Base64,
+        v4: false,
+    },
+    Protocol {
+        name: "v4.channel.k8s.io",
+        framing: Framing::Binary,
+        v4: true,
+    },
+    Protocol {
+        name: "v4.base64.channel.k8s.io",
+        framing: Framing::Base64,
+        v4: true,
+    },
 ];
 
 /// Checks a WebSocket upgrade like x/net's server and picks the first client-offered protocol
 /// we support. Returns the 101 response, or the refusal (405, 400, bare 403).
+// The refusal is the response itself; it is built once per failed request.
+#[allow(clippy::result_large_err)]
 pub(crate) fn handshake(
     req: &Request<Incoming>,
     supported: &[Protocol],
@@ -113,7 +135,10 @@ pub(crate) fn handshake(
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
     h.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(http::header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(
+        http::header::CONNECTION,
+        HeaderValue::from_static("Upgrade"),
+    );
     if let Ok(v) = HeaderValue::from_str(&accept) {
         h.insert(http::header::SEC_WEBSOCKET_ACCEPT, v);
     }
@@ -181,7 +206,9 @@ pub(crate) fn decode(framing: Framing, msg: &Message) -> Option<(u8, Bytes)> {
     match framing {
         Framing::Binary => Some((first, Bytes::copy_from_slice(rest))),
         Framing::Base64 => {
-            let payload = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
+            let payload = base64::engine::general_purpose::STANDARD
+                .decode(rest)
+                .ok()?;
             Some((first.wrapping_sub(b'0'), Bytes::from(payload)))
         }
     }

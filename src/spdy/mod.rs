@@ -11,4 +11,3 @@ pub mod frame;
 pub mod header_block;
 pub mod proto;
 pub mod upgrade;
-

@@ -58,7 +58,8 @@ pub enum UpgradeError {
     #[error("upgrade refused with HTTP {status}")]
     Refused {
         status: StatusCode,
-        headers: HeaderMap,
+        /// Boxed: a refusal is rare and the error stays small on the happy path.
+        headers: Box<HeaderMap>,
         body: Bytes,
     },
     #[error("101 response without Connection: Upgrade and Upgrade: SPDY/3.1")]
@@ -186,7 +187,7 @@ where
         let body = read_body(&mut io, &head.headers, buf, MAX_BODY).await?;
         return Err(UpgradeError::Refused {
             status: head.status,
-            headers: head.headers,
+            headers: Box::new(head.headers),
             body,
         });
     }
@@ -273,7 +274,9 @@ async fn read_chunked<T: AsyncRead + Unpin>(
             }
             Ok(httparse::Status::Partial) => {
                 if raw.len() > 1024 {
-                    return Err(UpgradeError::MalformedResponse("bad chunk size line".into()));
+                    return Err(UpgradeError::MalformedResponse(
+                        "bad chunk size line".into(),
+                    ));
                 }
                 raw.reserve(1024);
                 if io.read_buf(&mut raw).await? == 0 {
@@ -306,7 +309,12 @@ mod tests {
 
     /// Runs the client against a scripted server answer; returns the result and what the
     /// server received.
-    async fn exchange(answer: &'static [u8]) -> (Result<Upgraded<tokio::io::DuplexStream>, UpgradeError>, String) {
+    async fn exchange(
+        answer: &'static [u8],
+    ) -> (
+        Result<Upgraded<tokio::io::DuplexStream>, UpgradeError>,
+        String,
+    ) {
         let (client, mut server) = duplex(256 * 1024);
         let srv = tokio::spawn(async move {
             let mut got = Vec::new();
@@ -327,7 +335,8 @@ mod tests {
 
     #[tokio::test]
     async fn request_bytes_are_exact() {
-        let (_, sent) = exchange(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n").await;
+        let (_, sent) =
+            exchange(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n").await;
         assert_eq!(
             sent,
             "POST /api/v1/namespaces/ns/pods/p/exec?command=sh&stdout=true HTTP/1.1\r\n\
@@ -370,7 +379,11 @@ mod tests {
         )
         .await;
         match result {
-            Err(UpgradeError::Refused { status, headers, body }) => {
+            Err(UpgradeError::Refused {
+                status,
+                headers,
+                body,
+            }) => {
                 assert_eq!(status, StatusCode::FORBIDDEN);
                 assert_eq!(headers.get("content-type").unwrap(), "application/json");
                 assert_eq!(&body[..], br#"{"kind":"Status","status":"Failure"}"#);
@@ -386,17 +399,26 @@ mod tests {
               5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
         )
         .await;
-        assert!(matches!(result, Err(UpgradeError::Refused { body, .. }) if &body[..] == b"hello world"));
+        assert!(
+            matches!(result, Err(UpgradeError::Refused { body, .. }) if &body[..] == b"hello world")
+        );
         let (result, _) =
-            exchange(b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n\r\npod not found").await;
-        assert!(matches!(result, Err(UpgradeError::Refused { body, .. }) if &body[..] == b"pod not found"));
+            exchange(b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n\r\npod not found")
+                .await;
+        assert!(
+            matches!(result, Err(UpgradeError::Refused { body, .. }) if &body[..] == b"pod not found")
+        );
     }
 
     #[tokio::test]
     async fn redirects_are_not_followed() {
-        let (result, _) =
-            exchange(b"HTTP/1.1 302 Found\r\nLocation: http://elsewhere/\r\nContent-Length: 0\r\n\r\n").await;
-        assert!(matches!(result, Err(UpgradeError::Refused { status, .. }) if status == StatusCode::FOUND));
+        let (result, _) = exchange(
+            b"HTTP/1.1 302 Found\r\nLocation: http://elsewhere/\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(
+            matches!(result, Err(UpgradeError::Refused { status, .. }) if status == StatusCode::FOUND)
+        );
     }
 
     #[tokio::test]
@@ -423,6 +445,9 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         });
         let result = upgrade(client, &request()).await;
-        assert!(matches!(result, Err(UpgradeError::HeaderTooLarge | UpgradeError::MalformedResponse(_))));
+        assert!(matches!(
+            result,
+            Err(UpgradeError::HeaderTooLarge | UpgradeError::MalformedResponse(_))
+        ));
     }
 }

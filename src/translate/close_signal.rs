@@ -71,7 +71,10 @@ mod tests {
             CloseSignal::decode(&[0xFF, 0x00, 0x00]),
             Err(CloseSignalError::Length(3))
         );
-        assert_eq!(CloseSignal::decode(&[0xFF]), Err(CloseSignalError::Length(1)));
+        assert_eq!(
+            CloseSignal::decode(&[0xFF]),
+            Err(CloseSignalError::Length(1))
+        );
         assert_eq!(
             CloseSignal::decode(&[0xFF, 0x09]),
             Err(CloseSignalError::Channel(9))

@@ -175,12 +175,22 @@ mod tests {
         let o = ExecOptions::from_query("stdin=true&stdout=true&stderr=true");
         assert_eq!(
             o.upstream_streams(UpstreamVersion::V4),
-            [StreamKind::Error, StreamKind::Stdin, StreamKind::Stdout, StreamKind::Stderr]
+            [
+                StreamKind::Error,
+                StreamKind::Stdin,
+                StreamKind::Stdout,
+                StreamKind::Stderr
+            ]
         );
         let tty = ExecOptions::from_query("stdin=true&stdout=true&stderr=true&tty=true");
         assert_eq!(
             tty.upstream_streams(UpstreamVersion::V4),
-            [StreamKind::Error, StreamKind::Stdin, StreamKind::Stdout, StreamKind::Resize]
+            [
+                StreamKind::Error,
+                StreamKind::Stdin,
+                StreamKind::Stdout,
+                StreamKind::Resize
+            ]
         );
         assert_eq!(
             tty.upstream_streams(UpstreamVersion::V2),
@@ -190,17 +200,31 @@ mod tests {
 
     #[test]
     fn ready_channel() {
-        assert_eq!(ExecOptions::from_query("stdout=1").ready_channel(), Channel::Stdout);
-        assert_eq!(ExecOptions::from_query("stderr=1").ready_channel(), Channel::Stderr);
-        assert_eq!(ExecOptions::from_query("stdin=1").ready_channel(), Channel::Error);
+        assert_eq!(
+            ExecOptions::from_query("stdout=1").ready_channel(),
+            Channel::Stdout
+        );
+        assert_eq!(
+            ExecOptions::from_query("stderr=1").ready_channel(),
+            Channel::Stderr
+        );
+        assert_eq!(
+            ExecOptions::from_query("stdin=1").ready_channel(),
+            Channel::Error
+        );
     }
 
     #[test]
     fn paths() {
         let t = parse_pod_subresource("/api/v1/namespaces/ns/pods/web/exec").unwrap();
-        assert_eq!((t.namespace.as_str(), t.pod.as_str(), t.subresource), ("ns", "web", Subresource::Exec));
         assert_eq!(
-            parse_pod_subresource("/k8s/api/v1/namespaces/a/pods/b/portforward").unwrap().subresource,
+            (t.namespace.as_str(), t.pod.as_str(), t.subresource),
+            ("ns", "web", Subresource::Exec)
+        );
+        assert_eq!(
+            parse_pod_subresource("/k8s/api/v1/namespaces/a/pods/b/portforward")
+                .unwrap()
+                .subresource,
             Subresource::PortForward
         );
         assert!(parse_pod_subresource("/api/v1/namespaces/ns/pods/web").is_none());

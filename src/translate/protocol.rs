@@ -137,7 +137,10 @@ mod tests {
 
     #[test]
     fn upstream_negotiation() {
-        let offered: Vec<_> = UpstreamVersion::offer_list().iter().map(|v| v.name()).collect();
+        let offered: Vec<_> = UpstreamVersion::offer_list()
+            .iter()
+            .map(|v| v.name())
+            .collect();
         assert_eq!(
             offered,
             [

@@ -18,7 +18,11 @@ impl TerminalSize {
     /// Appends the exact bytes kubectl (Go's JSON encoder) produces: `{"Width":W,"Height":H}\n`.
     pub fn encode_json(&self, dst: &mut Vec<u8>) {
         use std::io::Write;
-        let _ = writeln!(dst, "{{\"Width\":{},\"Height\":{}}}", self.width, self.height);
+        let _ = writeln!(
+            dst,
+            "{{\"Width\":{},\"Height\":{}}}",
+            self.width, self.height
+        );
     }
 }
 
@@ -81,20 +85,26 @@ impl ResizeDecoder {
 
 fn to_size(value: &Value) -> Result<TerminalSize, ResizeError> {
     let Value::Object(map) = value else {
-        return Err(ResizeError::Malformed(format!("expected an object, got {value}")));
+        return Err(ResizeError::Malformed(format!(
+            "expected an object, got {value}"
+        )));
     };
     let field = |name: &str| -> Result<u16, ResizeError> {
         // Go picks the exact key first, then any case-insensitive match.
-        let v = map
-            .get(name)
-            .or_else(|| map.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v));
+        let v = map.get(name).or_else(|| {
+            map.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+        });
         match v {
             None | Some(Value::Null) => Ok(0),
             Some(Value::Number(n)) => n
                 .as_u64()
                 .and_then(|n| u16::try_from(n).ok())
                 .ok_or_else(|| ResizeError::Malformed(format!("{name} out of range: {n}"))),
-            Some(other) => Err(ResizeError::Malformed(format!("{name} is not a number: {other}"))),
+            Some(other) => Err(ResizeError::Malformed(format!(
+                "{name} is not a number: {other}"
+            ))),
         }
     };
     Ok(TerminalSize {
@@ -125,7 +135,8 @@ mod tests {
         assert_eq!(d.push(b"{\"Width\":100,").unwrap(), vec![]);
         assert_eq!(d.push(b"\"Height\":40}\n").unwrap(), vec![size(100, 40)]);
         assert_eq!(
-            d.push(b"{\"width\":1,\"height\":2}{\"WIDTH\":3,\"HEIGHT\":4,\"x\":9}").unwrap(),
+            d.push(b"{\"width\":1,\"height\":2}{\"WIDTH\":3,\"HEIGHT\":4,\"x\":9}")
+                .unwrap(),
             vec![size(1, 2), size(3, 4)]
         );
     }
@@ -134,7 +145,10 @@ mod tests {
     fn first_error_stops_for_good() {
         let mut d = ResizeDecoder::new();
         assert!(d.push(b"{\"Width\":70000,\"Height\":1}").is_err());
-        assert_eq!(d.push(b"{\"Width\":1,\"Height\":1}"), Err(ResizeError::Stopped));
+        assert_eq!(
+            d.push(b"{\"Width\":1,\"Height\":1}"),
+            Err(ResizeError::Stopped)
+        );
         let mut d = ResizeDecoder::new();
         assert!(d.push(b"not json").is_err());
         let mut d = ResizeDecoder::new();

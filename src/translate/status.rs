@@ -186,7 +186,10 @@ mod tests {
     fn non_zero_exit_bytes_are_exact() {
         let json = Status::non_zero_exit(2).to_json_bytes();
         let want = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: command terminated with exit code 2","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"2"}]}}"#;
-        assert_eq!(String::from_utf8(json.clone()).unwrap(), String::from_utf8(want.to_vec()).unwrap());
+        assert_eq!(
+            String::from_utf8(json.clone()).unwrap(),
+            String::from_utf8(want.to_vec()).unwrap()
+        );
         assert_eq!(json.len(), 212);
     }
 

@@ -93,7 +93,10 @@ mod tests {
             Status::success()
         );
         let kubelet = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: error executing command [sh -c exit 2], exit code 2","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"2"}]}}"#;
-        assert_eq!(from_upstream_error_stream(V4, kubelet, true), Status::non_zero_exit(2));
+        assert_eq!(
+            from_upstream_error_stream(V4, kubelet, true),
+            Status::non_zero_exit(2)
+        );
         let internal = br#"{"metadata":{},"status":"Failure","message":"error executing command in container: boom","reason":"InternalError","code":500}"#;
         let s = from_upstream_error_stream(V4, internal, true);
         assert_eq!(
@@ -108,7 +111,10 @@ mod tests {
         let s = from_upstream_error_stream(V4, b"", false);
         assert_eq!(s.reason, "InternalError");
         assert!(s.message.contains(NO_STATUS_MESSAGE));
-        assert_eq!(from_upstream_error_stream(V4, b"", true).reason, "InternalError");
+        assert_eq!(
+            from_upstream_error_stream(V4, b"", true).reason,
+            "InternalError"
+        );
         assert_eq!(
             from_upstream_error_stream(UpstreamVersion::V3, b"", true),
             Status::success()
@@ -118,10 +124,17 @@ mod tests {
     #[test]
     fn bad_exit_codes_and_old_versions() {
         let bad = br#"{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"300"}]}}"#;
-        assert!(from_upstream_error_stream(V4, bad, true).message.contains("protocol error"));
+        assert!(from_upstream_error_stream(V4, bad, true)
+            .message
+            .contains("protocol error"));
         let s = from_upstream_error_stream(UpstreamVersion::V2, b"oops\n", true);
-        assert_eq!(s.message, "Internal error occurred: error executing remote command: oops");
-        assert!(from_upstream_error_stream(V4, b"not json", true).message.contains("protocol error"));
+        assert_eq!(
+            s.message,
+            "Internal error occurred: error executing remote command: oops"
+        );
+        assert!(from_upstream_error_stream(V4, b"not json", true)
+            .message
+            .contains("protocol error"));
     }
 
     #[test]
@@ -131,11 +144,17 @@ mod tests {
         assert_eq!(s.code, 403);
         assert_eq!(s.reason, "Forbidden");
         assert_eq!(s.to_json_bytes(), forbidden.to_vec());
-        let s = from_upgrade_refusal(500, Some("text/plain"), b"container runtime is not responding\n");
+        let s = from_upgrade_refusal(
+            500,
+            Some("text/plain"),
+            b"container runtime is not responding\n",
+        );
         assert_eq!(
             s.message,
             "Internal error occurred: unable to upgrade connection: container runtime is not responding"
         );
-        assert!(from_upgrade_refusal(502, None, b"").message.contains("HTTP 502"));
+        assert!(from_upgrade_refusal(502, None, b"")
+            .message
+            .contains("HTTP 502"));
     }
 }

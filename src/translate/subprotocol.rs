@@ -163,7 +163,10 @@ mod tests {
         .unwrap();
         assert_eq!(o.bearer().unwrap().expose(), "mytoken");
         assert_eq!(o.entries(), ["v5.channel.k8s.io"]);
-        assert_eq!(format!("{:?}", o.bearer().unwrap()), "BearerToken(<redacted>)");
+        assert_eq!(
+            format!("{:?}", o.bearer().unwrap()),
+            "BearerToken(<redacted>)"
+        );
     }
 
     #[test]
@@ -179,15 +182,21 @@ mod tests {
             Err(SubprotocolError::TokenAlone)
         );
         assert_eq!(
-            OfferedProtocols::parse(["base64url.bearer.authorization.k8s.io.!!!, v5.channel.k8s.io"]),
+            OfferedProtocols::parse([
+                "base64url.bearer.authorization.k8s.io.!!!, v5.channel.k8s.io"
+            ]),
             Err(SubprotocolError::InvalidBase64)
         );
         assert_eq!(
-            OfferedProtocols::parse(["base64url.bearer.authorization.k8s.io.bXl0b2tlbg==, v4.channel.k8s.io"]),
+            OfferedProtocols::parse([
+                "base64url.bearer.authorization.k8s.io.bXl0b2tlbg==, v4.channel.k8s.io"
+            ]),
             Err(SubprotocolError::InvalidBase64)
         );
         assert_eq!(
-            OfferedProtocols::parse(["base64url.bearer.authorization.k8s.io._w, v4.channel.k8s.io"]),
+            OfferedProtocols::parse([
+                "base64url.bearer.authorization.k8s.io._w, v4.channel.k8s.io"
+            ]),
             Err(SubprotocolError::InvalidUtf8)
         );
     }
@@ -196,7 +205,9 @@ mod tests {
     fn selection() {
         let o = OfferedProtocols::parse(["v4.channel.k8s.io, v5.channel.k8s.io"]).unwrap();
         assert_eq!(o.choose_exec(), Some(ChannelProtocol::V5));
-        let o = OfferedProtocols::parse(["v3.channel.k8s.io", "base64.channel.k8s.io,channel.k8s.io"]).unwrap();
+        let o =
+            OfferedProtocols::parse(["v3.channel.k8s.io", "base64.channel.k8s.io,channel.k8s.io"])
+                .unwrap();
         assert_eq!(o.choose_exec(), Some(ChannelProtocol::V1Base64));
         let o = OfferedProtocols::parse(["v3.channel.k8s.io"]).unwrap();
         assert_eq!(o.choose_exec(), None);

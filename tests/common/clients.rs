@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 /// Whether we run in CI, where every client must be present.
 pub fn in_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+    std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false)
 }
 
 /// Reports a missing prerequisite: panics in CI, prints a note and returns `None` otherwise.
@@ -34,7 +36,9 @@ pub fn kubectl_dir() -> Option<PathBuf> {
     });
     from_path
         .into_iter()
-        .chain(std::iter::once(PathBuf::from("/usr/lib/google-cloud-sdk/bin")))
+        .chain(std::iter::once(PathBuf::from(
+            "/usr/lib/google-cloud-sdk/bin",
+        )))
         .find(|d| d.join("kubectl.1.33").exists())
 }
 

@@ -28,7 +28,9 @@ impl Harness {
 
     pub async fn start_with(sim_config: SimConfig, proxy_flags: &[&str]) -> Harness {
         let token = sim_config.require_bearer_token.clone();
-        let sim = SimCluster::start(sim_config).await.expect("start sim cluster");
+        let sim = SimCluster::start(sim_config)
+            .await
+            .expect("start sim cluster");
         let proxy = ProxyProcess::start(&sim.url(), proxy_flags);
         let middlebox = Middlebox::start(proxy.addr).await;
         let dir = tempfile::tempdir().unwrap();

@@ -83,7 +83,13 @@ impl ProxyProcess {
     pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if let Some(l) = self.logs.lock().unwrap().iter().find(|l| l.contains(needle)) {
+            if let Some(l) = self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+            {
                 return Some(l.clone());
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -63,6 +63,9 @@ pub fn run_on_pty(
         });
     }
     let mut child = cmd.spawn().expect("spawn on pty");
+    // The command keeps its copies of the slave open; the reader only sees EIO once all are
+    // closed.
+    drop(cmd);
     drop(slave);
     let mut reader = std::fs::File::from(master.try_clone().unwrap());
     let mut writer = std::fs::File::from(master);

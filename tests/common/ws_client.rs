@@ -89,5 +89,7 @@ pub async fn read_to_close(ws: &mut Ws) -> Transcript {
 
 /// Sends one binary message.
 pub async fn send(ws: &mut Ws, data: &[u8]) {
-    ws.send(Message::Binary(data.to_vec().into())).await.unwrap();
+    ws.send(Message::Binary(data.to_vec().into()))
+        .await
+        .unwrap();
 }

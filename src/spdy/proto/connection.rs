@@ -152,7 +152,13 @@ impl Connection {
         };
         let started = Instant::now();
         let ping = Frame::Ping(Ping { id: PingId(id) });
-        if self.shared.control_tx.send(Control::Frame(ping)).await.is_err() {
+        if self
+            .shared
+            .control_tx
+            .send(Control::Frame(ping))
+            .await
+            .is_err()
+        {
             return Err(self.closed_error());
         }
         rx.await.map_err(|_| self.closed_error())?;
@@ -163,7 +169,10 @@ impl Connection {
     /// accepted: an idle session then holds no zlib state (~200 KiB less).
     pub fn release_header_contexts(&self) {
         self.shared.release_decoder.store(true, Ordering::Release);
-        let _ = self.shared.control_tx.try_send(Control::ReleaseHeaderContext);
+        let _ = self
+            .shared
+            .control_tx
+            .try_send(Control::ReleaseHeaderContext);
     }
 
     /// Closes the session the way Kubernetes does: RST_STREAM CANCEL for every stream we have

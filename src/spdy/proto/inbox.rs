@@ -90,7 +90,11 @@ mod tests {
     async fn full_inbox_blocks_until_read() {
         let (tx, mut rx) = inbox(10);
         assert!(tx.deliver(Bytes::from_static(b"0123456789")).await);
-        let blocked = tokio::time::timeout(Duration::from_millis(50), tx.deliver(Bytes::from_static(b"x"))).await;
+        let blocked = tokio::time::timeout(
+            Duration::from_millis(50),
+            tx.deliver(Bytes::from_static(b"x")),
+        )
+        .await;
         assert!(blocked.is_err(), "second delivery must wait for room");
         assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"0123456789"));
         assert!(tx.deliver(Bytes::from_static(b"x")).await);

@@ -13,9 +13,7 @@ use super::inbox::inbox;
 use super::shared::{Control, RecvEnd, Shared, StreamEntry, StreamFlags};
 use super::stream::IncomingStream;
 use crate::spdy::codec::FrameDecoder;
-use crate::spdy::frame::{
-    Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream,
-};
+use crate::spdy::frame::{Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream};
 
 /// Bytes requested from the socket per read when the buffer is empty.
 const READ_CHUNK: usize = 16 * 1024;
@@ -71,10 +69,13 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 Ok(None) => {}
                 Err(e) => {
                     // A frame we cannot parse ends this session only (PROTOCOL.md §3.2).
-                    let _ = self.shared.control_tx.try_send(Control::Frame(Frame::GoAway(GoAway {
-                        last_good_stream_id: self.shared.lock().last_peer_stream,
-                        status: crate::spdy::frame::GoAwayStatus::ProtocolError,
-                    })));
+                    let _ = self
+                        .shared
+                        .control_tx
+                        .try_send(Control::Frame(Frame::GoAway(GoAway {
+                            last_good_stream_id: self.shared.lock().last_peer_stream,
+                            status: crate::spdy::frame::GoAwayStatus::ProtocolError,
+                        })));
                     return SessionEnd::Protocol(e.to_string());
                 }
             }

@@ -9,8 +9,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use super::*;
 use crate::spdy::codec::{FrameDecoder, FrameEncoder};
 use crate::spdy::frame::{
-    Data, Frame, GoAway, GoAwayStatus, HeaderBlock, Ping, PingId, RstStatus, RstStream,
-    Settings, StreamId, SynReply, WindowUpdate,
+    Data, Frame, GoAway, GoAwayStatus, HeaderBlock, Ping, PingId, RstStatus, RstStream, Settings,
+    StreamId, SynReply, WindowUpdate,
 };
 
 fn quiet() -> Config {
@@ -72,7 +72,9 @@ async fn stream_ids_are_odd_and_increasing_under_concurrency() {
     let mut opens = Vec::new();
     for _ in 0..50 {
         let c = client.clone();
-        opens.push(tokio::spawn(async move { c.open_stream(headers("data")).await }));
+        opens.push(tokio::spawn(
+            async move { c.open_stream(headers("data")).await },
+        ));
     }
     let mut ids = Vec::new();
     for o in opens {
@@ -183,7 +185,10 @@ async fn reset_ends_reader_after_earlier_data() {
         status: RstStatus::Cancel,
     }))
     .await;
-    assert_eq!(rx.recv().await.unwrap().unwrap(), Bytes::from_static(b"before reset"));
+    assert_eq!(
+        rx.recv().await.unwrap().unwrap(),
+        Bytes::from_static(b"before reset")
+    );
     assert!(rx.recv().await.is_none());
     assert!(rx.was_reset());
 }
@@ -228,8 +233,12 @@ async fn periodic_pings_are_sent() {
     };
     let _client = Connection::client(a, Bytes::new(), config);
     let mut peer = RawPeer::new(b);
-    let first = tokio::time::timeout(Duration::from_secs(2), peer.read()).await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(2), peer.read()).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(2), peer.read())
+        .await
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(2), peer.read())
+        .await
+        .unwrap();
     // Unanswered pings do not stop the session or the pinging.
     assert!(matches!(first, Some(Frame::Ping(Ping { id: PingId(1) }))));
     assert!(matches!(second, Some(Frame::Ping(Ping { id: PingId(3) }))));
@@ -246,7 +255,8 @@ async fn kubernetes_style_close_ends_streams_cleanly() {
     });
     let id = peer.accept().await;
     let (_tx, mut rx) = open.await.unwrap().unwrap().split();
-    peer.write(data(id, b"{\"status\":\"Success\"}", false)).await;
+    peer.write(data(id, b"{\"status\":\"Success\"}", false))
+        .await;
     peer.write(Frame::RstStream(RstStream {
         stream_id: id,
         status: RstStatus::Cancel,
@@ -279,7 +289,10 @@ async fn connection_loss_is_an_error_for_open_streams() {
     peer.accept().await;
     let (_tx, mut rx) = open.await.unwrap().unwrap().split();
     drop(peer);
-    assert!(matches!(rx.recv().await, Some(Err(Error::SessionClosed(SessionEnd::Eof)))));
+    assert!(matches!(
+        rx.recv().await,
+        Some(Err(Error::SessionClosed(SessionEnd::Eof)))
+    ));
     assert!(rx.recv().await.is_none());
 }
 
@@ -374,4 +387,39 @@ async fn slow_reader_applies_backpressure_instead_of_buffering() {
     while drained < 64 * 1024 {
         drained += rx.recv().await.unwrap().unwrap().len();
     }
+}
+
+#[tokio::test]
+async fn close_never_overtakes_data_already_sent() {
+    let (a, b) = tokio::io::duplex(1024 * 1024);
+    let client = Connection::client(a, Bytes::new(), quiet());
+    let mut peer = RawPeer::new(b);
+    let open = tokio::spawn({
+        let c = client.clone();
+        async move { c.open_stream(headers("error")).await }
+    });
+    let id = peer.accept().await;
+    let (mut send, _recv) = open.await.unwrap().unwrap().split();
+    // Enough frames to fill the data queue, then a FIN, then close at once.
+    for _ in 0..16 {
+        send.send(Bytes::from_static(b"status")).await.unwrap();
+    }
+    send.finish().await.unwrap();
+    client.close().await;
+    let mut payload = Vec::new();
+    let mut fin = false;
+    loop {
+        match peer.read().await {
+            Some(Frame::Data(d)) => {
+                assert!(!fin, "data after FIN");
+                payload.extend_from_slice(&d.payload);
+                fin = d.fin;
+            }
+            Some(Frame::GoAway(_)) => break,
+            other => panic!("unexpected frame before GOAWAY: {other:?}"),
+        }
+    }
+    assert!(fin, "FIN must precede GOAWAY");
+    assert_eq!(payload, b"status".repeat(16));
+    let _ = id;
 }

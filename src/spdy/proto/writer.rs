@@ -115,6 +115,17 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                 last_good,
                 done,
             } => {
+                // Data already queued was sent before close was asked for: it goes out first,
+                // so a final status or FIN is never overtaken by the RST/GOAWAY below.
+                while let Ok(cmd) = self.data_rx.try_recv() {
+                    FrameEncoder::encode_data_head(
+                        cmd.id,
+                        cmd.fin,
+                        cmd.payload.len(),
+                        &mut self.out,
+                    );
+                    self.out.extend_from_slice(&cmd.payload);
+                }
                 for id in resets {
                     self.encode(&Frame::RstStream(RstStream {
                         stream_id: id,

@@ -22,7 +22,9 @@ pub(crate) async fn read_error_stream(mut rx: RecvStream) -> ErrorStreamResult {
         match chunk {
             Ok(data) => {
                 let room = MAX_STATUS_BYTES.saturating_sub(result.bytes.len());
-                result.bytes.extend_from_slice(&data[..data.len().min(room)]);
+                result
+                    .bytes
+                    .extend_from_slice(&data[..data.len().min(room)]);
             }
             Err(_) => result.ended_cleanly = false,
         }

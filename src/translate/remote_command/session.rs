@@ -170,7 +170,13 @@ where
         }
         ClientEnd::Closed | ClientEnd::Gone => SessionEndKind::ClientGone,
     };
-    outcome(bytes_in.load(Ordering::Relaxed), bytes_out, None, kind, started)
+    outcome(
+        bytes_in.load(Ordering::Relaxed),
+        bytes_out,
+        None,
+        kind,
+        started,
+    )
 }
 
 /// Answers a session the upstream refused: the client's WebSocket is accepted, gets the ready
@@ -225,7 +231,11 @@ async fn pump_resize(mut rx: watch::Receiver<Option<TerminalSize>>, mut resize: 
         };
         json.clear();
         size.encode_json(&mut json);
-        if resize.send(bytes::Bytes::copy_from_slice(&json)).await.is_err() {
+        if resize
+            .send(bytes::Bytes::copy_from_slice(&json))
+            .await
+            .is_err()
+        {
             return;
         }
     }
