@@ -131,20 +131,24 @@ async fn unknown_channel_closes_with_1002_and_server_channels_are_ignored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn text_messages_close_with_1003() {
+async fn text_messages_are_channel_data_like_the_reference() {
+    // kube-apiserver reads text frames as bytes, and the Python client sends string stdin as
+    // text: the channel byte is the first character.
     use futures_util::SinkExt;
     let h = Harness::start().await;
-    let path = exec_path("web", &["sleep", "5"], true, true, true);
+    let path = exec_path("web", &["cat"], true, true, false);
     let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
         .await
         .unwrap();
     ws.send(tokio_tungstenite::tungstenite::Message::Text(
-        "0aGk=".into(),
+        "\u{0}typed".into(),
     ))
     .await
     .unwrap();
+    send(&mut ws, b"\xff\x00").await;
     let t = read_to_close(&mut ws).await;
-    assert_eq!(t.close.map(|c| c.code), Some(CloseCode::Unsupported));
+    assert_eq!(t.stdout, b"typed");
+    assert_eq!(t.status, SUCCESS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

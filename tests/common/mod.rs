@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod harness;
 pub mod middlebox;
+pub mod pod_server;
 pub mod proxy_process;
 pub mod pty;
 pub mod ws_client;

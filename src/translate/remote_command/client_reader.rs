@@ -48,12 +48,9 @@ where
     while let Some(msg) = stream.next().await {
         let data = match msg {
             Ok(Message::Binary(data)) => data,
-            Ok(Message::Text(_)) => {
-                return ClientEnd::Violation(
-                    CloseCode::Unsupported,
-                    "v5.channel.k8s.io carries binary messages only".into(),
-                )
-            }
+            // The reference server reads text frames as bytes too (x/net `Message.Receive`),
+            // and the Python client sends string stdin as text: same channel framing.
+            Ok(Message::Text(text)) => Bytes::from(text),
             Ok(Message::Close(_)) => return ClientEnd::Closed,
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
             Err(WsError::Capacity(e)) => {
