@@ -15,8 +15,11 @@ use super::stream::IncomingStream;
 use crate::spdy::codec::FrameDecoder;
 use crate::spdy::frame::{Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream};
 
-/// Bytes requested from the socket per read when the buffer is empty.
+/// Bytes requested from the socket per read while data flows.
 const READ_CHUNK: usize = 16 * 1024;
+/// Bytes requested while the session is quiet (pings, small control frames): an idle session
+/// parks on a read, and what it reserved for that read is its largest per-session buffer.
+const IDLE_READ: usize = 512;
 /// A buffer grown beyond this by a large frame is dropped once empty, so an idle session does
 /// not keep a multi-MiB allocation.
 const SHRINK_ABOVE: usize = 256 * 1024;
@@ -27,6 +30,8 @@ pub(crate) struct Reader<R> {
     decoder: FrameDecoder,
     shared: Arc<Shared>,
     incoming: Option<mpsc::Sender<IncomingStream>>,
+    /// How much the next read asks for: grows when a read fills it, shrinks when reads are small.
+    read_size: usize,
 }
 
 impl<R: AsyncRead + Unpin> Reader<R> {
@@ -46,6 +51,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             decoder,
             shared,
             incoming,
+            read_size: IDLE_READ,
         }
     }
 
@@ -79,11 +85,24 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                     return SessionEnd::Protocol(e.to_string());
                 }
             }
-            if self.buf.is_empty() && self.buf.capacity() > SHRINK_ABOVE {
+            if self.buf.is_empty()
+                && (self.buf.capacity() > SHRINK_ABOVE
+                    || (self.read_size == IDLE_READ && self.buf.capacity() > 2 * IDLE_READ))
+            {
                 self.buf = BytesMut::new();
             }
-            self.buf.reserve(READ_CHUNK);
+            self.buf.reserve(self.read_size);
+            let asked = self.buf.capacity() - self.buf.len();
             match self.io.read_buf(&mut self.buf).await {
+                Ok(n) if n > 0 => {
+                    self.read_size = if n >= asked {
+                        READ_CHUNK
+                    } else if n < IDLE_READ {
+                        IDLE_READ
+                    } else {
+                        self.read_size
+                    };
+                }
                 Ok(0) => {
                     return match self.shared.lock().goaway {
                         Some(status) => SessionEnd::GoAway(status),
