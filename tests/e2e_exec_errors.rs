@@ -331,3 +331,43 @@ async fn client_disconnect_ends_the_upstream_session() {
         .await;
     assert!(ended.is_some(), "the upstream session was not torn down");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_base64_on_a_relayed_session_is_dropped_like_the_kubelet_does() {
+    // base64.channel.k8s.io is relayed to the (old) kubelet unchanged; an undecodable message
+    // is dropped there, the session goes on, and a concurrent session is untouched.
+    use base64::Engine;
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let h = Harness::start().await;
+    with_healthy_neighbour(&h, || async {
+        let path = exec_path("web", &["head", "-c", "4"], true, true, false);
+        let (mut ws, resp) = connect(h.proxy.addr, &path, "base64.channel.k8s.io")
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.headers()["sec-websocket-protocol"],
+            "base64.channel.k8s.io"
+        );
+        let b64 = base64::engine::general_purpose::STANDARD;
+        ws.send(Message::Text("0!!!not base64!!!".into()))
+            .await
+            .unwrap();
+        ws.send(Message::Text(format!("0{}", b64.encode("good")).into()))
+            .await
+            .unwrap();
+        let mut stdout = Vec::new();
+        let read = async {
+            while let Some(Ok(msg)) = ws.next().await {
+                if let Message::Text(t) = msg {
+                    if let Some(payload) = t.strip_prefix('1') {
+                        stdout.extend(b64.decode(payload).unwrap());
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(T, read).await.unwrap();
+        assert_eq!(stdout, b"good");
+    })
+    .await;
+}

@@ -1,0 +1,69 @@
+//! The simulated cluster on its own: it really is SPDY-only (so tests through the proxy prove
+//! translation), serves discovery and reads, and refuses to listen anywhere but loopback.
+
+mod common;
+
+use std::time::Duration;
+
+use common::clients::require_kubectl;
+use common::harness::{run, stderr, stdout};
+use common::middlebox::Middlebox;
+use kube_ws_proxy::sim::{SimCluster, SimConfig};
+
+const T: Duration = Duration::from_secs(60);
+
+fn kubectl(k: &std::path::Path, dir: &std::path::Path, server: &str) -> std::process::Command {
+    let kubeconfig = common::clients::write_kubeconfig(dir, server, None);
+    let mut cmd = std::process::Command::new(k);
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("HOME", dir)
+        .env_remove("KUBECONFIG");
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_33_needs_spdy_to_reach_it() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+
+    // Directly: the WebSocket attempt is refused with 403, kubectl falls back to SPDY.
+    let mut c = kubectl(&k, dir.path(), &sim.url());
+    c.args(["exec", "web", "--", "echo", "via spdy"]);
+    let o = run(c, None, T).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "via spdy\n");
+
+    // Behind the SPDY-dropping gateway, without the proxy: nothing works.
+    let gateway = Middlebox::start(sim.addr()).await;
+    let mut c = kubectl(&k, dir.path(), &format!("http://{}", gateway.addr));
+    c.args(["exec", "web", "--", "echo", "never"]);
+    let o = run(c, None, T).await;
+    assert!(!o.status.success());
+    assert!(gateway.websockets() > 0 && gateway.dropped() > 0);
+
+    let mut c = kubectl(&k, dir.path(), &sim.url());
+    c.args([
+        "get",
+        "pods",
+        "web",
+        "-o",
+        "jsonpath={.status.phase} {.spec.containers[*].name}",
+    ]);
+    let o = run(c, None, T).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "Running main sidecar");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn refuses_non_loopback_addresses() {
+    let config = SimConfig {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        ..SimConfig::default()
+    };
+    assert!(SimCluster::start(config).await.is_err());
+}
