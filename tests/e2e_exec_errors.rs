@@ -371,3 +371,48 @@ async fn invalid_base64_on_a_relayed_session_is_dropped_like_the_kubelet_does() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_are_answered_while_output_is_backed_up() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let h = Harness::start().await;
+    const TOTAL: usize = 100_000_000;
+    let path = exec_path(
+        "web",
+        &["head", "-c", &TOTAL.to_string(), "/dev/zero"],
+        false,
+        true,
+        false,
+    );
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
+    // Let output pile up in every buffer between the pod and us, then ping.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ws.send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    let mut stdout_before_pong = None;
+    let mut stdout = 0usize;
+    let read = async {
+        while let Some(Ok(msg)) = ws.next().await {
+            match msg {
+                Message::Binary(d) if d.first() == Some(&1) => stdout += d.len() - 1,
+                Message::Pong(p) if &p[..] == b"are you there" => {
+                    stdout_before_pong.get_or_insert(stdout);
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(T, read).await.unwrap();
+    assert_eq!(stdout, TOTAL);
+    let before = stdout_before_pong.expect("the ping was never answered");
+    // Answered behind what was already buffered, not after the whole output.
+    assert!(
+        before < TOTAL / 2,
+        "pong only after {before} of {TOTAL} bytes"
+    );
+}

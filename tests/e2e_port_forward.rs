@@ -569,3 +569,31 @@ async fn tunnel_session_keeps_serving_after_a_dead_port() {
     conn.close().await;
     assert_eq!(pod.accepted(), 3);
 }
+
+/// WebSocket pings on an idle tunnel are answered (gateways and browsers use them as keepalive).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tunnel_answers_websocket_pings() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let h = Harness::start().await;
+    let path = "/api/v1/namespaces/default/pods/web/portforward";
+    let (mut ws, _) =
+        common::ws_client::connect(h.middlebox.addr, path, "SPDY/3.1+portforward.k8s.io")
+            .await
+            .unwrap();
+    for i in 0..3u8 {
+        ws.send(Message::Ping(vec![i; 4].into())).await.unwrap();
+        let pong = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Pong(p))) => return p,
+                    Some(Ok(_)) => continue,
+                    other => panic!("tunnel ended: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("no pong on an idle tunnel");
+        assert_eq!(&pong[..], &[i; 4]);
+    }
+}
