@@ -35,13 +35,47 @@ pub struct RunningProxy {
     pub admin_addr: SocketAddr,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    state: Arc<ProxyState>,
+    drain_timeout: std::time::Duration,
 }
 
+/// How long sessions told to stop get to send their Status and Close.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl RunningProxy {
-    /// Stops accepting connections; running sessions continue until they end.
+    /// Graceful drain: `/readyz` turns unready and the listener closes at once; running
+    /// sessions continue up to the drain timeout, then each is ended (a Status and Close for
+    /// translated sessions, a cut for relays) and given a moment to say so.
     pub async fn shutdown(self) {
+        let sessions = self.state.sessions.clone();
+        sessions.start_drain();
         let _ = self.stop.send(true);
         let _ = self.task.await;
+        let running = sessions.active();
+        if running > 0 {
+            info!(
+                sessions = running,
+                timeout_s = self.drain_timeout.as_secs_f64(),
+                "draining"
+            );
+            if tokio::time::timeout(self.drain_timeout, sessions.wait_idle())
+                .await
+                .is_err()
+            {
+                info!(
+                    sessions = sessions.active(),
+                    "drain timeout: ending the remaining sessions"
+                );
+                sessions.stop_all();
+                let _ = tokio::time::timeout(STOP_GRACE, sessions.wait_idle()).await;
+            }
+        }
+        info!("drained");
+    }
+
+    /// The shared state (metrics, sessions), for embedding and tests.
+    pub fn state(&self) -> &Arc<ProxyState> {
+        &self.state
     }
 }
 
@@ -63,6 +97,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.max_message_size = args.max_message_size;
     state.upstream_ping_interval = args.upstream_ping_interval;
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
+    state.sessions = crate::proxy::sessions::Sessions::new(args.max_sessions);
     let state = Arc::new(state);
 
     let bind = |addr: SocketAddr| async move {
@@ -83,10 +118,13 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             source,
         })?;
     let (stop, stop_rx) = watch::channel(false);
-    let admin_task = tokio::spawn(admin::serve(admin_listener, state.clone(), stop_rx.clone()));
-    let task = tokio::spawn(async move {
-        let _ = server::serve(main, state, stop_rx).await;
-        admin_task.abort();
+    // The admin listener outlives the main one: probes and scrapes keep working while draining.
+    tokio::spawn(admin::serve(admin_listener, state.clone()));
+    let task = tokio::spawn({
+        let state = state.clone();
+        async move {
+            let _ = server::serve(main, state, stop_rx).await;
+        }
     });
     info!(%addr, %admin_addr, upstream = %args.upstream.as_deref().unwrap_or(""), "kube-ws-proxy ready");
     Ok(RunningProxy {
@@ -94,6 +132,8 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         admin_addr,
         stop,
         task,
+        state,
+        drain_timeout: args.drain_timeout,
     })
 }
 

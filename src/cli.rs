@@ -78,6 +78,18 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_CLOSE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub close_drain_timeout: Duration,
 
+    /// Most streaming sessions (exec, attach, port-forward, relayed upgrades) running at once;
+    /// beyond it new ones get 429 with a Kubernetes Status and Retry-After. Unlimited if unset.
+    #[arg(long, env = "KUBE_WS_PROXY_MAX_SESSIONS")]
+    pub max_sessions: Option<usize>,
+
+    /// On SIGTERM: how long running sessions may continue (the listener is closed and /readyz
+    /// unready at once); after it, each is ended with a Status on its error channel and Close,
+    /// relays are cut, and the process exits 0. Keep it below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long, env = "KUBE_WS_PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
     /// Log format.
     #[arg(long, env = "KUBE_WS_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

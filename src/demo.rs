@@ -33,6 +33,8 @@ pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
         max_message_size: 32 * 1024 * 1024,
         upstream_ping_interval: std::time::Duration::from_secs(5),
         close_drain_timeout: std::time::Duration::from_secs(10),
+        max_sessions: None,
+        drain_timeout: std::time::Duration::from_secs(5),
         log_format: LogFormat::Text,
     };
     let proxy = crate::app::start(&serve).await?;

@@ -457,44 +457,6 @@ async fn idle_two_minutes_then_transfer() {
     assert_tunnelled(&h);
 }
 
-/// Carries a WebSocket's binary messages as a byte stream (what kubectl's tunnel does).
-fn websocket_as_io(ws: common::ws_client::Ws) -> tokio::io::DuplexStream {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let (ours, theirs) = tokio::io::duplex(256 * 1024);
-    let (mut rd, mut wr) = tokio::io::split(theirs);
-    let (mut sink, mut stream) = ws.split();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = stream.next().await {
-            if let Message::Binary(b) = msg {
-                if wr.write_all(&b).await.is_err() {
-                    break;
-                }
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if sink
-                        .send(Message::Binary(buf[..n].to_vec().into()))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = sink.close().await;
-    });
-    ours
-}
-
 /// The error and data streams of one forwarded connection (PROTOCOL.md §2).
 async fn open_pair(
     conn: &kube_ws_proxy::spdy::proto::Connection,
@@ -538,7 +500,11 @@ async fn tunnel_session_keeps_serving_after_a_dead_port() {
         resp.headers()["sec-websocket-protocol"],
         "SPDY/3.1+portforward.k8s.io"
     );
-    let conn = Connection::client(websocket_as_io(ws), bytes::Bytes::new(), Config::default());
+    let conn = Connection::client(
+        common::ws_client::as_io(ws),
+        bytes::Bytes::new(),
+        Config::default(),
+    );
 
     let (error, data) = open_pair(&conn, dead, 0).await;
     let (_, mut error_rx) = error.split();

@@ -12,17 +12,12 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use super::state::ProxyState;
 
-/// Serves `/healthz` (the process is alive) and `/readyz` (the upstream answers TCP and TLS,
-/// and we are not draining).
-pub async fn serve(
-    listener: TcpListener,
-    state: Arc<ProxyState>,
-    draining: watch::Receiver<bool>,
-) -> std::io::Result<()> {
+/// Serves `/healthz` (the process is alive), `/readyz` (the upstream answers TCP and TLS, and
+/// we are not draining) and `/metrics` (Prometheus text format).
+pub async fn serve(listener: TcpListener, state: Arc<ProxyState>) -> std::io::Result<()> {
     loop {
         let (tcp, _) = match listener.accept().await {
             Ok(conn) => conn,
@@ -32,12 +27,10 @@ pub async fn serve(
             }
         };
         let state = state.clone();
-        let draining = draining.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let state = state.clone();
-                let draining = draining.clone();
-                async move { Ok::<_, Infallible>(answer(&state, &draining, req.uri().path()).await) }
+                async move { Ok::<_, Infallible>(answer(&state, req.uri().path()).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tcp), service)
@@ -46,15 +39,19 @@ pub async fn serve(
     }
 }
 
-async fn answer(
-    state: &ProxyState,
-    draining: &watch::Receiver<bool>,
-    path: &str,
-) -> Response<Full<Bytes>> {
+async fn answer(state: &ProxyState, path: &str) -> Response<Full<Bytes>> {
     match path {
         "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
+        "/metrics" => {
+            let mut resp = Response::new(Full::new(Bytes::from(state.metrics.render())));
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            resp
+        }
         "/readyz" => {
-            if *draining.borrow() {
+            if state.sessions.is_draining() {
                 return text(StatusCode::SERVICE_UNAVAILABLE, "draining");
             }
             let probe = tokio::time::timeout(Duration::from_secs(2), state.upstream.connect_raw());

@@ -2,6 +2,7 @@
 //! first, then accept the client's WebSocket and translate (PROTOCOL.md §4.7).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
@@ -9,25 +10,32 @@ use hyper::body::Incoming;
 use tracing::{info, warn};
 
 use super::forward::ProxyBody;
+use super::metrics::{SessionKind, SessionOutcome};
+use super::sessions::SessionSlot;
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::websocket::{socket_config, switching_protocols, upgraded, validate};
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
 use crate::spdy::upgrade::UpgradeError;
-use crate::translate::exec_options::ExecOptions;
+use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
-use crate::translate::remote_command::{self, ExecStreams};
+use crate::translate::remote_command::{self, ExecStreams, Outcome, SessionEndKind};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 use crate::translate::subprotocol::BearerToken;
 
-/// Handles a request the classifier marked for translation.
+/// Session ids for logs, unique within one process.
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// Handles a request the classifier marked for translation; `slot` is its admission.
 pub async fn handle(
     state: Arc<ProxyState>,
     mut req: Request<Incoming>,
     peer: SocketAddr,
     bearer: Option<BearerToken>,
+    subresource: Subresource,
+    slot: SessionSlot,
 ) -> Response<ProxyBody> {
     let accept = match validate(&req) {
         Ok(accept) => accept,
@@ -48,6 +56,14 @@ pub async fn handle(
         );
     };
 
+    let kind = match subresource {
+        Subresource::Attach => SessionKind::Attach,
+        _ => SessionKind::Exec,
+    };
+    let guard = state.metrics.session(kind);
+    let session_id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let target = parse_pod_subresource(path_without_query(&path_and_query));
+
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
     let setup = setup_upstream(&state, &path_and_query, headers, &options).await;
     let ready = options.ready_channel();
@@ -62,20 +78,40 @@ pub async fn handle(
                 if let Ok(streams) = setup {
                     streams.conn.close().await;
                 }
+                guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
         };
         let outcome = match setup {
-            Ok(streams) => remote_command::run(ws, streams, ready, tty, &limits).await,
+            Ok(streams) => {
+                remote_command::run(ws, streams, ready, tty, &limits, slot.stop_token()).await
+            }
             Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
         };
+        drop(slot);
+        guard.finish(
+            metrics_outcome(&outcome),
+            outcome.bytes_in,
+            outcome.bytes_out,
+        );
+        let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
         info!(
-            path = %path_and_query_for_log(&path_and_query),
+            session = session_id,
+            verb = kind.label(),
+            namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
+            pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
+            container = options.container.as_deref().unwrap_or(""),
+            tty,
             bytes_in = outcome.bytes_in,
             bytes_out = outcome.bytes_out,
-            end = ?outcome.end,
-            status = outcome.status.as_ref().map(|s| s.summary()).unwrap_or_default(),
             duration_ms = outcome.duration.as_millis() as u64,
+            exit_code = exit_code.map(i64::from).unwrap_or(-1),
+            status = outcome
+                .status
+                .as_ref()
+                .map(|s| s.summary())
+                .unwrap_or_default(),
+            close_reason = close_reason(outcome.end),
             "exec session finished"
         );
     });
@@ -100,12 +136,16 @@ async fn setup_upstream(
             headers,
             body,
         })) => {
+            state.metrics.upstream_upgrade_failure(status.as_u16());
             let content_type = headers
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok());
             return Err(from_upgrade_refusal(status.as_u16(), content_type, &body));
         }
-        Err(e) => return Err(Status::internal_error(&e.to_string())),
+        Err(e) => {
+            state.metrics.upstream_upgrade_failure(0);
+            return Err(Status::internal_error(&e.to_string()));
+        }
     };
     let version = UpstreamVersion::from_negotiated(upgraded.protocol.as_deref());
     let spdy_config = SpdyConfig {
@@ -124,7 +164,32 @@ async fn setup_upstream(
     }
 }
 
+/// How a finished session counts in the metrics.
+fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
+    match outcome.end {
+        SessionEndKind::Completed => match outcome.status.as_ref() {
+            Some(s) if s.exit_code() == Some(0) => SessionOutcome::Success,
+            Some(s) if s.exit_code().is_some() => SessionOutcome::NonZeroExit,
+            _ => SessionOutcome::UpstreamError,
+        },
+        SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
+        SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
+        SessionEndKind::Drained => SessionOutcome::Drained,
+    }
+}
+
+/// The session log's `close_reason`.
+fn close_reason(end: SessionEndKind) -> &'static str {
+    match end {
+        SessionEndKind::Completed => "completed",
+        SessionEndKind::ClientGone => "client gone",
+        SessionEndKind::ClientViolation => "client protocol violation",
+        SessionEndKind::UpstreamRefused => "upstream refused",
+        SessionEndKind::Drained => "drained",
+    }
+}
+
 /// The path without the query, which may carry commands with secrets in them.
-fn path_and_query_for_log(pq: &str) -> &str {
+fn path_without_query(pq: &str) -> &str {
     pq.split('?').next().unwrap_or(pq)
 }

@@ -12,8 +12,12 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
+use super::classify::RelayKind;
 use super::forward::ProxyBody;
 use super::headers::{append_x_forwarded_for, is_hop_by_hop};
+use super::metrics::{SessionKind, SessionOutcome};
+use super::sessions::SessionSlot;
+use super::state::ProxyState;
 use super::status_response::failure;
 use super::upstream::Upstream;
 use crate::spdy::upgrade::{read_body, read_response_head};
@@ -30,12 +34,19 @@ pub struct RelayStats {
     pub upstream_to_client: u64,
 }
 
-/// Relays one upgrade request.
+/// Relays one upgrade request; `slot` is its admission as a streaming session.
 pub async fn relay(
-    upstream: &Upstream,
+    state: &ProxyState,
     mut req: Request<Incoming>,
     peer: SocketAddr,
+    kind: RelayKind,
+    slot: SessionSlot,
 ) -> Response<ProxyBody> {
+    let kind = match kind {
+        RelayKind::Spdy => SessionKind::SpdyRelay,
+        RelayKind::WebSocket | RelayKind::Other => SessionKind::WebSocketRelay,
+    };
+    let upstream = &state.upstream;
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
         return failure(
             StatusCode::BAD_REQUEST,
@@ -54,6 +65,8 @@ pub async fn relay(
             )
         }
     };
+    // From here on a failure is the upstream's (an unfinished guard counts as upstream_error).
+    let guard = state.metrics.session(kind);
     let pq = parts
         .uri
         .path_and_query()
@@ -93,6 +106,10 @@ pub async fn relay(
     };
 
     if resp_head.status != StatusCode::SWITCHING_PROTOCOLS {
+        state
+            .metrics
+            .upstream_upgrade_failure(resp_head.status.as_u16());
+        guard.finish(SessionOutcome::UpstreamError, 0, 0);
         let body = read_body(&mut io, &resp_head.headers, leftover, MAX_RESPONSE_BODY)
             .await
             .unwrap_or_default();
@@ -113,10 +130,17 @@ pub async fn relay(
             Ok(u) => u,
             Err(e) => {
                 debug!(error = %e, "client upgrade failed");
+                guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
         };
-        let stats = pump(TokioIo::new(client), io, leftover).await;
+        // A relay carries a protocol we do not parse: on shutdown it can only be cut.
+        let (stats, outcome) = tokio::select! {
+            stats = pump(TokioIo::new(client), io, leftover) => (stats, SessionOutcome::Success),
+            _ = slot.stopped() => (RelayStats::default(), SessionOutcome::Drained),
+        };
+        drop(slot);
+        guard.finish(outcome, stats.client_to_upstream, stats.upstream_to_client);
         info!(
             path = %path,
             bytes_up = stats.client_to_upstream,

@@ -13,9 +13,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::debug;
 
+use std::time::Instant;
+
 use super::classify::{classify, Class};
 use super::forward::{forward, ProxyBody};
+use super::metrics::HandshakeRejection;
 use super::relay::relay;
+use super::sessions::Refusal;
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::{exec_handler, tunnel_handler};
@@ -58,19 +62,84 @@ pub async fn serve(
     }
 }
 
-/// Classifies a request and runs its handler.
+/// Classifies a request and runs its handler. Streaming sessions are admitted first
+/// (`--max-sessions`, draining); plain requests are counted with their latency.
 pub async fn route(
     state: Arc<ProxyState>,
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
-    match classify(req.method(), req.uri().path(), req.headers()) {
-        Class::Translate { bearer, .. } => exec_handler::handle(state, req, peer, bearer).await,
-        Class::Tunnel { bearer, protocols } => {
-            tunnel_handler::handle(state, req, peer, bearer, protocols).await
+    let class = classify(req.method(), req.uri().path(), req.headers());
+    let streaming = matches!(
+        class,
+        Class::Translate { .. } | Class::Tunnel { .. } | Class::Relay(_)
+    );
+    let slot = if streaming {
+        match state.sessions.admit() {
+            Ok(slot) => Some(slot),
+            Err(refusal) => return refuse(&state, refusal),
         }
-        Class::Relay(_) => relay(&state.upstream, req, peer).await,
-        Class::Forward => forward(&state.upstream, &state.client, req, peer).await,
-        Class::BadRequest(reason) => failure(StatusCode::BAD_REQUEST, "BadRequest", reason),
+    } else {
+        None
+    };
+    match (class, slot) {
+        (
+            Class::Translate {
+                bearer,
+                subresource,
+            },
+            Some(slot),
+        ) => exec_handler::handle(state, req, peer, bearer, subresource, slot).await,
+        (Class::Tunnel { bearer, protocols }, Some(slot)) => {
+            tunnel_handler::handle(state, req, peer, bearer, protocols, slot).await
+        }
+        (Class::Relay(kind), Some(slot)) => relay(&state, req, peer, kind, slot).await,
+        (Class::BadRequest(reason), _) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            failure(StatusCode::BAD_REQUEST, "BadRequest", reason)
+        }
+        (_, _) => {
+            let method = req.method().clone();
+            let started = Instant::now();
+            let resp = forward(&state.upstream, &state.client, req, peer).await;
+            state
+                .metrics
+                .request(&method, resp.status().as_u16(), started.elapsed());
+            resp
+        }
+    }
+}
+
+/// The answer to a session the proxy will not start: 429 with Retry-After when full, 503
+/// while draining, each with a Kubernetes Status.
+fn refuse(state: &ProxyState, refusal: Refusal) -> Response<ProxyBody> {
+    match refusal {
+        Refusal::Full => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::TooManySessions);
+            let mut resp = failure(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                "kube-ws-proxy is at its session limit (--max-sessions); try again later",
+            );
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            resp
+        }
+        Refusal::Draining => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::Draining);
+            failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "kube-ws-proxy is shutting down; retry on another replica",
+            )
+        }
     }
 }

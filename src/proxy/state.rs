@@ -1,7 +1,10 @@
 //! What every request handler shares: the upstream, the pooled client and the limits.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::metrics::Metrics;
+use super::sessions::Sessions;
 use super::upstream::{HttpClient, Upstream};
 use crate::translate::remote_command::SessionLimits;
 
@@ -16,6 +19,10 @@ pub struct ProxyState {
     pub max_message_size: usize,
     /// How often translated sessions ping the upstream (keeps middleboxes from cutting them).
     pub upstream_ping_interval: Duration,
+    /// Prometheus metrics served on the admin listener.
+    pub metrics: Metrics,
+    /// Running streaming sessions: admission (`--max-sessions`) and drain signals.
+    pub sessions: Arc<Sessions>,
 }
 
 impl ProxyState {
@@ -28,6 +35,8 @@ impl ProxyState {
             session_limits: SessionLimits::default(),
             max_message_size: 32 * 1024 * 1024,
             upstream_ping_interval: Duration::from_secs(5),
+            metrics: Metrics::new(),
+            sessions: Sessions::new(None),
         }
     }
 }

@@ -12,6 +12,8 @@ use hyper::body::Incoming;
 use tracing::{info, warn};
 
 use super::forward::ProxyBody;
+use super::metrics::{SessionKind, SessionOutcome};
+use super::sessions::SessionSlot;
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
@@ -19,7 +21,7 @@ use super::websocket::{socket_config, switching_protocols, upgraded, validate};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::protocol::TUNNEL_PREFIX;
 use crate::translate::subprotocol::BearerToken;
-use crate::translate::tunnel;
+use crate::translate::tunnel::{self, TunnelEnd};
 
 /// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names.
 pub async fn handle(
@@ -28,6 +30,7 @@ pub async fn handle(
     peer: SocketAddr,
     bearer: Option<BearerToken>,
     protocols: Vec<String>,
+    slot: SessionSlot,
 ) -> Response<ProxyBody> {
     let accept = match validate(&req) {
         Ok(accept) => accept,
@@ -53,29 +56,20 @@ pub async fn handle(
             "connection cannot be upgraded",
         );
     };
-    let upgraded_upstream =
-        match dial_spdy(&state.upstream, &path_and_query, headers, protocols).await {
-            Ok(u) => u,
-            Err(DialError::Upgrade(UpgradeError::Refused {
-                status,
-                headers,
-                body,
-            })) if status.as_u16() >= 400 => return replay(status, *headers, body),
-            Err(DialError::Upgrade(UpgradeError::Refused { status, .. })) => {
-                return failure(
-                    StatusCode::BAD_GATEWAY,
-                    "BadGateway",
-                    format!("invalid upgrade response: status code {}", status.as_u16()),
-                )
-            }
-            Err(e) => {
-                return failure(
-                    StatusCode::BAD_GATEWAY,
-                    "BadGateway",
-                    format!("error dialing the upstream: {e}"),
-                )
-            }
-        };
+    let guard = state.metrics.session(SessionKind::PortForwardTunnel);
+    let dialed = dial_spdy(&state.upstream, &path_and_query, headers, protocols).await;
+    let upgraded_upstream = match dialed {
+        Ok(u) => u,
+        Err(e) => {
+            let code = match &e {
+                DialError::Upgrade(UpgradeError::Refused { status, .. }) => status.as_u16(),
+                _ => 0,
+            };
+            state.metrics.upstream_upgrade_failure(code);
+            guard.finish(SessionOutcome::UpstreamError, 0, 0);
+            return refusal_response(e);
+        }
+    };
     // No version header in the 101 → no subprotocol (the client then rejects it, as designed).
     let chosen = upgraded_upstream
         .protocol
@@ -87,10 +81,24 @@ pub async fn handle(
             Ok(ws) => ws,
             Err(e) => {
                 warn!(error = %e, "client upgrade failed");
+                guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
         };
-        let outcome = tunnel::run(ws, upgraded_upstream.io, upgraded_upstream.leftover).await;
+        let outcome = tunnel::run(
+            ws,
+            upgraded_upstream.io,
+            upgraded_upstream.leftover,
+            slot.stop_token(),
+        )
+        .await;
+        drop(slot);
+        let result = match outcome.ended_by {
+            TunnelEnd::Drained => SessionOutcome::Drained,
+            TunnelEnd::Upstream => SessionOutcome::Success,
+            TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
+        };
+        guard.finish(result, outcome.bytes_up, outcome.bytes_down);
         info!(
             path = %path_and_query.split('?').next().unwrap_or(""),
             bytes_up = outcome.bytes_up,
@@ -101,6 +109,28 @@ pub async fn handle(
         );
     });
     switching_protocols(&accept, chosen.as_deref())
+}
+
+/// The answer to a failed upstream dial: a refusal ≥ 400 replayed as the upstream sent it,
+/// anything else a 502 Status.
+fn refusal_response(e: DialError) -> Response<ProxyBody> {
+    match e {
+        DialError::Upgrade(UpgradeError::Refused {
+            status,
+            headers,
+            body,
+        }) if status.as_u16() >= 400 => replay(status, *headers, body),
+        DialError::Upgrade(UpgradeError::Refused { status, .. }) => failure(
+            StatusCode::BAD_GATEWAY,
+            "BadGateway",
+            format!("invalid upgrade response: status code {}", status.as_u16()),
+        ),
+        e => failure(
+            StatusCode::BAD_GATEWAY,
+            "BadGateway",
+            format!("error dialing the upstream: {e}"),
+        ),
+    }
 }
 
 /// The upstream's refusal, as it sent it (hop-by-hop headers aside).

@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
 
 /// Largest upstream read turned into one message (what kube-apiserver's tunnel does).
 const CHUNK: usize = 32 * 1024;
@@ -35,11 +36,19 @@ pub enum TunnelEnd {
     Upstream,
     /// The client sent something that is not a binary message.
     ClientViolation,
+    /// The proxy shut down (drain timeout passed).
+    Drained,
 }
 
 /// Relays until either side ends, then closes both: Close 1000 to the client, shutdown to the
 /// upstream. `leftover` are bytes the upstream sent right after its 101.
-pub async fn run<S, U>(ws: WebSocketStream<S>, upstream: U, leftover: Bytes) -> TunnelOutcome
+/// `stop` ends the tunnel early (graceful shutdown), with Close 1001 to the client.
+pub async fn run<S, U>(
+    ws: WebSocketStream<S>,
+    upstream: U,
+    leftover: Bytes,
+    stop: CancellationToken,
+) -> TunnelOutcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -91,12 +100,17 @@ where
     let ended_by = tokio::select! {
         _ = downstream => TunnelEnd::Upstream,
         end = upstream_dir => end,
+        _ = stop.cancelled() => TunnelEnd::Drained,
     };
     let _ = up_write.shutdown().await;
     let close = match ended_by {
         TunnelEnd::ClientViolation => CloseFrame {
             code: CloseCode::Protocol,
             reason: "the tunnel carries binary messages only".into(),
+        },
+        TunnelEnd::Drained => CloseFrame {
+            code: CloseCode::Away,
+            reason: "kube-ws-proxy is shutting down".into(),
         },
         _ => CloseFrame {
             code: CloseCode::Normal,

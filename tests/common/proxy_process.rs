@@ -96,4 +96,29 @@ impl ProxyProcess {
         }
         None
     }
+
+    /// Sends SIGTERM (what the kubelet does when a pod stops).
+    pub fn terminate(&self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+    }
+
+    /// Waits for the process to exit, returning its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Every log line so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
+    }
 }

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -92,4 +93,40 @@ pub async fn send(ws: &mut Ws, data: &[u8]) {
     ws.send(Message::Binary(data.to_vec().into()))
         .await
         .unwrap();
+}
+
+/// Carries a WebSocket's binary messages as a byte stream (what kubectl's tunnel does).
+pub fn as_io(ws: Ws) -> tokio::io::DuplexStream {
+    let (ours, theirs) = tokio::io::duplex(256 * 1024);
+    let (mut rd, mut wr) = tokio::io::split(theirs);
+    let (mut sink, mut stream) = ws.split();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = stream.next().await {
+            if let Message::Binary(b) = msg {
+                if wr.write_all(&b).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if sink
+                        .send(Message::Binary(buf[..n].to_vec().into()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = sink.close().await;
+    });
+    ours
 }

@@ -11,6 +11,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
 
 use super::client_reader::{read_client, ClientEnd, ClientSinks};
 use super::error_reader::read_error_stream;
@@ -69,6 +70,8 @@ pub enum SessionEndKind {
     ClientViolation,
     /// The upstream refused the session; its Status was delivered.
     UpstreamRefused,
+    /// The proxy shut down before the command finished; a Failure Status said so.
+    Drained,
 }
 
 /// Runs a translated session on an accepted `v5.channel.k8s.io` WebSocket.
@@ -78,6 +81,7 @@ pub async fn run<S>(
     ready: Channel,
     tty: bool,
     limits: &SessionLimits,
+    stop: CancellationToken,
 ) -> Outcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -149,6 +153,21 @@ where
             None => ClientEnd::Gone,
         },
         end = &mut client => end,
+        _ = stop.cancelled() => {
+            // Shutdown: the command is still running; say so rather than cutting the socket.
+            let status = Status::failure(
+                503,
+                "ServiceUnavailable",
+                "kube-ws-proxy is shutting down: the session was ended after the drain timeout".into(),
+            );
+            let delivered = deliver_status(&mut sink, &status).await;
+            conn.close().await;
+            if delivered {
+                let _ = tokio::time::timeout(limits.close_drain_timeout, &mut client).await;
+            }
+            let bytes_in = bytes_in.load(Ordering::Relaxed);
+            return outcome(bytes_in, bytes_out, Some(status), SessionEndKind::Drained, started);
+        }
     };
 
     // The client left or misbehaved first. Its reader has returned and dropped the stdin queue,

@@ -1,0 +1,317 @@
+//! The proxy's Prometheus metrics, served at `/metrics` on the admin listener. Every label takes
+//! values from a fixed set (the enums below, HTTP methods and status codes): never pod names,
+//! users or paths, so a busy proxy cannot grow its series without bound.
+
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// What kind of streaming session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    Exec,
+    Attach,
+    PortForwardTunnel,
+    WebSocketRelay,
+    SpdyRelay,
+}
+
+impl SessionKind {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            SessionKind::Exec => "exec",
+            SessionKind::Attach => "attach",
+            SessionKind::PortForwardTunnel => "portforward_tunnel",
+            SessionKind::WebSocketRelay => "websocket_relay",
+            SessionKind::SpdyRelay => "spdy_relay",
+        }
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOutcome {
+    Success,
+    NonZeroExit,
+    UpstreamError,
+    ClientGone,
+    IdleTimeout,
+    Drained,
+}
+
+impl SessionOutcome {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            SessionOutcome::Success => "success",
+            SessionOutcome::NonZeroExit => "non_zero_exit",
+            SessionOutcome::UpstreamError => "upstream_error",
+            SessionOutcome::ClientGone => "client_gone",
+            SessionOutcome::IdleTimeout => "idle_timeout",
+            SessionOutcome::Drained => "drained",
+        }
+    }
+}
+
+/// Why a client's handshake was refused before any session started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeRejection {
+    BadRequest,
+    TooManySessions,
+    Draining,
+}
+
+impl HandshakeRejection {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            HandshakeRejection::BadRequest => "bad_request",
+            HandshakeRejection::TooManySessions => "too_many_sessions",
+            HandshakeRejection::Draining => "draining",
+        }
+    }
+}
+
+/// All metric families of one proxy.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    sessions_active: IntGaugeVec,
+    sessions_total: IntCounterVec,
+    session_bytes: IntCounterVec,
+    session_duration: HistogramVec,
+    upstream_upgrade_failures: IntCounterVec,
+    handshake_rejections: IntCounterVec,
+    requests_total: IntCounterVec,
+    request_duration: HistogramVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family on a fresh registry.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+                .expect("valid metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
+            h
+        };
+        let sessions_active = IntGaugeVec::new(
+            Opts::new(
+                "kube_ws_proxy_sessions_active",
+                "Streaming sessions running now.",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(sessions_active.clone()))
+            .expect("unique metric");
+        Metrics {
+            sessions_active,
+            sessions_total: counter(
+                "kube_ws_proxy_sessions_total",
+                "Finished streaming sessions by kind and outcome.",
+                &["kind", "outcome"],
+            ),
+            session_bytes: counter(
+                "kube_ws_proxy_session_bytes_total",
+                "Payload bytes of streaming sessions by kind and direction (up: client to \
+                 upstream, down: upstream to client).",
+                &["kind", "direction"],
+            ),
+            session_duration: histogram(
+                "kube_ws_proxy_session_duration_seconds",
+                "Duration of finished streaming sessions.",
+                &["kind"],
+                vec![
+                    0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
+                ],
+            ),
+            upstream_upgrade_failures: counter(
+                "kube_ws_proxy_upstream_upgrade_failures_total",
+                "Upstream refusals of an upgrade by HTTP status (0: no HTTP answer).",
+                &["code"],
+            ),
+            handshake_rejections: counter(
+                "kube_ws_proxy_handshake_rejections_total",
+                "Client handshakes refused by the proxy itself, by reason.",
+                &["reason"],
+            ),
+            requests_total: counter(
+                "kube_ws_proxy_http_requests_total",
+                "Plain (non-streaming) requests proxied, by method and status code.",
+                &["method", "code"],
+            ),
+            request_duration: histogram(
+                "kube_ws_proxy_http_request_duration_seconds",
+                "Time to the upstream's response head for plain requests, by method.",
+                &["method"],
+                prometheus::DEFAULT_BUCKETS.to_vec(),
+            ),
+            registry,
+        }
+    }
+
+    /// Counts a session as running until the returned guard is finished or dropped.
+    pub fn session(&self, kind: SessionKind) -> SessionGuard {
+        self.sessions_active
+            .with_label_values(&[kind.label()])
+            .inc();
+        SessionGuard {
+            metrics: self.clone(),
+            kind,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// Counts an upstream refusal of an upgrade.
+    pub fn upstream_upgrade_failure(&self, code: u16) {
+        self.upstream_upgrade_failures
+            .with_label_values(&[&code.to_string()])
+            .inc();
+    }
+
+    /// Counts a handshake the proxy refused.
+    pub fn handshake_rejected(&self, reason: HandshakeRejection) {
+        self.handshake_rejections
+            .with_label_values(&[reason.label()])
+            .inc();
+    }
+
+    /// Counts a plain proxied request.
+    pub fn request(&self, method: &http::Method, code: u16, elapsed: Duration) {
+        let method = method_label(method);
+        self.requests_total
+            .with_label_values(&[method, &code.to_string()])
+            .inc();
+        self.request_duration
+            .with_label_values(&[method])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition of every family.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}
+
+/// Standard methods keep their name; anything else is `other` (a bounded label set).
+fn method_label(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        http::Method::HEAD => "HEAD",
+        http::Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// A running session's place in the metrics.
+#[derive(Debug)]
+pub struct SessionGuard {
+    metrics: Metrics,
+    kind: SessionKind,
+    started: Instant,
+    finished: bool,
+}
+
+impl SessionGuard {
+    /// Records the finished session: outcome, bytes each way, duration.
+    pub fn finish(mut self, outcome: SessionOutcome, bytes_up: u64, bytes_down: u64) {
+        let m = &self.metrics;
+        let kind = self.kind.label();
+        m.sessions_total
+            .with_label_values(&[kind, outcome.label()])
+            .inc();
+        m.session_bytes
+            .with_label_values(&[kind, "up"])
+            .inc_by(bytes_up);
+        m.session_bytes
+            .with_label_values(&[kind, "down"])
+            .inc_by(bytes_down);
+        m.session_duration
+            .with_label_values(&[kind])
+            .observe(self.started.elapsed().as_secs_f64());
+        self.finished = true;
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.metrics
+            .sessions_active
+            .with_label_values(&[self.kind.label()])
+            .dec();
+        if !self.finished {
+            // Ended without an outcome: an early upstream failure (or a panic): still counted.
+            self.metrics
+                .sessions_total
+                .with_label_values(&[self.kind.label(), SessionOutcome::UpstreamError.label()])
+                .inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_render_and_move() {
+        let m = Metrics::new();
+        let g = m.session(SessionKind::Exec);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            text.contains(r#"kube_ws_proxy_sessions_active{kind="exec"} 1"#),
+            "{text}"
+        );
+        g.finish(SessionOutcome::NonZeroExit, 5, 7);
+        m.upstream_upgrade_failure(403);
+        m.handshake_rejected(HandshakeRejection::TooManySessions);
+        m.request(&http::Method::GET, 200, Duration::from_millis(3));
+        m.request(
+            &http::Method::from_bytes(b"BREW").unwrap(),
+            404,
+            Duration::from_millis(3),
+        );
+        let text = String::from_utf8(m.render()).unwrap();
+        for want in [
+            r#"kube_ws_proxy_sessions_active{kind="exec"} 0"#,
+            r#"kube_ws_proxy_sessions_total{kind="exec",outcome="non_zero_exit"} 1"#,
+            r#"kube_ws_proxy_session_bytes_total{direction="up",kind="exec"} 5"#,
+            r#"kube_ws_proxy_session_bytes_total{direction="down",kind="exec"} 7"#,
+            r#"kube_ws_proxy_upstream_upgrade_failures_total{code="403"} 1"#,
+            r#"kube_ws_proxy_handshake_rejections_total{reason="too_many_sessions"} 1"#,
+            r#"kube_ws_proxy_http_requests_total{code="200",method="GET"} 1"#,
+            r#"kube_ws_proxy_http_requests_total{code="404",method="other"} 1"#,
+            r#"kube_ws_proxy_session_duration_seconds_count{kind="exec"} 1"#,
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+    }
+}

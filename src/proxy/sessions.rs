@@ -1,0 +1,162 @@
+//! Admission and draining of streaming sessions: `--max-sessions` slots, and the signals a
+//! graceful shutdown sends to every running session.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// Counts running sessions, refuses new ones above the limit, and carries the drain signals.
+#[derive(Debug)]
+pub struct Sessions {
+    max: Option<usize>,
+    active: AtomicUsize,
+    idle: Notify,
+    draining: watch::Sender<bool>,
+    stop: CancellationToken,
+}
+
+/// Why a session was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `--max-sessions` sessions are running.
+    Full,
+    /// The proxy is shutting down.
+    Draining,
+}
+
+impl Sessions {
+    /// No more than `max` concurrent sessions (`None`: no limit).
+    pub fn new(max: Option<usize>) -> Arc<Sessions> {
+        Arc::new(Sessions {
+            max,
+            active: AtomicUsize::new(0),
+            idle: Notify::new(),
+            draining: watch::channel(false).0,
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// Takes a slot for a new session, released when the returned guard drops.
+    pub fn admit(self: &Arc<Self>) -> Result<SessionSlot, Refusal> {
+        if *self.draining.borrow() {
+            return Err(Refusal::Draining);
+        }
+        let mut current = self.active.load(Ordering::Acquire);
+        loop {
+            if self.max.is_some_and(|max| current >= max) {
+                return Err(Refusal::Full);
+            }
+            match self.active.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Ok(SessionSlot {
+                        sessions: self.clone(),
+                    })
+                }
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// Sessions running now.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Whether a drain has begun.
+    pub fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
+    /// Subscribes to the drain flag (for `/readyz` and the listener).
+    pub fn draining(&self) -> watch::Receiver<bool> {
+        self.draining.subscribe()
+    }
+
+    /// Begins a drain: readiness turns off and no new session is admitted.
+    pub fn start_drain(&self) {
+        self.draining.send_replace(true);
+    }
+
+    /// Fires when running sessions must end now (the drain timeout passed).
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Tells every running session to end now.
+    pub fn stop_all(&self) {
+        self.stop.cancel();
+    }
+
+    /// Resolves once no session is running.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.active() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One admitted session; dropping it frees the slot.
+#[derive(Debug)]
+pub struct SessionSlot {
+    sessions: Arc<Sessions>,
+}
+
+impl SessionSlot {
+    /// Resolves when the session must end now because of a shutdown.
+    pub async fn stopped(&self) {
+        self.sessions.stop.cancelled().await
+    }
+
+    /// The shutdown signal as a token (for code that takes one).
+    pub fn stop_token(&self) -> CancellationToken {
+        self.sessions.stop.clone()
+    }
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        if self.sessions.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.sessions.idle.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn limit_drain_and_idle() {
+        let s = Sessions::new(Some(2));
+        let a = s.admit().unwrap();
+        let b = s.admit().unwrap();
+        assert_eq!(s.admit().unwrap_err(), Refusal::Full);
+        drop(a);
+        let c = s.admit().unwrap();
+        s.start_drain();
+        assert_eq!(s.admit().unwrap_err(), Refusal::Draining);
+        let waiter = tokio::spawn({
+            let s = s.clone();
+            async move { s.wait_idle().await }
+        });
+        drop(b);
+        assert!(!waiter.is_finished());
+        drop(c);
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.active(), 0);
+    }
+}
