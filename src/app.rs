@@ -87,7 +87,9 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<Upstream, StartError> {
         insecure_skip_verify: args.upstream_insecure_skip_tls_verify,
         ..UpstreamTls::default()
     };
-    Upstream::from_url(url, tls).map_err(|e| StartError::Upstream(e.to_string()))
+    Upstream::from_url(url, tls)
+        .map(|u| u.with_dial_timeout(args.upstream_dial_timeout))
+        .map_err(|e| StartError::Upstream(e.to_string()))
 }
 
 /// Binds both listeners and serves in the background.
@@ -98,6 +100,9 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.upstream_ping_interval = args.upstream_ping_interval;
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
     state.sessions = crate::proxy::sessions::Sessions::new(args.max_sessions);
+    state.handshake_timeout = args.handshake_timeout;
+    state.request_header_timeout = args.request_header_timeout;
+    state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
     let state = Arc::new(state);
 
     let bind = |addr: SocketAddr| async move {

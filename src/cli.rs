@@ -90,6 +90,25 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
+    /// Longest time to dial the upstream (TCP and TLS).
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_DIAL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub upstream_dial_timeout: Duration,
+
+    /// Longest wait for the upstream's answer to an upgrade (SPDY or relayed), and for a
+    /// client's WebSocket upgrade to complete after the proxy accepted it.
+    #[arg(long, env = "KUBE_WS_PROXY_HANDSHAKE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// Longest time a client may take to send a complete request head; slower connections are
+    /// closed.
+    #[arg(long, env = "KUBE_WS_PROXY_REQUEST_HEADER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_header_timeout: Duration,
+
+    /// Largest request head (request line and headers) accepted from a client, in bytes;
+    /// larger ones are refused with 431. At least 8192.
+    #[arg(long, env = "KUBE_WS_PROXY_MAX_REQUEST_HEADER_BYTES", default_value_t = 64 * 1024)]
+    pub max_request_header_bytes: usize,
+
     /// Log format.
     #[arg(long, env = "KUBE_WS_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -35,6 +35,10 @@ pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
         close_drain_timeout: std::time::Duration::from_secs(10),
         max_sessions: None,
         drain_timeout: std::time::Duration::from_secs(5),
+        upstream_dial_timeout: std::time::Duration::from_secs(10),
+        handshake_timeout: std::time::Duration::from_secs(30),
+        request_header_timeout: std::time::Duration::from_secs(30),
+        max_request_header_bytes: 64 * 1024,
         log_format: LogFormat::Text,
     };
     let proxy = crate::app::start(&serve).await?;

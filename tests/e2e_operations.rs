@@ -367,3 +367,49 @@ async fn exec_session_log_line_has_the_fields_and_no_token() {
         assert!(!l.contains("four"), "stdin in a log line: {l}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_oversized_request_heads_are_refused() {
+    let h = Harness::start_with(
+        SimConfig::default(),
+        &[
+            "--request-header-timeout",
+            "1s",
+            "--max-request-header-bytes",
+            "16384",
+        ],
+    )
+    .await;
+    let addr = h.proxy.addr;
+    tokio::task::spawn_blocking(move || {
+        // A head that never ends is cut off after the timeout.
+        let mut slow = std::net::TcpStream::connect(addr).unwrap();
+        slow.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        slow.write_all(b"GET /api HTTP/1.1\r\nHost: x\r\n").unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let _ = slow.read_to_end(&mut rest);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "slow head not cut off"
+        );
+
+        // A head above the cap gets 431.
+        let mut big = std::net::TcpStream::connect(addr).unwrap();
+        big.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let filler = "a".repeat(40_000);
+        let _ = write!(
+            big,
+            "GET /api HTTP/1.1\r\nHost: x\r\nX-Filler: {filler}\r\n\r\n"
+        );
+        let mut answer = Vec::new();
+        let _ = big.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 431"), "answer: {answer:?}");
+    })
+    .await
+    .unwrap();
+    // The proxy still serves.
+    assert_eq!(http_get(addr, "/api/v1/namespaces/default/pods/web").0, 200);
+}

@@ -70,8 +70,9 @@ pub async fn handle(
     let tty = options.tty;
     let limits = state.session_limits.clone();
     let ws_config = socket_config(state.max_message_size);
+    let handshake_timeout = state.handshake_timeout;
     tokio::spawn(async move {
-        let ws = match upgraded(on_upgrade, ws_config).await {
+        let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
             Ok(ws) => ws,
             Err(e) => {
                 warn!(error = %e, "client upgrade failed");
@@ -129,7 +130,15 @@ async fn setup_upstream(
         .iter()
         .map(|v| v.name().to_owned())
         .collect();
-    let upgraded = match dial_spdy(&state.upstream, path_and_query, headers, offered).await {
+    let upgraded = match dial_spdy(
+        &state.upstream,
+        path_and_query,
+        headers,
+        offered,
+        state.handshake_timeout,
+    )
+    .await
+    {
         Ok(upgraded) => upgraded,
         Err(DialError::Upgrade(UpgradeError::Refused {
             status,

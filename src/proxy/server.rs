@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::debug;
@@ -46,12 +46,19 @@ pub async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let state = state.clone();
+        let header_timeout = state.request_header_timeout;
+        let max_head = state.max_request_header_bytes;
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(route(state, req, peer).await) }
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .max_buf_size(max_head);
             if let Err(e) = builder
                 .serve_connection_with_upgrades(TokioIo::new(tcp), service)
                 .await

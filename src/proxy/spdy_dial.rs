@@ -17,6 +17,8 @@ pub enum DialError {
     Upstream(#[from] UpstreamError),
     #[error(transparent)]
     Upgrade(#[from] UpgradeError),
+    #[error("the upstream did not answer the upgrade within {0:?}")]
+    Timeout(std::time::Duration),
 }
 
 /// Client headers that describe the client's own connection or WebSocket handshake and must not
@@ -75,12 +77,14 @@ pub fn upstream_headers(
     out
 }
 
-/// Dials the upstream and performs the SPDY upgrade for `path_and_query`.
+/// Dials the upstream and performs the SPDY upgrade for `path_and_query`; the upgrade answer
+/// must arrive within `timeout` (the dial has its own timeout).
 pub async fn dial_spdy(
     upstream: &Upstream,
     path_and_query: &str,
     headers: HeaderMap,
     protocols: Vec<String>,
+    timeout: std::time::Duration,
 ) -> Result<Upgraded<UpstreamIo>, DialError> {
     let io = upstream.connect_raw().await?;
     let req = UpgradeRequest {
@@ -90,5 +94,8 @@ pub async fn dial_spdy(
         headers,
         protocols,
     };
-    Ok(upgrade(io, &req).await?)
+    match tokio::time::timeout(timeout, upgrade(io, &req)).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(DialError::Timeout(timeout)),
+    }
 }

@@ -19,6 +19,13 @@ pub struct ProxyState {
     pub max_message_size: usize,
     /// How often translated sessions ping the upstream (keeps middleboxes from cutting them).
     pub upstream_ping_interval: Duration,
+    /// Longest wait for the upstream's answer to an upgrade, and for a client's upgrade to
+    /// complete.
+    pub handshake_timeout: Duration,
+    /// Longest time for a client to send a request head.
+    pub request_header_timeout: Duration,
+    /// Largest request head accepted from a client.
+    pub max_request_header_bytes: usize,
     /// Prometheus metrics served on the admin listener.
     pub metrics: Metrics,
     /// Running streaming sessions: admission (`--max-sessions`) and drain signals.
@@ -35,6 +42,9 @@ impl ProxyState {
             session_limits: SessionLimits::default(),
             max_message_size: 32 * 1024 * 1024,
             upstream_ping_interval: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(30),
+            request_header_timeout: Duration::from_secs(30),
+            max_request_header_bytes: 64 * 1024,
             metrics: Metrics::new(),
             sessions: Sessions::new(None),
         }

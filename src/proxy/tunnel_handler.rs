@@ -57,7 +57,14 @@ pub async fn handle(
         );
     };
     let guard = state.metrics.session(SessionKind::PortForwardTunnel);
-    let dialed = dial_spdy(&state.upstream, &path_and_query, headers, protocols).await;
+    let dialed = dial_spdy(
+        &state.upstream,
+        &path_and_query,
+        headers,
+        protocols,
+        state.handshake_timeout,
+    )
+    .await;
     let upgraded_upstream = match dialed {
         Ok(u) => u,
         Err(e) => {
@@ -76,8 +83,9 @@ pub async fn handle(
         .as_ref()
         .map(|p| format!("{TUNNEL_PREFIX}{p}"));
     let ws_config = socket_config(state.max_message_size);
+    let handshake_timeout = state.handshake_timeout;
     tokio::spawn(async move {
-        let ws = match upgraded(on_upgrade, ws_config).await {
+        let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
             Ok(ws) => ws,
             Err(e) => {
                 warn!(error = %e, "client upgrade failed");

@@ -81,12 +81,25 @@ pub fn socket_config(max_message_size: usize) -> WebSocketConfig {
         .max_frame_size(Some(max_message_size))
 }
 
-/// Waits for hyper to hand over the upgraded connection and wraps it as a server WebSocket.
+/// Why the client's side of an upgrade did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientUpgradeError {
+    #[error(transparent)]
+    Hyper(#[from] hyper::Error),
+    #[error("the client's upgrade did not complete within {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+/// Waits (at most `timeout`) for hyper to hand over the upgraded connection and wraps it as a
+/// server WebSocket.
 pub async fn upgraded(
     on_upgrade: OnUpgrade,
     config: WebSocketConfig,
-) -> Result<ClientSocket, hyper::Error> {
-    let upgraded = on_upgrade.await?;
+    timeout: std::time::Duration,
+) -> Result<ClientSocket, ClientUpgradeError> {
+    let upgraded = tokio::time::timeout(timeout, on_upgrade)
+        .await
+        .map_err(|_| ClientUpgradeError::Timeout(timeout))??;
     Ok(WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await)
 }
 
