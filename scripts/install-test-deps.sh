@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh machine: the Go toolchain and spdystream (the
 # foreign SPDY/3.1 peer), and the Python Kubernetes client. kubectl 1.27–1.33 come with the
-# machine image. Safe to run repeatedly.
+# machine image. Also kubernetes-validate for the deployment manifests. Safe to run repeatedly.
 set -euo pipefail
 
 need_apt=()
@@ -18,4 +18,8 @@ fi
 PYTHON="${PYTHON:-python3}"
 if ! "$PYTHON" -c 'import kubernetes' >/dev/null 2>&1; then
   "$PYTHON" -m pip install --quiet 'kubernetes>=29'
+fi
+# Schema validation of the deployment manifests (schemas ship inside the package).
+if ! "$PYTHON" -c 'import kubernetes_validate' >/dev/null 2>&1; then
+  "$PYTHON" -m pip install --quiet 'kubernetes-validate>=1.33'
 fi

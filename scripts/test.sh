@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
 
 cargo fmt --all -- --check
+# The manifests in docker/ against the Kubernetes schemas (oldest and newest version we target).
+for k in 1.27.0 1.33.0; do
+  "${PYTHON:-python3}" -m kubernetes_validate -k "$k" --strict --quiet docker/*.yaml
+done
 cargo clippy --release --all-targets -- -D warnings
 
 if cargo nextest --version >/dev/null 2>&1; then
