@@ -50,11 +50,17 @@ fn manifests_use_real_flags() {
 #[test]
 fn dockerfile_cmd_uses_real_flags() {
     let text = std::fs::read_to_string(root().join("docker/Dockerfile")).unwrap();
-    let cmd = text.lines().find_map(|l| l.strip_prefix("CMD ")).expect("a CMD line");
+    let cmd = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CMD "))
+        .expect("a CMD line");
     let args: Vec<String> = serde_json::from_str(cmd).expect("CMD in exec form");
     let argv = std::iter::once("kube-ws-proxy".to_owned()).chain(args.clone());
     if let Err(e) = Cli::try_parse_from(argv) {
         panic!("Dockerfile CMD {args:?} does not parse: {e}");
     }
-    assert!(text.contains("USER 65532"), "the image must run as non-root");
+    assert!(
+        text.contains("USER 65532"),
+        "the image must run as non-root"
+    );
 }

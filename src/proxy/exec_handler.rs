@@ -2,7 +2,6 @@
 //! first, then accept the client's WebSocket and translate (PROTOCOL.md §4.7).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
@@ -11,7 +10,7 @@ use tracing::{info, warn};
 
 use super::forward::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
-use super::sessions::SessionSlot;
+use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
@@ -24,9 +23,6 @@ use crate::translate::remote_command::{self, ExecStreams, Outcome, SessionEndKin
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 use crate::translate::subprotocol::BearerToken;
-
-/// Session ids for logs, unique within one process.
-static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// Handles a request the classifier marked for translation; `slot` is its admission.
 pub async fn handle(
@@ -61,7 +57,7 @@ pub async fn handle(
         _ => SessionKind::Exec,
     };
     let guard = state.metrics.session(kind);
-    let session_id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let session_id = next_session_id();
     let target = parse_pod_subresource(path_without_query(&path_and_query));
 
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.

@@ -16,7 +16,7 @@ use super::classify::RelayKind;
 use super::forward::ProxyBody;
 use super::headers::{append_x_forwarded_for, is_hop_by_hop};
 use super::metrics::{SessionKind, SessionOutcome};
-use super::sessions::SessionSlot;
+use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upstream::Upstream;
@@ -134,6 +134,7 @@ pub async fn relay(
                 return;
             }
         };
+        let started = std::time::Instant::now();
         // A relay carries a protocol we do not parse: on shutdown it can only be cut.
         let (stats, outcome) = tokio::select! {
             stats = pump(TokioIo::new(client), io, leftover) => (stats, SessionOutcome::Success),
@@ -142,9 +143,13 @@ pub async fn relay(
         drop(slot);
         guard.finish(outcome, stats.client_to_upstream, stats.upstream_to_client);
         info!(
+            session = next_session_id(),
+            kind = kind.label(),
             path = %path,
+            outcome = outcome.label(),
             bytes_up = stats.client_to_upstream,
             bytes_down = stats.upstream_to_client,
+            duration_ms = started.elapsed().as_millis() as u64,
             "relayed upgrade finished"
         );
     });

@@ -1,11 +1,19 @@
 //! Admission and draining of streaming sessions: `--max-sessions` slots, and the signals a
 //! graceful shutdown sends to every running session.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
+
+/// Session ids for log lines, unique within one process.
+static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh session id for a log line.
+pub fn next_session_id() -> u64 {
+    NEXT_SESSION_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 /// Counts running sessions, refuses new ones above the limit, and carries the drain signals.
 #[derive(Debug)]

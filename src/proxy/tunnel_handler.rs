@@ -13,12 +13,13 @@ use tracing::{info, warn};
 
 use super::forward::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
-use super::sessions::SessionSlot;
+use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::websocket::{socket_config, switching_protocols, upgraded, validate};
 use crate::spdy::upgrade::UpgradeError;
+use crate::translate::exec_options::parse_pod_subresource;
 use crate::translate::protocol::TUNNEL_PREFIX;
 use crate::translate::subprotocol::BearerToken;
 use crate::translate::tunnel::{self, TunnelEnd};
@@ -107,8 +108,14 @@ pub async fn handle(
             TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
         };
         guard.finish(result, outcome.bytes_up, outcome.bytes_down);
+        let path = path_and_query.split('?').next().unwrap_or("");
+        let target = parse_pod_subresource(path);
         info!(
-            path = %path_and_query.split('?').next().unwrap_or(""),
+            session = next_session_id(),
+            verb = "portforward",
+            namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
+            pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
+            outcome = result.label(),
             bytes_up = outcome.bytes_up,
             bytes_down = outcome.bytes_down,
             ended_by = ?outcome.ended_by,
