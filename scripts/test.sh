@@ -21,5 +21,7 @@ else
   cargo test --release --no-fail-fast
 fi
 cargo test --release --doc
+# A few seconds of the benchmark harness, so it keeps working (figures are not checked).
+cargo bench --bench streaming -- --smoke
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/run.sh
