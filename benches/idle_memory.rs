@@ -1,5 +1,5 @@
-//! Idle memory per exec session in the proxy: starts the simulated SPDY-only cluster (in this
-//! process) and the release proxy binary, opens N interactive v5 exec sessions (`-it`, running
+//! Idle memory per exec session in the proxy: starts the simulated SPDY-only cluster and the
+//! release proxy binary as two processes (so each has its own file-descriptor budget), opens N interactive v5 exec sessions (`-it`, running
 //! `sleep`), waits until every upstream process runs, lets them sit, and reads the proxy's RSS.
 //!
 //!     cargo bench --bench idle_memory -- [SESSIONS ...]     (default: 1000)
@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 fn rss_kib(pid: u32) -> u64 {
@@ -21,6 +20,9 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// Raises the open-file limit (inherited by the proxy): to 262144 where allowed (root), else to
+/// the hard limit. 10,000 sessions need ~30,000 descriptors in this process (client sockets,
+/// the simulated cluster's sockets and ptys) and ~20,000 in the proxy.
 fn raise_fd_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -29,8 +31,15 @@ fn raise_fd_limit() -> u64 {
     // SAFETY: plain syscalls on a valid struct.
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        lim.rlim_cur = lim.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        let wanted = libc::rlimit {
+            rlim_cur: 262_144,
+            rlim_max: 262_144.max(lim.rlim_max),
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
     }
     lim.rlim_cur
 }
@@ -55,40 +64,69 @@ async fn open_session(proxy: std::net::SocketAddr, i: usize) -> Ws {
         "Sec-WebSocket-Protocol",
         "v5.channel.k8s.io".parse().unwrap(),
     );
-    let tcp = tokio::net::TcpStream::connect(proxy).await.unwrap();
-    let (ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(proxy)
+        .await
+        .expect("connect to the proxy");
+    let (ws, _) = tokio_tungstenite::client_async(req, tcp)
+        .await
+        .expect("WebSocket handshake");
     ws
 }
 
-async fn processes_started(sim: &SimCluster) -> usize {
-    sim.events()
-        .iter()
-        .filter(|e| matches!(e, SimEvent::ProcessStarted { .. }))
+/// The simulated cluster's running exec processes (its children).
+fn processes_started(sim_pid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            let rest = &stat[stat.rfind(')').map(|i| i + 2).unwrap_or(0)..];
+            rest.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok())
+                == Some(sim_pid)
+        })
         .count()
 }
 
 async fn measure(n: usize) {
-    let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+    let bin = env!("CARGO_BIN_EXE_kube-ws-proxy");
+    let sim_port = free_port();
+    let mut sim = std::process::Command::new(bin)
+        .args(["sim-cluster", "--listen", &format!("127.0.0.1:{sim_port}")])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sim_pid = sim.id();
     let port = free_port();
     let admin = free_port();
-    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+    let mut proxy = std::process::Command::new(bin)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args(["--upstream", &sim.url(), "--log-format", "json"])
+        .args([
+            "--upstream",
+            &format!("http://127.0.0.1:{sim_port}"),
+            "--log-format",
+            "json",
+        ])
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for a in [addr, format!("127.0.0.1:{sim_port}").parse().unwrap()] {
+        while tokio::net::TcpStream::connect(a).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     // Warm up: first sessions pay for thread stacks, pools and allocator arenas.
     let mut sessions = Vec::new();
     for i in 0..20 {
         sessions.push(open_session(addr, i).await);
     }
-    while processes_started(&sim).await < 20 {
+    while processes_started(sim_pid) < 20 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -96,11 +134,11 @@ async fn measure(n: usize) {
     for i in 20..20 + n {
         sessions.push(open_session(addr, i).await);
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while processes_started(&sim).await < 20 + n && tokio::time::Instant::now() < deadline {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    while processes_started(sim_pid) < 20 + n && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let started = processes_started(&sim).await - 20;
+    let started = processes_started(sim_pid).saturating_sub(20);
     // Idle: a few ping intervals pass; the session state is what remains.
     tokio::time::sleep(Duration::from_secs(12)).await;
     let after = rss_kib(proxy.id());
@@ -121,7 +159,8 @@ async fn measure(n: usize) {
     let _ = tokio::time::timeout(Duration::from_secs(30), drain).await;
     let _ = proxy.kill();
     let _ = proxy.wait();
-    sim.shutdown().await;
+    let _ = sim.kill();
+    let _ = sim.wait();
 }
 
 fn main() {

@@ -43,6 +43,10 @@ struct Setup {
     proxy: SocketAddr,
     sim: SocketAddr,
     relay: SocketAddr,
+    /// Pod service that sends the transfer size per connection (port-forward down).
+    pod_source: u16,
+    /// Pod service that reads to EOF (port-forward up).
+    pod_sink: u16,
 }
 
 fn exec_query(command: &[&str], stdin: bool) -> String {
@@ -228,6 +232,199 @@ async fn echo_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
     rtts
 }
 
+/// A WebSocket's binary messages as a byte stream (what kubectl's tunnel does).
+fn ws_as_io(ws: Ws) -> tokio::io::DuplexStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (ours, theirs) = tokio::io::duplex(256 * 1024);
+    let (mut rd, mut wr) = tokio::io::split(theirs);
+    let (mut sink, mut stream) = ws.split();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = stream.next().await {
+            if let Message::Binary(b) = msg {
+                if wr.write_all(&b).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if sink
+                        .send(Message::Binary(Bytes::copy_from_slice(&buf[..n])))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = sink.close().await;
+    });
+    ours
+}
+
+/// An SPDY port-forward session over `path`.
+async fn pf_session(s: &Setup, path: Path) -> Connection {
+    let pf = "/api/v1/namespaces/default/pods/bench/portforward";
+    match path {
+        Path::Proxy => {
+            let mut req = format!("ws://{}{pf}", s.proxy)
+                .into_client_request()
+                .unwrap();
+            req.headers_mut().insert(
+                "Sec-WebSocket-Protocol",
+                "SPDY/3.1+portforward.k8s.io".parse().unwrap(),
+            );
+            let tcp = TcpStream::connect(s.proxy).await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let ws = tokio_tungstenite::client_async(req, tcp).await.unwrap().0;
+            Connection::client(ws_as_io(ws), Bytes::new(), Config::default())
+        }
+        Path::Direct | Path::Relay => {
+            let addr = if path == Path::Direct { s.sim } else { s.relay };
+            let upstream =
+                Upstream::from_url(&format!("http://{addr}"), UpstreamTls::default()).unwrap();
+            let up = dial_spdy(
+                &upstream,
+                pf,
+                http::HeaderMap::new(),
+                vec!["portforward.k8s.io".into()],
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+            Connection::client(up.io, up.leftover, Config::default())
+        }
+    }
+}
+
+/// Seconds to move `n` bytes through a forwarded connection: `down` from the pod service
+/// (which sends `n` bytes and closes) or up to it (which reads to EOF and closes).
+async fn pf_run(s: &Setup, path: Path, n: u64, down: bool) -> f64 {
+    use kube_ws_proxy::spdy::frame::HeaderBlock;
+    let port = if down { s.pod_source } else { s.pod_sink };
+    let started = Instant::now();
+    let conn = pf_session(s, path).await;
+    let headers = |kind: &str| {
+        let mut h = HeaderBlock::new();
+        h.push("streamtype", kind);
+        h.push("port", port.to_string());
+        h.push("requestid", "0");
+        h
+    };
+    let _error = conn.open_stream(headers("error")).await.unwrap();
+    let (mut tx, mut rx) = conn.open_stream(headers("data")).await.unwrap().split();
+    let mut got = 0u64;
+    if down {
+        tx.finish().await.unwrap();
+        while let Some(Ok(chunk)) = rx.recv().await {
+            got += chunk.len() as u64;
+        }
+        assert_eq!(got, n, "{path:?} port-forward down");
+    } else {
+        let chunk = Bytes::from(vec![b'x'; 32 * 1024]);
+        let mut sent = 0u64;
+        while sent < n {
+            let len = (n - sent).min(chunk.len() as u64) as usize;
+            tx.send(chunk.slice(..len)).await.unwrap();
+            sent += len as u64;
+        }
+        tx.finish().await.unwrap();
+        while let Some(Ok(_)) = rx.recv().await {}
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    conn.close().await;
+    elapsed
+}
+
+/// Milliseconds for each of `count` sequential sessions running `true` to set up and finish.
+async fn setup_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
+    let query = exec_query(&["true"], false);
+    let mut times = Vec::with_capacity(count);
+    for _ in 0..count {
+        let t = Instant::now();
+        match path {
+            Path::Proxy => {
+                let mut ws = ws_connect(s.proxy, &query).await;
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Message::Close(_) = m {
+                        break;
+                    }
+                }
+            }
+            Path::Direct | Path::Relay => {
+                let addr = if path == Path::Direct { s.sim } else { s.relay };
+                let mut st = spdy_connect(addr, &query).await;
+                if let Some(mut out) = st.stdout.take() {
+                    while let Some(Ok(_)) = out.recv().await {}
+                }
+                while let Some(Ok(_)) = st.error.recv().await {}
+                st.conn.close().await;
+            }
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times
+}
+
+/// User + system CPU seconds a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Pod services for port-forward: one sends `n` zero bytes per connection, one swallows.
+async fn start_pod_services(n: u64) -> (u16, u16) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let source = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ports = (
+        source.local_addr().unwrap().port(),
+        sink.local_addr().unwrap().port(),
+    );
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = source.accept().await {
+            tokio::spawn(async move {
+                let buf = vec![0u8; 64 * 1024];
+                let mut left = n;
+                while left > 0 {
+                    let len = left.min(buf.len() as u64) as usize;
+                    if c.write_all(&buf[..len]).await.is_err() {
+                        return;
+                    }
+                    left -= len as u64;
+                }
+                let _ = c.shutdown().await;
+            });
+        }
+    });
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = sink.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(k) = c.read(&mut buf).await {
+                    if k == 0 {
+                        break;
+                    }
+                }
+                let _ = c.shutdown().await;
+            });
+        }
+    });
+    ports
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -289,24 +486,50 @@ fn main() {
         while TcpStream::connect(proxy_addr).await.is_err() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let s = Setup { proxy: proxy_addr, sim: sim.addr(), relay: start_relay(sim.addr()).await };
+        let (pod_source, pod_sink) = start_pod_services(bytes).await;
+        let s = Setup {
+            proxy: proxy_addr,
+            sim: sim.addr(),
+            relay: start_relay(sim.addr()).await,
+            pod_source,
+            pod_sink,
+        };
         println!("bytes per transfer: {bytes}, rounds: {rounds}, echoes per round: {echoes}");
 
+        let setups: usize = if smoke { 10 } else { 200 };
         let mut out_t = vec![Vec::new(); 3];
         let mut in_t = vec![Vec::new(); 3];
+        let mut pf_down = vec![Vec::new(); 3];
+        let mut pf_up = vec![Vec::new(); 3];
         let mut rtt = vec![Vec::new(); 3];
+        let mut setup = vec![Vec::new(); 3];
+        let mut proxy_cpu = 0.0;
+        let mut proxy_bytes = 0u64;
         for round in 0..rounds {
             for (i, &p) in PATHS.iter().enumerate() {
+                let cpu0 = cpu_seconds(proxy.id());
                 out_t[i].push(stdout_run(&s, p, bytes).await);
                 in_t[i].push(stdin_run(&s, p, bytes).await);
+                pf_down[i].push(pf_run(&s, p, bytes, true).await);
+                pf_up[i].push(pf_run(&s, p, bytes, false).await);
+                if p == Path::Proxy {
+                    proxy_cpu += cpu_seconds(proxy.id()) - cpu0;
+                    proxy_bytes += 4 * bytes;
+                }
                 rtt[i].extend(echo_run(&s, p, echoes).await);
+                setup[i].extend(setup_run(&s, p, setups).await);
             }
             println!("round {} done", round + 1);
         }
         let mib = bytes as f64 / (1 << 20) as f64;
         println!("\n| measure | proxy (WebSocket) | direct SPDY | SPDY via TCP relay | proxy / direct | target |");
         println!("|---|---|---|---|---|---|");
-        for (name, t) in [("exec stdout", &mut out_t), ("exec stdin", &mut in_t)] {
+        for (name, t) in [
+            ("exec stdout", &mut out_t),
+            ("exec stdin", &mut in_t),
+            ("port-forward down", &mut pf_down),
+            ("port-forward up", &mut pf_up),
+        ] {
             let m: Vec<f64> = t.iter_mut().map(|v| median(v)).collect();
             let ratio = m[0] / m[1];
             println!(
@@ -323,6 +546,18 @@ fn main() {
             "| 1-byte echo p99, µs | {:.0} | {:.0} | {:.0} | +{added:.0} µs | added ≤ 200 µs {} |",
             p99[0], p99[1], p99[2],
             if added <= 200.0 { "met" } else { "NOT met" }
+        );
+        let s50: Vec<f64> = setup.iter_mut().map(|v| percentile(v, 0.50)).collect();
+        let s99: Vec<f64> = setup.iter_mut().map(|v| percentile(v, 0.99)).collect();
+        println!(
+            "| exec session setup+teardown p50, ms ({:.0}/s sequential) | {:.2} | {:.2} | {:.2} | {:.2}× | |",
+            1e3 / s50[0], s50[0], s50[1], s50[2], s50[0] / s50[1]
+        );
+        println!("| exec session setup+teardown p99, ms | {:.2} | {:.2} | {:.2} | | |", s99[0], s99[1], s99[2]);
+        let gb = proxy_bytes as f64 / 1e9;
+        println!(
+            "\nproxy CPU: {proxy_cpu:.2} s for {gb:.2} GB relayed through it = {:.2} CPU s/GB",
+            proxy_cpu / gb
         );
         let _ = proxy.kill();
         let _ = proxy.wait();
