@@ -19,6 +19,8 @@ pub enum StartError {
     NoUpstream,
     #[error("invalid upstream: {0}")]
     Upstream(String),
+    #[error("listener TLS: {0}")]
+    Tls(#[from] crate::proxy::listener_tls::ListenerTlsError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -101,6 +103,15 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
     state.sessions = crate::proxy::sessions::Sessions::new(args.max_sessions);
     state.handshake_timeout = args.handshake_timeout;
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
+        state.tls = Some(crate::proxy::listener_tls::acceptor(
+            crate::proxy::listener_tls::ListenerTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.client_ca_file.clone(),
+            },
+        )?);
+    }
     state.request_header_timeout = args.request_header_timeout;
     state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
     let state = Arc::new(state);

@@ -90,6 +90,28 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
+    /// PEM certificate chain for TLS on the main listener. Re-read when the file changes
+    /// (rotation without restart). Without it the main listener speaks plain HTTP.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_TLS_CERT_FILE",
+        requires = "tls_private_key_file"
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key for `--tls-cert-file`.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_TLS_PRIVATE_KEY_FILE",
+        requires = "tls_cert_file"
+    )]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// PEM CA bundle: client certificates signed by it are accepted on the TLS listener.
+    /// Connections without a client certificate are still accepted.
+    #[arg(long, env = "KUBE_WS_PROXY_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
+
     /// Longest time to dial the upstream (TCP and TLS).
     #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_DIAL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub upstream_dial_timeout: Duration,

@@ -39,6 +39,9 @@ pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
         handshake_timeout: std::time::Duration::from_secs(30),
         request_header_timeout: std::time::Duration::from_secs(30),
         max_request_header_bytes: 64 * 1024,
+        tls_cert_file: None,
+        tls_private_key_file: None,
+        client_ca_file: None,
         log_format: LogFormat::Text,
     };
     let proxy = crate::app::start(&serve).await?;

@@ -5,6 +5,7 @@ pub mod classify;
 pub mod exec_handler;
 pub mod forward;
 pub mod headers;
+pub mod listener_tls;
 pub mod metrics;
 pub mod relay;
 pub mod server;

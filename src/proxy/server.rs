@@ -48,6 +48,7 @@ pub async fn serve(
         let state = state.clone();
         let header_timeout = state.request_header_timeout;
         let max_head = state.max_request_header_bytes;
+        let tls = state.tls.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let state = state.clone();
@@ -59,10 +60,33 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
                 .max_buf_size(max_head);
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tcp), service)
-                .await
-            {
+            let result = match tls {
+                None => {
+                    builder
+                        .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                        .await
+                }
+                Some(acceptor) => {
+                    // The TLS handshake counts against the request-head timeout.
+                    let accepted = tokio::time::timeout(header_timeout, acceptor.accept(tcp)).await;
+                    match accepted {
+                        Ok(Ok(stream)) => {
+                            builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                .await
+                        }
+                        Ok(Err(e)) => {
+                            debug!(error = %e, %peer, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(e) = result {
                 debug!(error = %e, %peer, "client connection ended with an error");
             }
         });

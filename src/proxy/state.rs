@@ -9,7 +9,6 @@ use super::upstream::{HttpClient, Upstream};
 use crate::translate::remote_command::SessionLimits;
 
 /// Shared, read-only proxy state.
-#[derive(Debug)]
 pub struct ProxyState {
     pub upstream: Upstream,
     /// Pooled client for plain (non-upgrade) requests.
@@ -26,6 +25,8 @@ pub struct ProxyState {
     pub request_header_timeout: Duration,
     /// Largest request head accepted from a client.
     pub max_request_header_bytes: usize,
+    /// TLS for the main listener; plain HTTP when absent.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Prometheus metrics served on the admin listener.
     pub metrics: Metrics,
     /// Running streaming sessions: admission (`--max-sessions`) and drain signals.
@@ -45,8 +46,19 @@ impl ProxyState {
             handshake_timeout: Duration::from_secs(30),
             request_header_timeout: Duration::from_secs(30),
             max_request_header_bytes: 64 * 1024,
+            tls: None,
             metrics: Metrics::new(),
             sessions: Sessions::new(None),
         }
+    }
+}
+
+impl std::fmt::Debug for ProxyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyState")
+            .field("upstream", &self.upstream)
+            .field("tls", &self.tls.is_some())
+            .field("sessions", &self.sessions)
+            .finish_non_exhaustive()
     }
 }
