@@ -74,11 +74,6 @@ impl RunningProxy {
         }
         info!("drained");
     }
-
-    /// The shared state (metrics, sessions), for embedding and tests.
-    pub fn state(&self) -> &Arc<ProxyState> {
-        &self.state
-    }
 }
 
 /// Builds the upstream description from the flags.

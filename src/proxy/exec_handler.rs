@@ -136,20 +136,21 @@ async fn setup_upstream(
     .await
     {
         Ok(upgraded) => upgraded,
-        Err(DialError::Upgrade(UpgradeError::Refused {
-            status,
-            headers,
-            body,
-        })) => {
-            state.metrics.upstream_upgrade_failure(status.as_u16());
-            let content_type = headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok());
-            return Err(from_upgrade_refusal(status.as_u16(), content_type, &body));
-        }
         Err(e) => {
-            state.metrics.upstream_upgrade_failure(0);
-            return Err(Status::internal_error(&e.to_string()));
+            state.metrics.upstream_upgrade_failure(e.upstream_status());
+            return Err(match e {
+                DialError::Upgrade(UpgradeError::Refused {
+                    status,
+                    headers,
+                    body,
+                }) => {
+                    let content_type = headers
+                        .get(http::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok());
+                    from_upgrade_refusal(status.as_u16(), content_type, &body)
+                }
+                e => Status::internal_error(&e.to_string()),
+            });
         }
     };
     let version = UpstreamVersion::from_negotiated(upgraded.protocol.as_deref());

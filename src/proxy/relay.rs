@@ -138,7 +138,7 @@ pub async fn relay(
         // A relay carries a protocol we do not parse: on shutdown it can only be cut.
         let (stats, outcome) = tokio::select! {
             stats = pump(TokioIo::new(client), io, leftover) => (stats, SessionOutcome::Success),
-            _ = slot.stopped() => (RelayStats::default(), SessionOutcome::Drained),
+            _ = slot.stop_token().cancelled_owned() => (RelayStats::default(), SessionOutcome::Drained),
         };
         drop(slot);
         guard.finish(outcome, stats.client_to_upstream, stats.upstream_to_client);

@@ -100,38 +100,34 @@ pub async fn route(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<ProxyBody> {
-    let class = classify(req.method(), req.uri().path(), req.headers());
-    let streaming = matches!(
-        class,
-        Class::Translate { .. } | Class::Tunnel { .. } | Class::Relay(_)
-    );
-    let slot = if streaming {
-        match state.sessions.admit() {
-            Ok(slot) => Some(slot),
-            Err(refusal) => return refuse(&state, refusal),
-        }
-    } else {
-        None
-    };
-    match (class, slot) {
-        (
-            Class::Translate {
-                bearer,
-                subresource,
-            },
-            Some(slot),
-        ) => exec_handler::handle(state, req, peer, bearer, subresource, slot).await,
-        (Class::Tunnel { bearer, protocols }, Some(slot)) => {
-            tunnel_handler::handle(state, req, peer, bearer, protocols, slot).await
-        }
-        (Class::Relay(kind), Some(slot)) => relay(&state, req, peer, kind, slot).await,
-        (Class::BadRequest(reason), _) => {
+    // A streaming session needs a slot; refused ones are answered at once.
+    match classify(req.method(), req.uri().path(), req.headers()) {
+        Class::Translate {
+            bearer,
+            subresource,
+        } => match state.sessions.admit() {
+            Ok(slot) => {
+                exec_handler::handle(state.clone(), req, peer, bearer, subresource, slot).await
+            }
+            Err(refusal) => refuse(&state, refusal),
+        },
+        Class::Tunnel { bearer, protocols } => match state.sessions.admit() {
+            Ok(slot) => {
+                tunnel_handler::handle(state.clone(), req, peer, bearer, protocols, slot).await
+            }
+            Err(refusal) => refuse(&state, refusal),
+        },
+        Class::Relay(kind) => match state.sessions.admit() {
+            Ok(slot) => relay(&state, req, peer, kind, slot).await,
+            Err(refusal) => refuse(&state, refusal),
+        },
+        Class::BadRequest(reason) => {
             state
                 .metrics
                 .handshake_rejected(HandshakeRejection::BadRequest);
             failure(StatusCode::BAD_REQUEST, "BadRequest", reason)
         }
-        (_, _) => {
+        Class::Forward => {
             let method = req.method().clone();
             let started = Instant::now();
             let resp = forward(&state.upstream, &state.client, req, peer).await;

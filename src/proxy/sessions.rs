@@ -1,10 +1,10 @@
 //! Admission and draining of streaming sessions: `--max-sessions` slots, and the signals a
 //! graceful shutdown sends to every running session.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Session ids for log lines, unique within one process.
@@ -21,7 +21,7 @@ pub struct Sessions {
     max: Option<usize>,
     active: AtomicUsize,
     idle: Notify,
-    draining: watch::Sender<bool>,
+    draining: AtomicBool,
     stop: CancellationToken,
 }
 
@@ -41,14 +41,14 @@ impl Sessions {
             max,
             active: AtomicUsize::new(0),
             idle: Notify::new(),
-            draining: watch::channel(false).0,
+            draining: AtomicBool::new(false),
             stop: CancellationToken::new(),
         })
     }
 
     /// Takes a slot for a new session, released when the returned guard drops.
     pub fn admit(self: &Arc<Self>) -> Result<SessionSlot, Refusal> {
-        if *self.draining.borrow() {
+        if self.is_draining() {
             return Err(Refusal::Draining);
         }
         let mut current = self.active.load(Ordering::Acquire);
@@ -79,22 +79,12 @@ impl Sessions {
 
     /// Whether a drain has begun.
     pub fn is_draining(&self) -> bool {
-        *self.draining.borrow()
-    }
-
-    /// Subscribes to the drain flag (for `/readyz` and the listener).
-    pub fn draining(&self) -> watch::Receiver<bool> {
-        self.draining.subscribe()
+        self.draining.load(Ordering::Acquire)
     }
 
     /// Begins a drain: readiness turns off and no new session is admitted.
     pub fn start_drain(&self) {
-        self.draining.send_replace(true);
-    }
-
-    /// Fires when running sessions must end now (the drain timeout passed).
-    pub fn stop_token(&self) -> CancellationToken {
-        self.stop.clone()
+        self.draining.store(true, Ordering::Release);
     }
 
     /// Tells every running session to end now.
@@ -121,12 +111,7 @@ pub struct SessionSlot {
 }
 
 impl SessionSlot {
-    /// Resolves when the session must end now because of a shutdown.
-    pub async fn stopped(&self) {
-        self.sessions.stop.cancelled().await
-    }
-
-    /// The shutdown signal as a token (for code that takes one).
+    /// Fires when the session must end now because of a shutdown.
     pub fn stop_token(&self) -> CancellationToken {
         self.sessions.stop.clone()
     }

@@ -21,6 +21,17 @@ pub enum DialError {
     Timeout(std::time::Duration),
 }
 
+impl DialError {
+    /// The upstream's HTTP status when it refused the upgrade; 0 when there was no HTTP answer
+    /// (dial, TLS or timeout failures). The label of the upgrade-failure metric.
+    pub fn upstream_status(&self) -> u16 {
+        match self {
+            DialError::Upgrade(UpgradeError::Refused { status, .. }) => status.as_u16(),
+            _ => 0,
+        }
+    }
+}
+
 /// Client headers that describe the client's own connection or WebSocket handshake and must not
 /// reach the upstream SPDY request.
 const NOT_FORWARDED: &[HeaderName] = &[

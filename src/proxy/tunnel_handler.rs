@@ -69,11 +69,7 @@ pub async fn handle(
     let upgraded_upstream = match dialed {
         Ok(u) => u,
         Err(e) => {
-            let code = match &e {
-                DialError::Upgrade(UpgradeError::Refused { status, .. }) => status.as_u16(),
-                _ => 0,
-            };
-            state.metrics.upstream_upgrade_failure(code);
+            state.metrics.upstream_upgrade_failure(e.upstream_status());
             guard.finish(SessionOutcome::UpstreamError, 0, 0);
             return refusal_response(e);
         }

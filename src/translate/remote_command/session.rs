@@ -135,39 +135,41 @@ where
         }
         Some(error_task.await.unwrap_or_default())
     };
-    let client_end = tokio::select! {
+    // Either the session ends with a Status (the command's, or the shutdown's), or the client
+    // ended it first.
+    let ended = tokio::select! {
         result = upstream_done => match result {
-            Some(result) => {
-                // Phase 2: deliver the status, close, and drain the client.
-                let status = from_upstream_error_stream(version, &result.bytes, result.ended_cleanly);
-                let delivered = deliver_status(&mut sink, &status).await;
-                conn.close().await;
-                if delivered {
-                    // Keep reading (and discarding) so a late client frame never meets a TCP
-                    // reset that would destroy output the client has not read yet.
-                    let _ = tokio::time::timeout(limits.close_drain_timeout, &mut client).await;
-                }
-                let bytes_in = bytes_in.load(Ordering::Relaxed);
-                return outcome(bytes_in, bytes_out, Some(status), SessionEndKind::Completed, started);
-            }
-            None => ClientEnd::Gone,
+            Some(result) => Ok((
+                from_upstream_error_stream(version, &result.bytes, result.ended_cleanly),
+                SessionEndKind::Completed,
+            )),
+            None => Err(ClientEnd::Gone),
         },
-        end = &mut client => end,
-        _ = stop.cancelled() => {
-            // Shutdown: the command is still running; say so rather than cutting the socket.
-            let status = Status::failure(
+        end = &mut client => Err(end),
+        // Shutdown: the command is still running; say so rather than cutting the socket.
+        _ = stop.cancelled() => Ok((
+            Status::failure(
                 503,
                 "ServiceUnavailable",
                 "kube-ws-proxy is shutting down: the session was ended after the drain timeout".into(),
-            );
+            ),
+            SessionEndKind::Drained,
+        )),
+    };
+    let client_end = match ended {
+        Ok((status, kind)) => {
+            // Phase 2: deliver the status, close, and drain the client.
             let delivered = deliver_status(&mut sink, &status).await;
             conn.close().await;
             if delivered {
+                // Keep reading (and discarding) so a late client frame never meets a TCP
+                // reset that would destroy output the client has not read yet.
                 let _ = tokio::time::timeout(limits.close_drain_timeout, &mut client).await;
             }
             let bytes_in = bytes_in.load(Ordering::Relaxed);
-            return outcome(bytes_in, bytes_out, Some(status), SessionEndKind::Drained, started);
+            return outcome(bytes_in, bytes_out, Some(status), kind, started);
         }
+        Err(end) => end,
     };
 
     // The client left or misbehaved first. Its reader has returned and dropped the stdin queue,
