@@ -14,6 +14,11 @@
 //!
 //! Not a test: nothing here asserts on time.
 
+// The tests' WebSocket helpers (the tunnel byte-stream adapter among them).
+#[allow(dead_code)]
+#[path = "../tests/common/ws_client.rs"]
+mod ws_client;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -49,6 +54,23 @@ struct Setup {
     pod_sink: u16,
 }
 
+impl Setup {
+    /// Where an SPDY client connects for `path` (direct or through the TCP relay).
+    fn spdy_addr(&self, path: Path) -> SocketAddr {
+        if path == Path::Direct {
+            self.sim
+        } else {
+            self.relay
+        }
+    }
+}
+
+/// Waits for the command's status, then closes the session.
+async fn finish_spdy(mut st: ExecStreams) {
+    while let Some(Ok(_)) = st.error.recv().await {}
+    st.conn.close().await;
+}
+
 fn exec_query(command: &[&str], stdin: bool) -> String {
     let mut q: Vec<String> = command
         .iter()
@@ -65,7 +87,7 @@ fn exec_path(query: &str) -> String {
     format!("/api/v1/namespaces/default/pods/bench/exec?{query}")
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<TcpStream>;
+use ws_client::Ws;
 
 async fn ws_connect(proxy: SocketAddr, query: &str) -> Ws {
     let mut req = format!("ws://{proxy}{}", exec_path(query))
@@ -119,14 +141,13 @@ async fn stdout_run(s: &Setup, path: Path, n: u64) -> f64 {
             }
         }
         Path::Direct | Path::Relay => {
-            let addr = if path == Path::Direct { s.sim } else { s.relay };
+            let addr = s.spdy_addr(path);
             let mut st = spdy_connect(addr, &query).await;
             let mut out = st.stdout.take().unwrap();
             while let Some(Ok(chunk)) = out.recv().await {
                 got += chunk.len() as u64;
             }
-            while let Some(Ok(_)) = st.error.recv().await {}
-            st.conn.close().await;
+            finish_spdy(st).await;
         }
     }
     assert_eq!(got, n, "{path:?} stdout");
@@ -160,7 +181,7 @@ async fn stdin_run(s: &Setup, path: Path, n: u64) -> f64 {
             }
         }
         Path::Direct | Path::Relay => {
-            let addr = if path == Path::Direct { s.sim } else { s.relay };
+            let addr = s.spdy_addr(path);
             let mut st = spdy_connect(addr, &query).await;
             let mut stdin = st.stdin.take().unwrap();
             let mut sent = 0u64;
@@ -173,8 +194,7 @@ async fn stdin_run(s: &Setup, path: Path, n: u64) -> f64 {
             if let Some(mut out) = st.stdout.take() {
                 while let Some(Ok(_)) = out.recv().await {}
             }
-            while let Some(Ok(_)) = st.error.recv().await {}
-            st.conn.close().await;
+            finish_spdy(st).await;
         }
     }
     started.elapsed().as_secs_f64()
@@ -213,7 +233,7 @@ async fn echo_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
             }
         }
         Path::Direct | Path::Relay => {
-            let addr = if path == Path::Direct { s.sim } else { s.relay };
+            let addr = s.spdy_addr(path);
             let mut st = spdy_connect(addr, &query).await;
             let mut stdin = st.stdin.take().unwrap();
             let mut out = st.stdout.take().unwrap();
@@ -225,48 +245,10 @@ async fn echo_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
             }
             stdin.finish().await.unwrap();
             while let Some(Ok(_)) = out.recv().await {}
-            while let Some(Ok(_)) = st.error.recv().await {}
-            st.conn.close().await;
+            finish_spdy(st).await;
         }
     }
     rtts
-}
-
-/// A WebSocket's binary messages as a byte stream (what kubectl's tunnel does).
-fn ws_as_io(ws: Ws) -> tokio::io::DuplexStream {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (ours, theirs) = tokio::io::duplex(256 * 1024);
-    let (mut rd, mut wr) = tokio::io::split(theirs);
-    let (mut sink, mut stream) = ws.split();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = stream.next().await {
-            if let Message::Binary(b) = msg {
-                if wr.write_all(&b).await.is_err() {
-                    break;
-                }
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if sink
-                        .send(Message::Binary(Bytes::copy_from_slice(&buf[..n])))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = sink.close().await;
-    });
-    ours
 }
 
 /// An SPDY port-forward session over `path`.
@@ -284,10 +266,10 @@ async fn pf_session(s: &Setup, path: Path) -> Connection {
             let tcp = TcpStream::connect(s.proxy).await.unwrap();
             tcp.set_nodelay(true).unwrap();
             let ws = tokio_tungstenite::client_async(req, tcp).await.unwrap().0;
-            Connection::client(ws_as_io(ws), Bytes::new(), Config::default())
+            Connection::client(ws_client::as_io(ws), Bytes::new(), Config::default())
         }
         Path::Direct | Path::Relay => {
-            let addr = if path == Path::Direct { s.sim } else { s.relay };
+            let addr = s.spdy_addr(path);
             let upstream =
                 Upstream::from_url(&format!("http://{addr}"), UpstreamTls::default()).unwrap();
             let up = dial_spdy(
@@ -359,13 +341,12 @@ async fn setup_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
                 }
             }
             Path::Direct | Path::Relay => {
-                let addr = if path == Path::Direct { s.sim } else { s.relay };
+                let addr = s.spdy_addr(path);
                 let mut st = spdy_connect(addr, &query).await;
                 if let Some(mut out) = st.stdout.take() {
                     while let Some(Ok(_)) = out.recv().await {}
                 }
-                while let Some(Ok(_)) = st.error.recv().await {}
-                st.conn.close().await;
+                finish_spdy(st).await;
             }
         }
         times.push(t.elapsed().as_secs_f64() * 1e3);
