@@ -5,18 +5,22 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cli::ServeArgs;
+use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, TokenReviewer};
 use crate::proxy::state::ProxyState;
-use crate::proxy::upstream::{Upstream, UpstreamTls};
+use crate::proxy::upstream::{Pem, Upstream, UpstreamTls};
+use crate::proxy::upstream_source;
 use crate::proxy::{admin, server};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("--upstream is required")]
+    #[error("one of --upstream, --kubeconfig or --in-cluster is required")]
     NoUpstream,
+    #[error("invalid authentication setup: {0}")]
+    Auth(String),
     #[error("invalid upstream: {0}")]
     Upstream(String),
     #[error("listener TLS: {0}")]
@@ -76,23 +80,90 @@ impl RunningProxy {
     }
 }
 
-/// Builds the upstream description from the flags.
-pub fn upstream_from_args(args: &ServeArgs) -> Result<Upstream, StartError> {
-    let url = args.upstream.as_deref().ok_or(StartError::NoUpstream)?;
-    let tls = UpstreamTls {
-        ca_file: args.upstream_ca_file.clone(),
-        insecure_skip_verify: args.upstream_insecure_skip_tls_verify,
-        ..UpstreamTls::default()
+/// The upstream connections for proxied traffic and the caller authentication, from the flags.
+///
+/// Proxied requests carry the proxy's own client certificate only in impersonate mode, and the
+/// front-proxy certificate in front-proxy mode; in passthrough mode the proxy adds nothing.
+/// TokenReviews always use the proxy's own credentials.
+pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator), StartError> {
+    let source = upstream_source::resolve(args).map_err(|e| match e {
+        upstream_source::SourceError::Missing => StartError::NoUpstream,
+        other => StartError::Upstream(other.to_string()),
+    })?;
+    let mode = args.auth_mode;
+    let build = |client_cert: Option<(Pem, Pem)>| {
+        let tls = UpstreamTls {
+            client_cert,
+            ..source.tls.clone()
+        };
+        Upstream::from_url(&source.url, tls)
+            .map(|u| u.with_dial_timeout(args.upstream_dial_timeout))
+            .map_err(|e| StartError::Upstream(e.to_string()))
     };
-    Upstream::from_url(url, tls)
-        .map(|u| u.with_dial_timeout(args.upstream_dial_timeout))
-        .map_err(|e| StartError::Upstream(e.to_string()))
+    let proxied_cert = match mode {
+        AuthMode::Passthrough => {
+            if source.has_credentials() {
+                info!("auth mode passthrough: the proxy's own credentials are not sent with callers' requests");
+            }
+            None
+        }
+        AuthMode::Impersonate => {
+            if !source.has_credentials() {
+                return Err(StartError::Auth(
+                    "impersonate mode needs the proxy's own credentials: a token or client certificate \
+                     from --kubeconfig, --in-cluster, --upstream-token-file or --upstream-client-cert-file"
+                        .into(),
+                ));
+            }
+            source.client_cert.clone()
+        }
+        AuthMode::FrontProxy => {
+            let (Some(cert), Some(key)) = (
+                &args.front_proxy_client_cert_file,
+                &args.front_proxy_client_key_file,
+            ) else {
+                return Err(StartError::Auth(
+                    "front-proxy mode needs --front-proxy-client-cert-file and --front-proxy-client-key-file".into(),
+                ));
+            };
+            Some((Pem::File(cert.clone()), Pem::File(key.clone())))
+        }
+    };
+    let upstream = build(proxied_cert)?;
+    if mode != AuthMode::Passthrough && !upstream.is_tls() {
+        warn!(
+            "the upstream is plain HTTP: identities asserted by kube-ws-proxy travel unprotected"
+        );
+    }
+    let auth = match mode {
+        AuthMode::Passthrough => Authenticator::passthrough(),
+        _ => {
+            let reviewer = if source.has_credentials() {
+                Some(TokenReviewer::new(
+                    build(source.client_cert.clone())?,
+                    source.token.clone(),
+                    args.authentication_cache_ttl,
+                ))
+            } else {
+                warn!("no credentials of the proxy's own: bearer tokens cannot be reviewed, only client certificates authenticate callers");
+                None
+            };
+            let front_proxy = FrontProxyHeaders {
+                user: args.front_proxy_username_header.clone(),
+                group: args.front_proxy_group_header.clone(),
+                extra_prefix: args.front_proxy_extra_header_prefix.as_str().to_owned(),
+            };
+            Authenticator::new(mode, reviewer, source.token.clone(), front_proxy)
+        }
+    };
+    Ok((upstream, auth))
 }
 
 /// Binds both listeners and serves in the background.
 pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
-    let upstream = upstream_from_args(args)?;
+    let (upstream, auth) = upstream_from_args(args)?;
     let mut state = ProxyState::new(upstream);
+    state.auth = auth;
     state.max_message_size = args.max_message_size;
     state.upstream_ping_interval = args.upstream_ping_interval;
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
@@ -137,7 +208,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             let _ = server::serve(main, state, stop_rx).await;
         }
     });
-    info!(%addr, %admin_addr, upstream = %args.upstream.as_deref().unwrap_or(""), "kube-ws-proxy ready");
+    info!(%addr, %admin_addr, upstream = ?state.upstream, auth_mode = ?args.auth_mode, "kube-ws-proxy ready");
     Ok(RunningProxy {
         addr,
         admin_addr,

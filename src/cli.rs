@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::proxy::auth::AuthMode;
+
 /// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
 /// WebSocket exec/attach (v5.channel.k8s.io) and port-forward (SPDY/3.1+portforward.k8s.io)
 /// connections and re-originates them as SPDY/3.1 towards API servers that only speak SPDY.
@@ -50,9 +52,37 @@ pub struct ServeArgs {
     )]
     pub admin_listen: SocketAddr,
 
-    /// URL of the upstream API server (or kubelet), e.g. https://10.0.0.1:6443.
-    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM")]
+    /// YAML file with any of these flags as `flag-name: value` (lists for repeated values).
+    /// Precedence: command line, then environment, then this file, then the defaults.
+    #[arg(long, env = "KUBE_WS_PROXY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// URL of the upstream API server (or kubelet), e.g. https://10.0.0.1:6443. One of
+    /// `--upstream`, `--kubeconfig` and `--in-cluster` is required.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM", conflicts_with_all = ["kubeconfig", "in_cluster"])]
     pub upstream: Option<String>,
+
+    /// Take the upstream (server, CA, TLS server name) and the proxy's own credentials (client
+    /// certificate, token, token file) from this kubeconfig.
+    #[arg(long, env = "KUBE_WS_PROXY_KUBECONFIG", conflicts_with = "in_cluster")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Context of `--kubeconfig` to use instead of its current context.
+    #[arg(long, env = "KUBE_WS_PROXY_CONTEXT", requires = "kubeconfig")]
+    pub context: Option<String>,
+
+    /// Run against the cluster the proxy's pod is in: KUBERNETES_SERVICE_HOST/PORT, the
+    /// service-account CA, and its token (re-read when the kubelet rotates it).
+    #[arg(long, env = "KUBE_WS_PROXY_IN_CLUSTER")]
+    pub in_cluster: bool,
+
+    /// Where `--in-cluster` finds `token` and `ca.crt`.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_SERVICE_ACCOUNT_DIR",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount"
+    )]
+    pub service_account_dir: PathBuf,
 
     /// PEM file with the CA certificates that sign the upstream's serving certificate.
     /// Without it, the system's web PKI roots are used.
@@ -62,6 +92,70 @@ pub struct ServeArgs {
     /// Do not verify the upstream's TLS certificate. Insecure: for experiments only.
     #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_INSECURE_SKIP_TLS_VERIFY")]
     pub upstream_insecure_skip_tls_verify: bool,
+
+    /// The proxy's own bearer token for the upstream, read from this file and re-read when it
+    /// changes. Used in impersonate mode and for TokenReviews; never in passthrough mode.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_TOKEN_FILE")]
+    pub upstream_token_file: Option<PathBuf>,
+
+    /// The proxy's own client certificate for the upstream (PEM). Used in impersonate mode and
+    /// for TokenReviews; never in passthrough mode.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_UPSTREAM_CLIENT_CERT_FILE",
+        requires = "upstream_client_key_file"
+    )]
+    pub upstream_client_cert_file: Option<PathBuf>,
+
+    /// Private key of `--upstream-client-cert-file` (PEM).
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_UPSTREAM_CLIENT_KEY_FILE",
+        requires = "upstream_client_cert_file"
+    )]
+    pub upstream_client_key_file: Option<PathBuf>,
+
+    /// Who the caller is. `passthrough`: the caller's credentials go upstream unchanged.
+    /// `impersonate`: the proxy authenticates the caller (client certificate or TokenReview) and
+    /// impersonates it with its own credentials. `front-proxy`: the proxy authenticates the
+    /// caller and asserts it with X-Remote-* headers over its front-proxy client certificate.
+    #[arg(long, env = "KUBE_WS_PROXY_AUTH_MODE", value_enum, default_value_t = AuthMode::Passthrough)]
+    pub auth_mode: AuthMode,
+
+    /// Front-proxy client certificate (PEM), signed by the API server's
+    /// `--requestheader-client-ca-file` CA; required in front-proxy mode.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_FRONT_PROXY_CLIENT_CERT_FILE",
+        requires = "front_proxy_client_key_file"
+    )]
+    pub front_proxy_client_cert_file: Option<PathBuf>,
+
+    /// Private key of `--front-proxy-client-cert-file` (PEM).
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_FRONT_PROXY_CLIENT_KEY_FILE",
+        requires = "front_proxy_client_cert_file"
+    )]
+    pub front_proxy_client_key_file: Option<PathBuf>,
+
+    /// Header carrying the user name in front-proxy mode (the API server's
+    /// `--requestheader-username-headers`).
+    #[arg(long, env = "KUBE_WS_PROXY_FRONT_PROXY_USERNAME_HEADER", default_value = "X-Remote-User", value_parser = parse_header_name)]
+    pub front_proxy_username_header: http::HeaderName,
+
+    /// Header carrying the groups in front-proxy mode (`--requestheader-group-headers`).
+    #[arg(long, env = "KUBE_WS_PROXY_FRONT_PROXY_GROUP_HEADER", default_value = "X-Remote-Group", value_parser = parse_header_name)]
+    pub front_proxy_group_header: http::HeaderName,
+
+    /// Prefix of the extra-attribute headers in front-proxy mode
+    /// (`--requestheader-extra-headers-prefix`).
+    #[arg(long, env = "KUBE_WS_PROXY_FRONT_PROXY_EXTRA_HEADER_PREFIX", default_value = "X-Remote-Extra-", value_parser = parse_header_name)]
+    pub front_proxy_extra_header_prefix: http::HeaderName,
+
+    /// How long a TokenReview answer is reused for the same token (rejections: at most 2 s).
+    #[arg(long, env = "KUBE_WS_PROXY_AUTHENTICATION_CACHE_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub authentication_cache_ttl: Duration,
 
     /// Largest WebSocket message accepted from a client, in bytes (the reference server
     /// closes the connection above 32 MiB).
@@ -107,8 +201,9 @@ pub struct ServeArgs {
     )]
     pub tls_private_key_file: Option<PathBuf>,
 
-    /// PEM CA bundle: client certificates signed by it are accepted on the TLS listener.
-    /// Connections without a client certificate are still accepted.
+    /// PEM CA bundle: client certificates signed by it are accepted on the TLS listener (and
+    /// identify the caller in impersonate and front-proxy modes: CN is the user, O the groups).
+    /// Connections without a client certificate are still accepted; untrusted ones are not.
     #[arg(long, env = "KUBE_WS_PROXY_CLIENT_CA_FILE", requires = "tls_cert_file")]
     pub client_ca_file: Option<PathBuf>,
 
@@ -165,6 +260,12 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// Parses an HTTP header name (case-insensitive; stored lowercase).
+pub fn parse_header_name(s: &str) -> Result<http::HeaderName, String> {
+    http::HeaderName::from_bytes(s.trim().as_bytes())
+        .map_err(|_| format!("invalid header name {s:?}"))
 }
 
 /// Parses `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use crate::cli::{DemoArgs, LogFormat, ServeArgs, SimArgs};
+use clap::Parser;
+
+use crate::cli::{DemoArgs, SimArgs};
 use crate::sim::{SimCluster, SimConfig};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -24,26 +26,15 @@ pub fn kubeconfig(server: &str, token: Option<&str>) -> String {
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
     let sim = SimCluster::start(SimConfig::default()).await?;
-    let serve = ServeArgs {
-        listen: args.listen,
-        admin_listen: "127.0.0.1:0".parse()?,
-        upstream: Some(sim.url()),
-        upstream_ca_file: None,
-        upstream_insecure_skip_tls_verify: false,
-        max_message_size: 32 * 1024 * 1024,
-        upstream_ping_interval: std::time::Duration::from_secs(5),
-        close_drain_timeout: std::time::Duration::from_secs(10),
-        max_sessions: None,
-        drain_timeout: std::time::Duration::from_secs(5),
-        upstream_dial_timeout: std::time::Duration::from_secs(10),
-        handshake_timeout: std::time::Duration::from_secs(30),
-        request_header_timeout: std::time::Duration::from_secs(30),
-        max_request_header_bytes: 64 * 1024,
-        tls_cert_file: None,
-        tls_private_key_file: None,
-        client_ca_file: None,
-        log_format: LogFormat::Text,
-    };
+    // Parsed like the command line, so every flag keeps its documented default.
+    let serve = crate::cli::Cli::try_parse_from([
+        "kube-ws-proxy".to_owned(),
+        format!("--listen={}", args.listen),
+        "--admin-listen=127.0.0.1:0".to_owned(),
+        format!("--upstream={}", sim.url()),
+        "--drain-timeout=5s".to_owned(),
+    ])?
+    .serve;
     let proxy = crate::app::start(&serve).await?;
     let server = format!("http://{}", proxy.addr);
     write_kubeconfig(&args.kubeconfig, &kubeconfig(&server, None))?;

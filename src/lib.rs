@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod config_file;
 pub mod demo;
 pub mod proxy;
 pub mod sim;

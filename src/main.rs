@@ -1,5 +1,5 @@
-use clap::Parser;
-use kube_ws_proxy::cli::{Cli, Command, LogFormat};
+use kube_ws_proxy::cli::{Command, LogFormat};
+use kube_ws_proxy::config_file::ConfigError;
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat) {
@@ -15,7 +15,15 @@ fn init_logging(format: LogFormat) {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match kube_ws_proxy::config_file::parse_args(std::env::args_os()) {
+        Ok(cli) => cli,
+        // Usage errors, --help and --version exactly as clap prints them.
+        Err(ConfigError::Cli(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("kube-ws-proxy: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     init_logging(cli.serve.log_format);
     let result = match cli.command {
         None => serve(cli.serve).await,

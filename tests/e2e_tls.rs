@@ -1,5 +1,6 @@
 //! TLS on the main listener: kubectl 1.33 over HTTPS through the proxy (WebSocket exec is
-//! translated), ALPN h2 and http/1.1, and certificate rotation without a restart.
+//! translated), ALPN h2 and http/1.1, and certificate rotation without a restart while a session
+//! started before the rotation keeps running.
 
 mod common;
 
@@ -148,6 +149,29 @@ async fn kubectl_over_tls_and_certificate_rotation() {
         "{metrics}"
     );
 
+    // A session running across the rotation: `cat` over the first certificate's connection.
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut session = tokio::process::Command::new(&k)
+        .arg("--kubeconfig")
+        .arg(&cfg)
+        .args(["exec", "-i", "web", "--", "cat"])
+        .env("HOME", dir.path())
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut session_in = session.stdin.take().unwrap();
+    let mut session_out = tokio::io::BufReader::new(session.stdout.take().unwrap());
+    let mut line = String::new();
+    session_in.write_all(b"before rotation\n").await.unwrap();
+    tokio::time::timeout(T, session_out.read_line(&mut line))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, "before rotation\n");
+
     // Rotate: a certificate from another CA is served without a restart.
     let second = pki("second");
     std::fs::write(&key, &second.key_pem).unwrap();
@@ -163,6 +187,23 @@ async fn kubectl_over_tls_and_certificate_rotation() {
     assert!(
         handshake(proxy.addr, &first.ca_pem).await.is_none(),
         "old certificate still served"
+    );
+    // The session that started before the rotation still works, and ends cleanly.
+    line.clear();
+    session_in.write_all(b"after rotation\n").await.unwrap();
+    tokio::time::timeout(T, session_out.read_line(&mut line))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, "after rotation\n");
+    drop(session_in);
+    let status = tokio::time::timeout(T, session.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        status.success(),
+        "session across the rotation failed: {status}"
     );
     let cfg2 = kubeconfig(dir.path(), "second", &server, &second.ca_pem);
     let mut c = std::process::Command::new(&k);

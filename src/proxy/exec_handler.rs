@@ -8,6 +8,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tracing::{info, warn};
 
+use super::auth::Caller;
 use super::forward::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
 use super::sessions::{next_session_id, SessionSlot};
@@ -22,14 +23,13 @@ use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
 use crate::translate::remote_command::{self, ExecStreams, Outcome, SessionEndKind};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
-use crate::translate::subprotocol::BearerToken;
 
 /// Handles a request the classifier marked for translation; `slot` is its admission.
 pub async fn handle(
     state: Arc<ProxyState>,
     mut req: Request<Incoming>,
     peer: SocketAddr,
-    bearer: Option<BearerToken>,
+    caller: Caller,
     subresource: Subresource,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
@@ -43,7 +43,8 @@ pub async fn handle(
         .path_and_query()
         .map(|pq| pq.as_str().to_owned())
         .unwrap_or_else(|| req.uri().path().to_owned());
-    let headers = upstream_headers(req.headers(), bearer.as_ref(), peer);
+    let mut headers = upstream_headers(req.headers(), peer);
+    state.auth.apply(&caller, &mut headers);
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
         return failure(
             StatusCode::BAD_REQUEST,
@@ -67,6 +68,7 @@ pub async fn handle(
     let limits = state.session_limits.clone();
     let ws_config = socket_config(state.max_message_size);
     let handshake_timeout = state.handshake_timeout;
+    let user = caller.user().map(str::to_owned);
     tokio::spawn(async move {
         let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
             Ok(ws) => ws,
@@ -95,6 +97,7 @@ pub async fn handle(
         info!(
             session = session_id,
             verb = kind.label(),
+            user = user.as_deref().unwrap_or(""),
             namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
             pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
             container = options.container.as_deref().unwrap_or(""),

@@ -10,6 +10,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tracing::debug;
 
+use super::auth::{Authenticator, Caller};
 use super::headers::{append_x_forwarded_for, remove_hop_by_hop};
 use super::status_response::failure;
 use super::upstream::{HttpClient, Upstream};
@@ -23,6 +24,8 @@ pub async fn forward(
     client: &HttpClient,
     req: Request<Incoming>,
     peer: SocketAddr,
+    auth: &Authenticator,
+    caller: &Caller,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = req.into_parts();
     let pq = parts
@@ -38,6 +41,7 @@ pub async fn forward(
     parts.version = http::Version::HTTP_11;
     remove_hop_by_hop(&mut parts.headers);
     append_x_forwarded_for(&mut parts.headers, peer.ip());
+    auth.apply(caller, &mut parts.headers);
     if let Ok(host) = HeaderValue::from_str(&upstream.authority()) {
         parts.headers.insert(header::HOST, host);
     }

@@ -85,6 +85,7 @@ pub struct Metrics {
     session_duration: HistogramVec,
     upstream_upgrade_failures: IntCounterVec,
     handshake_rejections: IntCounterVec,
+    auth_rejections: IntCounterVec,
     requests_total: IntCounterVec,
     request_duration: HistogramVec,
 }
@@ -156,6 +157,12 @@ impl Metrics {
                 "Client handshakes refused by the proxy itself, by reason.",
                 &["reason"],
             ),
+            auth_rejections: counter(
+                "kube_ws_proxy_auth_rejections_total",
+                "Requests refused by caller authentication (impersonate and front-proxy modes), \
+                 by reason.",
+                &["reason"],
+            ),
             requests_total: counter(
                 "kube_ws_proxy_http_requests_total",
                 "Plain (non-streaming) requests proxied, by method and status code.",
@@ -196,6 +203,11 @@ impl Metrics {
         self.handshake_rejections
             .with_label_values(&[reason.label()])
             .inc();
+    }
+
+    /// Counts a request refused by authentication; `reason` is a fixed label.
+    pub fn auth_rejected(&self, reason: &'static str) {
+        self.auth_rejections.with_label_values(&[reason]).inc();
     }
 
     /// Counts a plain proxied request.

@@ -1,10 +1,12 @@
 //! The HTTP front door: listeners, routing, relaying and upstream connections.
 
 pub mod admin;
+pub mod auth;
 pub mod classify;
 pub mod exec_handler;
 pub mod forward;
 pub mod headers;
+pub mod kubeconfig;
 pub mod listener_tls;
 pub mod metrics;
 pub mod relay;
@@ -15,4 +17,5 @@ pub mod state;
 pub mod status_response;
 pub mod tunnel_handler;
 pub mod upstream;
+pub mod upstream_source;
 pub mod websocket;

@@ -12,6 +12,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
+use super::auth::{Authenticator, Caller};
 use super::classify::RelayKind;
 use super::forward::ProxyBody;
 use super::headers::{append_x_forwarded_for, is_hop_by_hop};
@@ -41,6 +42,7 @@ pub async fn relay(
     peer: SocketAddr,
     kind: RelayKind,
     slot: SessionSlot,
+    caller: &Caller,
 ) -> Response<ProxyBody> {
     let kind = match kind {
         RelayKind::Spdy => SessionKind::SpdyRelay,
@@ -72,7 +74,7 @@ pub async fn relay(
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    let head = request_head(upstream, &parts, pq, peer, body.len());
+    let head = request_head(upstream, &state.auth, caller, &parts, pq, peer, body.len());
 
     let mut io = match upstream.connect_raw().await {
         Ok(io) => io,
@@ -169,6 +171,8 @@ pub async fn relay(
 /// the upgrade), the upstream's Host, and X-Forwarded-For.
 fn request_head(
     upstream: &Upstream,
+    auth: &Authenticator,
+    caller: &Caller,
     parts: &http::request::Parts,
     pq: &str,
     peer: SocketAddr,
@@ -180,6 +184,7 @@ fn request_head(
     headers.remove(header::CONTENT_LENGTH);
     super::headers::remove_hop_by_hop(&mut headers);
     append_x_forwarded_for(&mut headers, peer.ip());
+    auth.apply(caller, &mut headers);
     let mut out = Vec::with_capacity(1024);
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');

@@ -15,6 +15,7 @@ use tracing::debug;
 
 use std::time::Instant;
 
+use super::auth::{identity_from_certificate, Caller, Identity};
 use super::classify::{classify, Class};
 use super::forward::{forward, ProxyBody};
 use super::metrics::HandshakeRejection;
@@ -23,6 +24,7 @@ use super::sessions::Refusal;
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::{exec_handler, tunnel_handler};
+use crate::translate::subprotocol::{BearerToken, OfferedProtocols};
 
 /// Serves `listener` until `shutdown` turns true; running connections finish on their own.
 pub async fn serve(
@@ -50,20 +52,27 @@ pub async fn serve(
         let max_head = state.max_request_header_bytes;
         let tls = state.tls.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(route(state, req, peer).await) }
-            });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
                 .max_buf_size(max_head);
+            let service = |conn: Arc<Connection>| {
+                service_fn(move |req| {
+                    let state = state.clone();
+                    let conn = conn.clone();
+                    async move { Ok::<_, Infallible>(route(state, req, &conn).await) }
+                })
+            };
             let result = match tls {
                 None => {
+                    let conn = Arc::new(Connection {
+                        peer,
+                        certificate: None,
+                    });
                     builder
-                        .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                        .serve_connection_with_upgrades(TokioIo::new(tcp), service(conn))
                         .await
                 }
                 Some(acceptor) => {
@@ -71,8 +80,12 @@ pub async fn serve(
                     let accepted = tokio::time::timeout(header_timeout, acceptor.accept(tcp)).await;
                     match accepted {
                         Ok(Ok(stream)) => {
+                            let conn = Arc::new(Connection {
+                                peer,
+                                certificate: certificate_identity(&stream, peer),
+                            });
                             builder
-                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service(conn))
                                 .await
                         }
                         Ok(Err(e)) => {
@@ -93,34 +106,86 @@ pub async fn serve(
     }
 }
 
-/// Classifies a request and runs its handler. Streaming sessions are admitted first
-/// (`--max-sessions`, draining); plain requests are counted with their latency.
+/// One client connection, as every request on it sees it.
+#[derive(Debug)]
+pub struct Connection {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The identity of the client certificate the TLS layer verified, if one was presented.
+    pub certificate: Option<Arc<Identity>>,
+}
+
+/// The identity in a verified client certificate (`--client-ca-file`). One without a usable
+/// subject authenticates nobody; the caller may still present a token.
+fn certificate_identity(
+    stream: &tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    peer: SocketAddr,
+) -> Option<Arc<Identity>> {
+    let leaf = stream.get_ref().1.peer_certificates()?.first()?;
+    match identity_from_certificate(leaf) {
+        Ok(id) => Some(Arc::new(id)),
+        Err(e) => {
+            debug!(error = %e, %peer, "client certificate identifies nobody");
+            None
+        }
+    }
+}
+
+/// Classifies a request, authenticates its caller (`--auth-mode`) and runs its handler.
+/// Streaming sessions are admitted first (`--max-sessions`, draining); plain requests are
+/// counted with their latency.
 pub async fn route(
     state: Arc<ProxyState>,
     req: Request<Incoming>,
-    peer: SocketAddr,
+    conn: &Connection,
 ) -> Response<ProxyBody> {
+    // `Err` is an answer too: a refusal by authentication.
+    route_authenticated(state, req, conn)
+        .await
+        .unwrap_or_else(|refusal| refusal)
+}
+
+async fn route_authenticated(
+    state: Arc<ProxyState>,
+    req: Request<Incoming>,
+    conn: &Connection,
+) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    let peer = conn.peer;
+    let auth = |bearer| authenticate(&state, req.headers(), bearer, conn);
     // A streaming session needs a slot; refused ones are answered at once.
-    match classify(req.method(), req.uri().path(), req.headers()) {
+    let answer = match classify(req.method(), req.uri().path(), req.headers()) {
         Class::Translate {
             bearer,
             subresource,
-        } => match state.sessions.admit() {
-            Ok(slot) => {
-                exec_handler::handle(state.clone(), req, peer, bearer, subresource, slot).await
+        } => {
+            let caller = auth(bearer).await?;
+            match state.sessions.admit() {
+                Ok(slot) => {
+                    exec_handler::handle(state.clone(), req, peer, caller, subresource, slot).await
+                }
+                Err(refusal) => refuse(&state, refusal),
             }
-            Err(refusal) => refuse(&state, refusal),
-        },
-        Class::Tunnel { bearer, protocols } => match state.sessions.admit() {
-            Ok(slot) => {
-                tunnel_handler::handle(state.clone(), req, peer, bearer, protocols, slot).await
+        }
+        Class::Tunnel { bearer, protocols } => {
+            let caller = auth(bearer).await?;
+            match state.sessions.admit() {
+                Ok(slot) => {
+                    tunnel_handler::handle(state.clone(), req, peer, caller, protocols, slot).await
+                }
+                Err(refusal) => refuse(&state, refusal),
             }
-            Err(refusal) => refuse(&state, refusal),
-        },
-        Class::Relay(kind) => match state.sessions.admit() {
-            Ok(slot) => relay(&state, req, peer, kind, slot).await,
-            Err(refusal) => refuse(&state, refusal),
-        },
+        }
+        Class::Relay(kind) => {
+            // Classification already refused a malformed bearer entry.
+            let bearer = OfferedProtocols::from_headers(req.headers())
+                .ok()
+                .and_then(|mut o| o.take_bearer());
+            let caller = auth(bearer).await?;
+            match state.sessions.admit() {
+                Ok(slot) => relay(&state, req, peer, kind, slot, &caller).await,
+                Err(refusal) => refuse(&state, refusal),
+            }
+        }
         Class::BadRequest(reason) => {
             state
                 .metrics
@@ -128,15 +193,43 @@ pub async fn route(
             failure(StatusCode::BAD_REQUEST, "BadRequest", reason)
         }
         Class::Forward => {
+            let caller = auth(None).await?;
             let method = req.method().clone();
             let started = Instant::now();
-            let resp = forward(&state.upstream, &state.client, req, peer).await;
+            let resp = forward(
+                &state.upstream,
+                &state.client,
+                req,
+                peer,
+                &state.auth,
+                &caller,
+            )
+            .await;
             state
                 .metrics
                 .request(&method, resp.status().as_u16(), started.elapsed());
             resp
         }
-    }
+    };
+    Ok(answer)
+}
+
+/// Who the caller is, or the refusal to send (401, 403 or 503 with a Status).
+async fn authenticate(
+    state: &ProxyState,
+    headers: &http::HeaderMap,
+    bearer: Option<BearerToken>,
+    conn: &Connection,
+) -> Result<Caller, Response<ProxyBody>> {
+    state
+        .auth
+        .authenticate(headers, bearer, conn.certificate.as_ref())
+        .await
+        .map_err(|rejection| {
+            state.metrics.auth_rejected(rejection.label());
+            debug!(peer = %conn.peer, reason = rejection.label(), "request refused by authentication");
+            rejection.response()
+        })
 }
 
 /// The answer to a session the proxy will not start: 429 with Retry-After when full, 503

@@ -3,12 +3,11 @@
 
 use std::net::SocketAddr;
 
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method};
+use http::{header, HeaderMap, HeaderName, Method};
 
 use super::headers::append_x_forwarded_for;
 use super::upstream::{Upstream, UpstreamError, UpstreamIo};
 use crate::spdy::upgrade::{upgrade, UpgradeError, UpgradeRequest, Upgraded};
-use crate::translate::subprotocol::BearerToken;
 
 /// Why the upstream SPDY session could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +50,9 @@ const NOT_FORWARDED: &[HeaderName] = &[
 ];
 
 /// The end-to-end headers to send upstream: everything the client sent except its connection
-/// and handshake headers (Authorization, Impersonate-*, User-Agent … pass unchanged), the
-/// bearer token from the subprotocol list as `Authorization`, and `X-Forwarded-For`.
-pub fn upstream_headers(
-    client: &HeaderMap,
-    bearer: Option<&BearerToken>,
-    peer: SocketAddr,
-) -> HeaderMap {
+/// and handshake headers (Authorization, Impersonate-*, User-Agent … pass unchanged here; the
+/// auth mode rewrites them next), and `X-Forwarded-For`.
+pub fn upstream_headers(client: &HeaderMap, peer: SocketAddr) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(client.len() + 1);
     let named_in_connection: Vec<String> = client
         .get_all(header::CONNECTION)
@@ -78,11 +73,6 @@ pub fn upstream_headers(
             continue;
         }
         out.append(name.clone(), value.clone());
-    }
-    if let Some(token) = bearer {
-        if let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
-            out.insert(header::AUTHORIZATION, v);
-        }
     }
     append_x_forwarded_for(&mut out, peer.ip());
     out

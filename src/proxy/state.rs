@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::auth::Authenticator;
 use super::metrics::Metrics;
 use super::sessions::Sessions;
 use super::upstream::{HttpClient, Upstream};
@@ -31,6 +32,8 @@ pub struct ProxyState {
     pub metrics: Metrics,
     /// Running streaming sessions: admission (`--max-sessions`) and drain signals.
     pub sessions: Arc<Sessions>,
+    /// Who callers are and what the upstream is told (`--auth-mode`).
+    pub auth: Authenticator,
 }
 
 impl ProxyState {
@@ -49,6 +52,7 @@ impl ProxyState {
             tls: None,
             metrics: Metrics::new(),
             sessions: Sessions::new(None),
+            auth: Authenticator::passthrough(),
         }
     }
 }

@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tracing::{info, warn};
 
+use super::auth::Caller;
 use super::forward::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
 use super::sessions::{next_session_id, SessionSlot};
@@ -21,7 +22,6 @@ use super::websocket::{socket_config, switching_protocols, upgraded, validate};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::parse_pod_subresource;
 use crate::translate::protocol::TUNNEL_PREFIX;
-use crate::translate::subprotocol::BearerToken;
 use crate::translate::tunnel::{self, TunnelEnd};
 
 /// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names.
@@ -29,7 +29,7 @@ pub async fn handle(
     state: Arc<ProxyState>,
     mut req: Request<Incoming>,
     peer: SocketAddr,
-    bearer: Option<BearerToken>,
+    caller: Caller,
     protocols: Vec<String>,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
@@ -49,7 +49,8 @@ pub async fn handle(
         .path_and_query()
         .map(|pq| pq.as_str().to_owned())
         .unwrap_or_else(|| req.uri().path().to_owned());
-    let headers = upstream_headers(req.headers(), bearer.as_ref(), peer);
+    let mut headers = upstream_headers(req.headers(), peer);
+    state.auth.apply(&caller, &mut headers);
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
         return failure(
             StatusCode::BAD_REQUEST,
@@ -81,6 +82,7 @@ pub async fn handle(
         .map(|p| format!("{TUNNEL_PREFIX}{p}"));
     let ws_config = socket_config(state.max_message_size);
     let handshake_timeout = state.handshake_timeout;
+    let user = caller.user().map(str::to_owned);
     tokio::spawn(async move {
         let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
             Ok(ws) => ws,
@@ -109,6 +111,7 @@ pub async fn handle(
         info!(
             session = next_session_id(),
             verb = "portforward",
+            user = user.as_deref().unwrap_or(""),
             namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
             pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
             outcome = result.label(),

@@ -43,15 +43,55 @@ pub enum UpstreamError {
     Tls { addr: String, source: io::Error },
 }
 
+/// PEM material: a file, or inline bytes (a kubeconfig's `*-data` fields).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Pem {
+    /// Read from this file when the connector is built.
+    File(PathBuf),
+    /// Given inline.
+    Data(Vec<u8>),
+}
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Inline data may be a private key: never printed.
+        match self {
+            Pem::File(p) => write!(f, "Pem::File({})", p.display()),
+            Pem::Data(d) => write!(f, "Pem::Data({} bytes)", d.len()),
+        }
+    }
+}
+
+impl Pem {
+    fn describe(&self) -> String {
+        match self {
+            Pem::File(p) => p.display().to_string(),
+            Pem::Data(_) => "inline PEM data".to_owned(),
+        }
+    }
+
+    fn bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, UpstreamError> {
+        match self {
+            Pem::File(path) => std::fs::read(path)
+                .map(std::borrow::Cow::Owned)
+                .map_err(|source| UpstreamError::File {
+                    path: path.clone(),
+                    source,
+                }),
+            Pem::Data(d) => Ok(std::borrow::Cow::Borrowed(d)),
+        }
+    }
+}
+
 /// TLS options for the upstream connection.
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamTls {
-    /// PEM CA bundle; the web PKI roots when absent.
-    pub ca_file: Option<PathBuf>,
+    /// CA bundle; the web PKI roots when absent.
+    pub ca: Option<Pem>,
     /// Accept any certificate (insecure; warned about loudly).
     pub insecure_skip_verify: bool,
-    /// Client certificate and key (PEM) presented to the upstream.
-    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Client certificate chain and key presented to the upstream.
+    pub client_cert: Option<(Pem, Pem)>,
     /// Name to verify instead of the URL's host.
     pub server_name: Option<String>,
 }
@@ -206,12 +246,12 @@ fn client_config(
             .with_custom_certificate_verifier(Arc::new(insecure::AcceptAny(provider)))
     } else {
         let mut roots = rustls::RootCertStore::empty();
-        match &tls.ca_file {
-            Some(path) => {
-                let certs = read_certs(path)?;
+        match &tls.ca {
+            Some(pem) => {
+                let certs = read_certs(pem)?;
                 for cert in certs {
                     roots.add(cert).map_err(|e| {
-                        UpstreamError::TlsConfig(format!("{}: {e}", path.display()))
+                        UpstreamError::TlsConfig(format!("{}: {e}", pem.describe()))
                     })?;
                 }
             }
@@ -222,8 +262,8 @@ fn client_config(
     let mut config = match &tls.client_cert {
         Some((cert, key)) => {
             let chain = read_certs(cert)?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", key.display())))?;
+            let key = PrivateKeyDer::from_pem_slice(&key.bytes()?)
+                .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", key.describe())))?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| UpstreamError::TlsConfig(e.to_string()))?
@@ -234,15 +274,14 @@ fn client_config(
     Ok(config)
 }
 
-fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", path.display())))?
-        .collect();
-    let certs = certs.map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", path.display())))?;
+fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {
+    let bytes = pem.bytes()?;
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&bytes).collect();
+    let certs = certs.map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", pem.describe())))?;
     if certs.is_empty() {
         return Err(UpstreamError::TlsConfig(format!(
             "{}: no certificates found",
-            path.display()
+            pem.describe()
         )));
     }
     Ok(certs)

@@ -1,0 +1,266 @@
+//! `--config file.yaml`: every flag of the proxy, set from a YAML file.
+//!
+//! Keys are the long flag names (`upstream-ca-file: /etc/ca.pem`); a list sets a repeated
+//! flag, `true` sets a switch. Precedence, highest first: the command line, the environment
+//! (`KUBE_WS_PROXY_*`), the config file, the built-in defaults. A file value that conflicts
+//! with a flag given on the command line or in the environment (say `upstream:` in the file and
+//! `--kubeconfig` on the command line) gives way to it. Unknown keys are an error, so a typo
+//! never silently leaves a default in place.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
+use serde::Deserialize;
+
+use crate::cli::Cli;
+
+/// Why the command line and config file cannot be combined.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The command line itself (also `--help` and `--version`, which clap prints).
+    #[error(transparent)]
+    Cli(#[from] clap::Error),
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config file {path}: unknown key {key:?} (keys are the long flag names, e.g. upstream-ca-file)")]
+    UnknownKey { path: PathBuf, key: String },
+    #[error("config file {path}: key {key:?} takes a single value, not a list")]
+    NotAList { path: PathBuf, key: String },
+}
+
+/// One value in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Value {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+    List(Vec<Scalar>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl Scalar {
+    fn render(&self) -> String {
+        match self {
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(f) => f.to_string(),
+            Scalar::Text(s) => s.clone(),
+        }
+    }
+}
+
+/// Parses the command line, layering `--config` underneath it when given.
+pub fn parse_args<I, T>(argv: I) -> Result<Cli, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+    let matches = Cli::command().try_get_matches_from(&argv)?;
+    let config = match (
+        matches.subcommand_name(),
+        matches.get_one::<PathBuf>("config"),
+    ) {
+        (None, Some(path)) => path.clone(),
+        _ => return Ok(Cli::from_arg_matches(&matches)?),
+    };
+    let text = std::fs::read_to_string(&config).map_err(|source| ConfigError::Read {
+        path: config.clone(),
+        source,
+    })?;
+    let extra = file_args(&config, &text, &matches)?;
+    let mut all = argv;
+    all.extend(extra);
+    Ok(Cli::try_parse_from(all)?)
+}
+
+/// Whether an argument was set where the file must give way.
+fn set_above_file(matches: &ArgMatches, id: &str) -> bool {
+    matches!(
+        matches.value_source(id),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    )
+}
+
+/// The flags the file contributes: only those not set on the command line or in the
+/// environment, and not in conflict with one that is.
+fn file_args(path: &Path, text: &str, matches: &ArgMatches) -> Result<Vec<OsString>, ConfigError> {
+    let values: BTreeMap<String, Value> = if text.trim().is_empty() {
+        BTreeMap::new()
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?
+    };
+    let cmd = Cli::command();
+    let mut out = Vec::new();
+    for (key, value) in values {
+        let unknown = || ConfigError::UnknownKey {
+            path: path.to_owned(),
+            key: key.clone(),
+        };
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(key.as_str()))
+            .filter(|a| !matches!(a.get_id().as_str(), "config" | "help" | "version"))
+            .ok_or_else(unknown)?;
+        let id = arg.get_id().as_str();
+        if set_above_file(matches, id) {
+            continue;
+        }
+        let conflicting = cmd
+            .get_arg_conflicts_with(arg)
+            .iter()
+            .any(|other| set_above_file(matches, other.get_id().as_str()));
+        if conflicting {
+            continue;
+        }
+        let switch = matches!(arg.get_action(), ArgAction::SetTrue);
+        let flag = format!("--{key}");
+        let items = match value {
+            Value::Bool(on) if switch => {
+                if on {
+                    out.push(OsString::from(flag));
+                }
+                continue;
+            }
+            Value::List(items) if matches!(arg.get_action(), ArgAction::Append) => items,
+            Value::List(_) => {
+                return Err(ConfigError::NotAList {
+                    path: path.to_owned(),
+                    key,
+                })
+            }
+            Value::Bool(b) => vec![Scalar::Bool(b)],
+            Value::Int(i) => vec![Scalar::Int(i)],
+            Value::Float(f) => vec![Scalar::Float(f)],
+            Value::Text(s) => vec![Scalar::Text(s)],
+        };
+        for item in items {
+            out.push(OsString::from(format!("{flag}={}", item.render())));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::proxy::auth::AuthMode;
+
+    fn with_file(yaml: &str, args: &[&str]) -> Result<Cli, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let mut argv = vec![
+            "kube-ws-proxy".to_owned(),
+            format!("--config={}", path.display()),
+        ];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        parse_args(argv)
+    }
+
+    #[test]
+    fn file_sets_flags_and_the_command_line_wins() {
+        let yaml = "# comment\nupstream: https://10.0.0.1:6443\nlisten: 0.0.0.0:8443\n\
+                    drain-timeout: 45s\nmax-sessions: 100\nauth-mode: impersonate\n\
+                    upstream-insecure-skip-tls-verify: true\n";
+        let cli = with_file(yaml, &["--listen", "127.0.0.1:9000"]).unwrap();
+        let s = cli.serve;
+        assert_eq!(s.upstream.as_deref(), Some("https://10.0.0.1:6443"));
+        assert_eq!(s.listen.to_string(), "127.0.0.1:9000");
+        assert_eq!(s.drain_timeout, Duration::from_secs(45));
+        assert_eq!(s.max_sessions, Some(100));
+        assert_eq!(s.auth_mode, AuthMode::Impersonate);
+        assert!(s.upstream_insecure_skip_tls_verify);
+    }
+
+    #[test]
+    fn conflicting_file_value_gives_way() {
+        let cli = with_file("upstream: https://a:6443\n", &["--kubeconfig", "/tmp/kc"]).unwrap();
+        assert_eq!(cli.serve.upstream, None);
+        assert_eq!(cli.serve.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+    }
+
+    #[test]
+    fn false_switch_and_empty_file() {
+        let cli = with_file("in-cluster: false\nupstream: http://a\n", &[]).unwrap();
+        assert!(!cli.serve.in_cluster);
+        let cli = with_file("", &["--upstream", "http://b"]).unwrap();
+        assert_eq!(cli.serve.upstream.as_deref(), Some("http://b"));
+    }
+
+    #[test]
+    fn mistakes_are_reported() {
+        assert!(matches!(
+            with_file("upstreem: http://a\n", &[]),
+            Err(ConfigError::UnknownKey { .. })
+        ));
+        assert!(matches!(
+            with_file("config: other.yaml\n", &[]),
+            Err(ConfigError::UnknownKey { .. })
+        ));
+        assert!(matches!(
+            with_file("listen: [a, b]\n", &[]),
+            Err(ConfigError::NotAList { .. })
+        ));
+        assert!(matches!(
+            with_file("upstream: [\n", &[]),
+            Err(ConfigError::Parse { .. })
+        ));
+        // Values go through the same parsers as flags.
+        assert!(matches!(
+            with_file("drain-timeout: soon\n", &[]),
+            Err(ConfigError::Cli(_))
+        ));
+        assert!(matches!(
+            parse_args(["kube-ws-proxy", "--config", "/nonexistent.yaml"]),
+            Err(ConfigError::Read { .. })
+        ));
+    }
+
+    #[test]
+    fn shipped_examples_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+                continue;
+            }
+            let argv = [
+                "kube-ws-proxy".to_owned(),
+                format!("--config={}", path.display()),
+            ];
+            if let Err(e) = parse_args(argv) {
+                panic!("{}: {e}", path.display());
+            }
+            seen += 1;
+        }
+        assert!(
+            seen >= 3,
+            "expected the three deployment examples in config/"
+        );
+    }
+}

@@ -1,0 +1,275 @@
+//! Who the caller is (`--auth-mode`) and what the upstream is told about it.
+//!
+//! - `passthrough`: the caller's credentials go upstream unchanged; a bearer token from the
+//!   WebSocket subprotocol list becomes `Authorization`. The proxy adds nothing of its own.
+//! - `impersonate`: the proxy authenticates the caller (client certificate, else a bearer token
+//!   checked by TokenReview) and calls upstream with its own credentials plus `Impersonate-*`.
+//! - `front-proxy`: as `impersonate`, but the identity travels in request-header authentication
+//!   (`X-Remote-User` …) on a connection made with the proxy's front-proxy client certificate.
+
+mod client_cert;
+mod identity;
+mod outbound;
+mod token_review;
+mod token_source;
+
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap};
+use http::{Response, StatusCode};
+
+pub use client_cert::{identity_from_certificate, ClientCertError};
+pub use identity::{Identity, IdentityError, AUTHENTICATED_GROUP};
+pub use outbound::{is_impersonation_header, FrontProxyHeaders, Outbound};
+pub use token_review::{Review, ReviewError, TokenReviewer};
+pub use token_source::TokenSource;
+
+use super::forward::ProxyBody;
+use super::status_response::failure;
+use crate::translate::subprotocol::BearerToken;
+
+/// How the proxy treats the caller's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthMode {
+    /// Forward the caller's own credentials; the proxy adds none.
+    #[default]
+    Passthrough,
+    /// Authenticate the caller, then impersonate it with the proxy's credentials.
+    Impersonate,
+    /// Authenticate the caller, then assert it with request-header authentication.
+    FrontProxy,
+}
+
+/// The caller of one request, as far as the upstream needs to know.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// Passthrough: whatever credentials the request carries, plus a subprotocol token.
+    Passthrough { bearer: Option<BearerToken> },
+    /// An authenticated identity (impersonate and front-proxy modes).
+    Identified(Arc<Identity>),
+}
+
+impl Caller {
+    /// The authenticated user, if the proxy authenticated the caller.
+    pub fn user(&self) -> Option<&str> {
+        match self {
+            Caller::Passthrough { .. } => None,
+            Caller::Identified(id) => Some(id.user()),
+        }
+    }
+}
+
+/// Why a request is refused before anything is forwarded.
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    #[error("Unauthorized")]
+    Unauthenticated,
+    #[error("kube-ws-proxy does not accept Impersonate-* headers in impersonate mode: it impersonates the authenticated caller itself")]
+    ImpersonationHeaders,
+    #[error("kube-ws-proxy cannot authenticate the request: {0}")]
+    Unavailable(#[from] ReviewError),
+}
+
+impl Rejection {
+    /// The Kubernetes Status answer.
+    pub fn response(&self) -> Response<ProxyBody> {
+        let (code, reason) = match self {
+            Rejection::Unauthenticated => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            Rejection::ImpersonationHeaders => (StatusCode::FORBIDDEN, "Forbidden"),
+            Rejection::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
+        };
+        failure(code, reason, self.to_string())
+    }
+
+    /// A bounded label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Rejection::Unauthenticated => "unauthenticated",
+            Rejection::ImpersonationHeaders => "impersonation_headers",
+            Rejection::Unavailable(_) => "authentication_unavailable",
+        }
+    }
+}
+
+/// Authenticates callers and writes what the upstream must know.
+#[derive(Debug)]
+pub struct Authenticator {
+    mode: AuthMode,
+    reviewer: Option<TokenReviewer>,
+    outbound: Outbound,
+}
+
+impl Authenticator {
+    /// Passthrough: no authentication, no credentials added.
+    pub fn passthrough() -> Self {
+        Authenticator {
+            mode: AuthMode::Passthrough,
+            reviewer: None,
+            outbound: Outbound {
+                mode: AuthMode::Passthrough,
+                token: None,
+                front_proxy: FrontProxyHeaders::default(),
+            },
+        }
+    }
+
+    /// An authenticator for `mode`. `reviewer` checks bearer tokens (without it only client
+    /// certificates authenticate); `token` is the proxy's own bearer token for impersonation.
+    pub fn new(
+        mode: AuthMode,
+        reviewer: Option<TokenReviewer>,
+        token: Option<Arc<TokenSource>>,
+        front_proxy: FrontProxyHeaders,
+    ) -> Self {
+        Authenticator {
+            mode,
+            reviewer,
+            outbound: Outbound {
+                mode,
+                token: if mode == AuthMode::Impersonate {
+                    token
+                } else {
+                    None
+                },
+                front_proxy,
+            },
+        }
+    }
+
+    /// The configured mode.
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    /// Decides who the caller is. `bearer` is the subprotocol token (WebSocket requests);
+    /// `certificate` the identity of a verified client certificate on this connection.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        bearer: Option<BearerToken>,
+        certificate: Option<&Arc<Identity>>,
+    ) -> Result<Caller, Rejection> {
+        if self.mode == AuthMode::Passthrough {
+            return Ok(Caller::Passthrough { bearer });
+        }
+        if self.mode == AuthMode::Impersonate && headers.keys().any(is_impersonation_header) {
+            return Err(Rejection::ImpersonationHeaders);
+        }
+        // The API server's order: a client certificate first, then tokens.
+        if let Some(id) = certificate {
+            return Ok(Caller::Identified(id.clone()));
+        }
+        let header_token = bearer_from_authorization(headers);
+        let token = match (&bearer, header_token) {
+            (Some(b), _) => b.expose(),
+            (None, Some(t)) => t,
+            (None, None) => return Err(Rejection::Unauthenticated),
+        };
+        let Some(reviewer) = &self.reviewer else {
+            return Err(Rejection::Unauthenticated);
+        };
+        match reviewer.review(token).await? {
+            Review::Authenticated(id) => Ok(Caller::Identified(Arc::new(id))),
+            Review::Rejected => Err(Rejection::Unauthenticated),
+        }
+    }
+
+    /// Rewrites upstream request headers for `caller`.
+    pub fn apply(&self, caller: &Caller, headers: &mut HeaderMap) {
+        self.outbound.apply(caller, headers);
+    }
+}
+
+/// The token of an `Authorization: Bearer …` header.
+fn bearer_from_authorization(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn alice() -> Arc<Identity> {
+        Arc::new(Identity::new("alice", vec!["dev".into()], BTreeMap::new()).unwrap())
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn passthrough_authenticates_nobody() {
+        let auth = Authenticator::passthrough();
+        let caller = block_on(auth.authenticate(&HeaderMap::new(), None, None)).unwrap();
+        assert!(matches!(caller, Caller::Passthrough { bearer: None }));
+    }
+
+    #[test]
+    fn certificate_identifies_the_caller() {
+        for mode in [AuthMode::Impersonate, AuthMode::FrontProxy] {
+            let auth = Authenticator::new(mode, None, None, FrontProxyHeaders::default());
+            let caller =
+                block_on(auth.authenticate(&HeaderMap::new(), None, Some(&alice()))).unwrap();
+            assert_eq!(caller.user(), Some("alice"));
+        }
+    }
+
+    #[test]
+    fn no_credentials_is_unauthenticated() {
+        let auth = Authenticator::new(
+            AuthMode::Impersonate,
+            None,
+            None,
+            FrontProxyHeaders::default(),
+        );
+        let err = block_on(auth.authenticate(&HeaderMap::new(), None, None)).unwrap_err();
+        assert!(matches!(err, Rejection::Unauthenticated));
+        assert_eq!(err.response().status(), StatusCode::UNAUTHORIZED);
+        // A token but no way to review it: still unauthenticated, never forwarded as is.
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+        assert!(matches!(
+            block_on(auth.authenticate(&h, None, None)),
+            Err(Rejection::Unauthenticated)
+        ));
+    }
+
+    #[test]
+    fn impersonation_headers_are_refused_in_impersonate_mode_only() {
+        let mut h = HeaderMap::new();
+        h.insert("impersonate-user", "root".parse().unwrap());
+        let auth = Authenticator::new(
+            AuthMode::Impersonate,
+            None,
+            None,
+            FrontProxyHeaders::default(),
+        );
+        let err = block_on(auth.authenticate(&h, None, Some(&alice()))).unwrap_err();
+        assert_eq!(err.response().status(), StatusCode::FORBIDDEN);
+        let auth = Authenticator::new(
+            AuthMode::FrontProxy,
+            None,
+            None,
+            FrontProxyHeaders::default(),
+        );
+        assert!(block_on(auth.authenticate(&h, None, Some(&alice()))).is_ok());
+    }
+
+    #[test]
+    fn authorization_header_parsing() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "bearer  tok ".parse().unwrap());
+        assert_eq!(bearer_from_authorization(&h), Some("tok"));
+        h.insert(header::AUTHORIZATION, "Basic dTpw".parse().unwrap());
+        assert_eq!(bearer_from_authorization(&h), None);
+    }
+}
