@@ -72,7 +72,6 @@ fn bad_offers(protocol: &str) -> Vec<(&'static str, String)> {
             "token not UTF-8",
             format!("{}__4, {protocol}", bearer::PREFIX),
         ),
-        ("empty token", format!("{}, {protocol}", bearer::PREFIX)),
         ("a bearer entry alone", good.clone()),
     ]
 }

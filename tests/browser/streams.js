@@ -147,14 +147,16 @@ async function followLog() {
   let logText = '';
   let binaryMessages = 0;
   await new Promise((resolve, reject) => {
-    s.ws.onmessage = (ev) => {
-      if (typeof ev.data !== 'string') {
+    const take = (m) => {
+      if (typeof m !== 'string') {
         binaryMessages++;
         return;
       }
-      logText += text.decode(fromBase64(ev.data));
+      logText += text.decode(fromBase64(m));
       if (logText.split('\n').length > want) resolve();
     };
+    s.messages.splice(0).forEach(take);
+    s.ws.onmessage = (ev) => take(ev.data);
     s.closed.then((c) => reject(new Error(`log ended early (code ${c.code}): ${logText}`)));
   });
   s.ws.close(1000, 'enough');
