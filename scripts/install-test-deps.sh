@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh machine: the Go toolchain and spdystream (the
-# foreign SPDY/3.1 peer), and the Python Kubernetes client. kubectl 1.27–1.33 come with the
+# foreign SPDY/3.1 peer), the Python Kubernetes client, headless Chromium (the browser test) and
+# the JavaScript Kubernetes client (tests/node). kubectl 1.27–1.33 and Node.js 20 come with the
 # machine image. Also kubernetes-validate for the deployment manifests. Safe to run repeatedly.
 set -euo pipefail
 
@@ -8,6 +9,9 @@ need_apt=()
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/docker/spdystream ] || [ -d /usr/share/gocode/src/github.com/moby/spdystream ] \
   || need_apt+=(golang-github-docker-spdystream-dev)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# Only if the image lacks it: the Node test needs Node.js >= 20.18 (undici 7).
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -22,4 +26,10 @@ fi
 # Schema validation of the deployment manifests (schemas ship inside the package).
 if ! "$PYTHON" -c 'import kubernetes_validate' >/dev/null 2>&1; then
   "$PYTHON" -m pip install --quiet 'kubernetes-validate>=1.33'
+fi
+
+# The JavaScript client and its dependencies, exactly as locked.
+node_project="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
+if [ ! -d "$node_project/node_modules" ]; then
+  (cd "$node_project" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -70,3 +70,40 @@ pub fn write_kubeconfig(dir: &Path, server: &str, token: Option<&str>) -> PathBu
     std::fs::write(&path, kube_ws_proxy::demo::kubeconfig(server, token)).unwrap();
     path
 }
+
+/// The first executable called `name` on PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|p| p.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Chromium for headless runs: `$CHROMIUM`, else `chromium` (Debian) or `chromium-browser` on
+/// PATH.
+pub fn chromium() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    on_path("chromium").or_else(|| on_path("chromium-browser"))
+}
+
+/// The Node test project (`tests/node`, see `scripts/install-test-deps.sh`).
+pub fn node_project() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node")
+}
+
+/// `node` (`$NODE`, else on PATH), provided `tests/node` has its dependencies installed
+/// (the official JavaScript client among them).
+pub fn node_with_client_node() -> Option<PathBuf> {
+    let installed = node_project()
+        .join("node_modules/@kubernetes/client-node/package.json")
+        .is_file();
+    if !installed {
+        return None;
+    }
+    match std::env::var("NODE") {
+        Ok(path) => Some(PathBuf::from(path)),
+        Err(_) => on_path("node"),
+    }
+}

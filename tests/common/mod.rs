@@ -1,10 +1,14 @@
 //! Shared helpers for the end-to-end tests: locating real clients, running the proxy binary,
-//! the SPDY-dropping middlebox, and running programs under a pseudo-terminal.
+//! the SPDY-dropping middlebox, running programs under a pseudo-terminal, and headless
+//! Chromium with the server of its test page.
 #![allow(dead_code)]
 
+pub mod bearer;
+pub mod browser;
 pub mod clients;
 pub mod harness;
 pub mod middlebox;
+pub mod page_server;
 pub mod pod_server;
 pub mod proxy_process;
 pub mod pty;

@@ -1,0 +1,200 @@
+//! A real browser (headless Chromium) through kube-ws-proxy into the simulated SPDY-only
+//! cluster, as a web dashboard uses it: the token can only travel as the
+//! `base64url.bearer.authorization.k8s.io.` subprotocol entry. The page (tests/browser/) runs
+//! one scenario and POSTs what it saw to the test's own page server:
+//!
+//! * v5 exec (translated to SPDY): stdin, the CLOSE signal, stdout, stderr, the exit code;
+//! * `base64.channel.k8s.io` exec (relayed): text frames both ways;
+//! * a followed pod log over `base64.binary.k8s.io` (relayed), closed by the page.
+//!
+//! The browser goes through the SPDY-dropping gateway, and the cluster demands the token on
+//! every request.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::bearer::{self, Carrier};
+use common::browser::Browser;
+use common::clients::{chromium, require};
+use common::harness::Harness;
+use common::page_server::PageServer;
+use kube_ws_proxy::sim::{SeenRequest, SessionKind, SimConfig, SimEvent};
+use serde_json::Value;
+
+/// Standard base64 of these bytes has `+` and `/`, and the length needs padding, so the page
+/// must really produce unpadded base64url.
+const TOKEN: &str = "browser-t0ken~~~???x";
+const EXEC_PATH: &str = "/api/v1/namespaces/default/pods/web/exec";
+const LOG_PATH: &str = "/api/v1/namespaces/default/pods/web/log";
+const T: Duration = Duration::from_secs(45);
+
+/// Everything one scenario leaves behind.
+struct Run {
+    h: Harness,
+    result: Value,
+}
+
+/// Runs `scenario` of the page against a fresh cluster, proxy and gateway; `None` when
+/// Chromium is missing (outside CI).
+async fn run_page(scenario: &str) -> Option<Run> {
+    let chromium = require("chromium", chromium())?;
+    let sim = SimConfig {
+        require_bearer_token: Some(TOKEN.into()),
+        ..SimConfig::default()
+    };
+    let h = Harness::start_with(sim, &[]).await;
+    let mut pages =
+        PageServer::start(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")).await;
+    let mut url = url::Url::parse(&format!("http://{}/index.html", pages.addr)).unwrap();
+    url.query_pairs_mut()
+        .append_pair("proxy", &h.middlebox.addr.to_string())
+        .append_pair("token", TOKEN)
+        .append_pair("scenario", scenario);
+    let browser = Browser::open(&chromium, url.as_str());
+    let Some(report) = pages.next_result(T).await else {
+        panic!(
+            "the page reported nothing for {scenario}; chromium said:\n{}",
+            browser.stderr()
+        );
+    };
+    drop(browser);
+    assert_eq!(report["scenario"], scenario, "{report}");
+    assert_eq!(report["ok"], true, "the page failed: {}", report["error"]);
+    assert!(
+        h.middlebox.websockets() > 0,
+        "no WebSocket reached the proxy"
+    );
+    assert_eq!(h.middlebox.dropped(), 0);
+    Some(Run {
+        h,
+        result: report["result"].clone(),
+    })
+}
+
+/// The upstream requests for `path`, each checked to carry the token one way or the other.
+fn upstream_requests(h: &Harness, path: &str) -> Vec<(SeenRequest, Carrier)> {
+    let seen: Vec<_> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == path)
+        .map(|r| {
+            let how = bearer::carrier(&r, TOKEN);
+            (r, how)
+        })
+        .collect();
+    assert!(!seen.is_empty(), "the cluster saw no request for {path}");
+    for (r, how) in &seen {
+        assert_ne!(*how, Carrier::Missing, "no token upstream: {r:?}");
+    }
+    seen
+}
+
+async fn wait_exit_code(h: &Harness, code: i32) {
+    let exited = h
+        .sim
+        .wait_for_event(
+            T,
+            |e| matches!(e, SimEvent::ProcessExited { exit_code: Some(c), .. } if *c == code),
+        )
+        .await;
+    assert!(exited.is_some(), "no process exited with {code}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v5_exec_with_bearer_subprotocol_is_translated() {
+    let Some(Run { h, result: r }) = run_page("v5-exec").await else {
+        return;
+    };
+    // The bearer entry is consumed, never echoed.
+    assert_eq!(r["protocol"], "v5.channel.k8s.io", "{r}");
+    assert_eq!(
+        r["firstMessage"],
+        serde_json::json!([1]),
+        "ready message: {r}"
+    );
+    // `cat` only ends on EOF: the CLOSE signal reached the process as end of stdin.
+    assert_eq!(r["stdout"], "hello from the browser\n", "{r}");
+    assert_eq!(r["stderr"], "to-stderr\n", "{r}");
+    assert_eq!(r["status"]["status"], "Failure", "{r}");
+    assert_eq!(r["status"]["reason"], "NonZeroExitCode", "{r}");
+    assert_eq!(r["exitCode"], 3, "{r}");
+    assert_eq!(r["close"]["code"], 1000, "{r}");
+    wait_exit_code(&h, 3).await;
+
+    // Translated: the cluster saw only SPDY for exec, with the token as a header.
+    for (req, how) in upstream_requests(&h, EXEC_PATH) {
+        let upgrade = req.header("upgrade").unwrap_or_default().to_owned();
+        assert!(
+            upgrade.starts_with("SPDY/3.1"),
+            "not SPDY upstream: {req:?}"
+        );
+        assert_eq!(how, Carrier::Header, "{req:?}");
+        assert!(!bearer::offers_entry(&req), "{req:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn base64_channel_exec_with_bearer_subprotocol_is_relayed() {
+    let Some(Run { h, result: r }) = run_page("base64-exec").await else {
+        return;
+    };
+    assert_eq!(r["protocol"], "base64.channel.k8s.io", "{r}");
+    assert_eq!(r["firstMessage"], "1", "ready message: {r}");
+    assert_eq!(r["stdout"], "got:hello from the browser\n", "{r}");
+    assert_eq!(r["stderr"], "to-stderr\n", "{r}");
+    // Legacy protocols report failures as text on channel 3.
+    let status = r["status"].as_str().unwrap_or_default();
+    assert!(status.contains("exit code 3"), "{r}");
+    assert_eq!(r["close"]["code"], 1000, "{r}");
+    wait_exit_code(&h, 3).await;
+
+    // Relayed: the cluster served the WebSocket itself and got the token.
+    for (req, _) in upstream_requests(&h, EXEC_PATH) {
+        assert_eq!(req.header("upgrade"), Some("websocket"), "{req:?}");
+        let offered = req.header("sec-websocket-protocol").unwrap_or_default();
+        assert!(offered.contains("base64.channel.k8s.io"), "{req:?}");
+    }
+    let started = h
+        .sim
+        .wait_for_event(T, |e| {
+            matches!(e, SimEvent::SessionStarted { kind: SessionKind::Exec, protocol, .. }
+                if protocol == "base64.channel.k8s.io")
+        })
+        .await;
+    assert!(started.is_some(), "{:?}", h.sim.events());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followed_log_over_base64_binary_with_bearer_subprotocol() {
+    let Some(Run { h, result: r }) = run_page("log").await else {
+        return;
+    };
+    assert_eq!(r["protocol"], "base64.binary.k8s.io", "{r}");
+    assert_eq!(
+        r["binaryMessages"], 0,
+        "base64.binary.k8s.io is text only: {r}"
+    );
+    let want: Vec<String> = (1..=12).map(|n| format!("log line {n}")).collect();
+    assert_eq!(r["lines"], serde_json::json!(want), "{r}");
+
+    for (req, _) in upstream_requests(&h, LOG_PATH) {
+        assert_eq!(req.header("upgrade"), Some("websocket"), "{req:?}");
+        assert_eq!(
+            req.query.as_deref(),
+            Some("follow=true"),
+            "the query must reach the cluster unchanged"
+        );
+    }
+    // The page's close went through the proxy: the cluster stopped following.
+    let ended = h
+        .sim
+        .wait_for_event(
+            T,
+            |e| matches!(e, SimEvent::SessionEnded { reason, .. } if reason == "client gone"),
+        )
+        .await;
+    assert!(ended.is_some(), "{:?}", h.sim.events());
+}
