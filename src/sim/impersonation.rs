@@ -44,7 +44,11 @@ pub(crate) fn apply(
     caller: &SimIdentity,
     headers: &HeaderMap,
 ) -> Result<Option<SimIdentity>, ImpersonationError> {
-    let user = headers.get(USER_HEADER).and_then(|v| v.to_str().ok());
+    // An empty user header is no request to impersonate, as in kube-apiserver.
+    let user = headers
+        .get(USER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|u| !u.is_empty());
     let groups: Vec<String> = headers
         .get_all(GROUP_HEADER)
         .iter()
@@ -124,7 +128,7 @@ mod tests {
 
     #[test]
     fn groups_without_user_are_a_bad_request() {
-        let h = headers(&[("impersonate-group", "g1")]);
+        let h = headers(&[("impersonate-user", ""), ("impersonate-group", "g1")]);
         let e = apply(&["bob".into()], &bob(), &h).unwrap_err();
         assert_eq!(e.status().1, 400);
         assert!(
