@@ -33,7 +33,8 @@ pub enum Command {
     /// print kubectl commands to try.
     Demo(DemoArgs),
     /// Run only the simulated SPDY-only cluster (an old API server + kubelet on loopback).
-    SimCluster(SimArgs),
+    /// Boxed: its many flags would make every `Command` large.
+    SimCluster(Box<SimArgs>),
 }
 
 /// Flags of the proxy itself.
@@ -242,15 +243,48 @@ pub struct DemoArgs {
     pub kubeconfig: PathBuf,
 }
 
-/// Flags of `sim-cluster`.
+/// Flags of `sim-cluster`. Authentication flags are named like kube-apiserver's; with any of
+/// `--require-token`, `--token-user`, `--client-ca-file` or `--requestheader-client-ca-file`
+/// every request must authenticate (else 401).
 #[derive(Debug, Args)]
 pub struct SimArgs {
     /// Loopback address of the simulated cluster.
     #[arg(long, default_value = "127.0.0.1:6443")]
     pub listen: SocketAddr,
-    /// Require this bearer token on every request.
+    /// Require a bearer token on every request; this one authenticates as user `sim-user`.
     #[arg(long)]
     pub require_token: Option<String>,
+    /// A bearer token and its user: `TOKEN=NAME[:GROUP,GROUP...]`. Repeatable.
+    #[arg(long = "token-user", value_name = "TOKEN=NAME[:GROUPS]")]
+    pub token_users: Vec<crate::sim::SimUser>,
+    /// A user allowed to impersonate anyone (Impersonate-* headers). Repeatable.
+    #[arg(long = "impersonator", value_name = "NAME")]
+    pub impersonators: Vec<String>,
+    /// PEM serving certificate chain: serve HTTPS.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key for `--tls-cert-file`.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// PEM CA bundle: client certificates it signs authenticate (user = CN, groups = O).
+    #[arg(long, requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
+    /// PEM CA bundle of front proxies: a client certificate it signs makes the
+    /// request-header user headers count.
+    #[arg(long, requires = "tls_cert_file")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names a front-proxy certificate may have (comma list); empty: any.
+    #[arg(long, value_delimiter = ',', requires = "requestheader_client_ca_file")]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers naming the user behind a front proxy (comma list); the first non-empty counts.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers carrying the groups behind a front proxy (comma list).
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra attributes behind a front proxy (comma list).
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
 }
 
 /// How log lines are written.
@@ -305,6 +339,44 @@ mod tests {
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn sim_cluster_flags() {
+        let cli = Cli::try_parse_from([
+            "kube-ws-proxy",
+            "sim-cluster",
+            "--tls-cert-file",
+            "c.pem",
+            "--tls-private-key-file",
+            "k.pem",
+            "--requestheader-client-ca-file",
+            "fp.pem",
+            "--requestheader-allowed-names",
+            "front-proxy,aggregator",
+            "--token-user",
+            "t1=alice:dev,ops",
+            "--token-user",
+            "t2=bob",
+            "--impersonator",
+            "alice",
+        ])
+        .unwrap();
+        let Some(Command::SimCluster(a)) = cli.command else {
+            panic!("not sim-cluster");
+        };
+        assert_eq!(a.requestheader_allowed_names, ["front-proxy", "aggregator"]);
+        assert_eq!(a.requestheader_username_headers, ["X-Remote-User"]);
+        assert_eq!(a.requestheader_extra_headers_prefix, ["X-Remote-Extra-"]);
+        assert_eq!(a.token_users.len(), 2);
+        assert_eq!(a.token_users[0].groups, ["dev", "ops"]);
+        assert_eq!(a.impersonators, ["alice"]);
+        assert!(
+            Cli::try_parse_from(["kube-ws-proxy", "sim-cluster", "--client-ca-file", "x"]).is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["kube-ws-proxy", "sim-cluster", "--token-user", "x"]).is_err()
+        );
     }
 
     #[test]

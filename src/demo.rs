@@ -1,12 +1,12 @@
 //! `kube-ws-proxy demo`: the simulated SPDY-only cluster with the proxy in front of it, a
 //! kubeconfig pointing at the proxy, and commands to try.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
 use crate::cli::{DemoArgs, SimArgs};
-use crate::sim::{SimCluster, SimConfig};
+use crate::sim::{SimCluster, SimConfig, SimFrontProxy, SimTls};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -58,14 +58,55 @@ pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Runs only the simulated cluster until Ctrl-C.
-pub async fn run_sim(args: SimArgs) -> Result<(), BoxError> {
-    let sim = SimCluster::start(SimConfig {
+/// A `sim-cluster` flag file that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct SimFileError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+fn read_pem(path: &Path) -> Result<String, SimFileError> {
+    std::fs::read_to_string(path).map_err(|source| SimFileError {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The simulated cluster's configuration from `sim-cluster` flags (PEM files read now).
+pub fn sim_config(args: SimArgs) -> Result<SimConfig, SimFileError> {
+    let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some(SimTls {
+            cert_chain_pem: read_pem(cert)?,
+            private_key_pem: read_pem(key)?,
+            client_ca_pem: args.client_ca_file.as_deref().map(read_pem).transpose()?,
+        }),
+        _ => None,
+    };
+    let front_proxy = match &args.requestheader_client_ca_file {
+        Some(ca) => Some(SimFrontProxy {
+            requestheader_client_ca_pem: read_pem(ca)?,
+            allowed_names: args.requestheader_allowed_names,
+            username_headers: args.requestheader_username_headers,
+            group_headers: args.requestheader_group_headers,
+            extra_header_prefixes: args.requestheader_extra_headers_prefix,
+        }),
+        None => None,
+    };
+    Ok(SimConfig {
         listen: args.listen,
         require_bearer_token: args.require_token,
+        tls,
+        users: args.token_users,
+        impersonators: args.impersonators,
+        front_proxy,
         ..SimConfig::default()
     })
-    .await?;
+}
+
+/// Runs only the simulated cluster until Ctrl-C.
+pub async fn run_sim(args: SimArgs) -> Result<(), BoxError> {
+    let sim = SimCluster::start(sim_config(args)?).await?;
     println!("simulated SPDY-only cluster listening on {}", sim.url());
     crate::app::wait_for_signal().await;
     sim.shutdown().await;

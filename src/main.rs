@@ -28,7 +28,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         None => serve(cli.serve).await,
         Some(Command::Demo(args)) => kube_ws_proxy::demo::run(args).await,
-        Some(Command::SimCluster(args)) => kube_ws_proxy::demo::run_sim(args).await,
+        Some(Command::SimCluster(args)) => kube_ws_proxy::demo::run_sim(*args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::identity::SimIdentity;
 use super::process::{self, OutputSource, SpawnSpec, StdinSink};
 use super::status::Status;
 use super::{Inner, SessionKind, SimEvent};
@@ -41,6 +42,8 @@ pub(crate) struct Target {
     pub tty: bool,
     /// A `dying-*` pod: the transport drops the connection after the first output.
     pub dying: bool,
+    /// Who the request acted as; exec'd processes see it as `SIM_USER` / `SIM_GROUPS`.
+    pub user: SimIdentity,
 }
 
 /// The transport's ends of the session streams. A closed `stdin` channel is end of input.
@@ -82,6 +85,15 @@ fn env_for(inner: &Inner, target: &Target) -> Vec<(String, String)> {
     ]
 }
 
+/// The pod's environment plus who asked: the container's main process (attach) was not
+/// started by this caller, so only exec'd processes get `SIM_USER` and `SIM_GROUPS`.
+fn exec_env(inner: &Inner, target: &Target) -> Vec<(String, String)> {
+    let mut env = env_for(inner, target);
+    env.push(("SIM_USER".into(), target.user.name.clone()));
+    env.push(("SIM_GROUPS".into(), target.user.groups.join(",")));
+    env
+}
+
 async fn exec(
     inner: &Arc<Inner>,
     session: u64,
@@ -106,7 +118,7 @@ async fn exec(
     let spec = SpawnSpec {
         argv: target.command.clone(),
         cwd,
-        env: env_for(inner, target),
+        env: exec_env(inner, target),
         stdin: io.stdin.is_some(),
         stdout: io.stdout.is_some(),
         stderr: io.stderr.is_some() && !target.tty,

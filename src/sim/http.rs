@@ -1,24 +1,30 @@
-//! The API server front: accept loop, request log, authentication, routing, JSON reads and
-//! the checks an API server and kubelet make before a streaming upgrade.
+//! The API server front: accept loop (HTTP or HTTPS), request log, authentication and
+//! impersonation, routing, JSON reads and the checks an API server and kubelet make before a
+//! streaming upgrade.
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde_json::Value;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 
+use super::authn::{self, Authenticated};
 use super::exec::Target;
+use super::identity::SimIdentity;
+use super::impersonation;
 use super::kill::KillSwitch;
 use super::objects::{self, CONTAINERS};
+use super::peer_cert::PeerCert;
 use super::status::Status;
-use super::{logs, portforward, spdy, websocket, Inner, SeenRequest, SessionKind};
+use super::{logs, portforward, reviews, spdy, websocket, Inner, SeenRequest, SessionKind};
 
 /// Response body of every answer.
 pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -57,7 +63,7 @@ pub(crate) fn bare(status: StatusCode) -> Response<Body> {
     resp
 }
 
-fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
     let body = serde_json::to_vec(value).unwrap_or_default();
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
@@ -101,39 +107,98 @@ fn method_not_allowed(method: &Method) -> Response<Body> {
     )
 }
 
-fn bad_request(message: impl Into<String>) -> Response<Body> {
+pub(crate) fn bad_request(message: impl Into<String>) -> Response<Body> {
     status_response(&Status::api_error(400, "BadRequest", message), 400)
 }
 
-/// Accepts connections until the task is aborted; one HTTP/1.1 connection per task.
+/// Longest TLS handshake a client may take.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one connection tells about its client, shared by its requests.
+#[derive(Debug, Default)]
+pub(crate) struct Connection {
+    /// The verified client certificate, if one was presented.
+    pub peer: Option<PeerCert>,
+}
+
+/// Accepts connections until the task is aborted; one connection per task.
 pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let _ = tcp.set_nodelay(true);
-        let kill = KillSwitch::for_stream(&tcp);
+        tokio::spawn(serve_tcp(inner.clone(), tcp, peer));
+    }
+}
+
+/// Serves one TCP connection: plain HTTP/1.1, or TLS and then HTTP/1.1 or h2 by ALPN.
+async fn serve_tcp(inner: Arc<Inner>, tcp: TcpStream, peer: std::net::SocketAddr) {
+    // Made before any TLS wrapping: a `dying-*` pod cuts the TCP connection underneath.
+    let kill = KillSwitch::for_stream(&tcp);
+    let Some(tls) = &inner.tls else {
+        return serve_http(inner, kill, Connection::default(), tcp, false, peer).await;
+    };
+    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let (_, session) = stream.get_ref();
+    let h2 = session.alpn_protocol() == Some(b"h2");
+    let conn = Connection {
+        peer: session
+            .peer_certificates()
+            .and_then(|chain| tls.verifiers.classify(chain)),
+    };
+    serve_http(inner, kill, conn, stream, h2, peer).await;
+}
+
+async fn serve_http<S>(
+    inner: Arc<Inner>,
+    kill: KillSwitch,
+    conn: Connection,
+    io: S,
+    h2: bool,
+    peer: std::net::SocketAddr,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = Arc::new(conn);
+    let service = hyper::service::service_fn(move |req| {
         let inner = inner.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let inner = inner.clone();
-                let kill = kill.clone();
-                async move { Ok::<_, Infallible>(handle(inner, kill, req).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new());
-            let conn = builder
-                .serve_connection(TokioIo::new(tcp), service)
-                .with_upgrades();
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
+        let kill = kill.clone();
+        let conn = conn.clone();
+        async move { Ok::<_, Infallible>(handle(inner, kill, &conn, req).await) }
+    });
+    let result = if h2 {
+        // Plain API calls only: upgrades (SPDY, WebSocket) are HTTP/1.1, and clients that
+        // want them offer only http/1.1.
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .serve_connection(TokioIo::new(io), service)
+            .await
+    } else {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(TokioTimer::new());
+        builder
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades()
+            .await
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 
@@ -198,36 +263,6 @@ fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
 }
 
-/// Whether the request is authenticated (only checked when a token is configured).
-fn authenticated(inner: &Inner, headers: &HeaderMap) -> bool {
-    let Some(want) = &inner.config.require_bearer_token else {
-        return true;
-    };
-    let from_header = headers
-        .get_all(http::header::AUTHORIZATION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .filter_map(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        })
-        .any(|t| t == want);
-    if from_header {
-        return true;
-    }
-    let mut bearer = offered_subprotocols(headers)
-        .into_iter()
-        .filter_map(|p| p.strip_prefix(BEARER_PROTOCOL_PREFIX).map(str::to_string));
-    match (bearer.next(), bearer.next()) {
-        (Some(encoded), None) => base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(encoded.as_bytes())
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .is_some_and(|t| &t == want),
-        _ => false,
-    }
-}
-
 fn unauthorized() -> Response<Body> {
     status_response(&Status::api_error(401, "Unauthorized", "Unauthorized"), 401)
 }
@@ -251,7 +286,60 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("as=Table"))
 }
 
-async fn handle(inner: Arc<Inner>, kill: KillSwitch, req: Request<Incoming>) -> Response<Body> {
+/// The identity a request acts as.
+struct Effective {
+    user: SimIdentity,
+    impersonated: bool,
+}
+
+/// The outcome of authentication and impersonation for one request.
+struct Identified {
+    /// The caller as authenticated; `None`: 401.
+    authn: Option<Authenticated>,
+    /// Who to act as, or the refusal to answer with.
+    effective: Result<Effective, Response<Body>>,
+}
+
+/// Authenticates, then impersonates.
+fn identify(inner: &Inner, conn: &Connection, headers: &HeaderMap) -> Identified {
+    let Some(authn) = authn::authenticate(&inner.config, conn.peer.as_ref(), headers) else {
+        return Identified {
+            authn: None,
+            effective: Err(unauthorized()),
+        };
+    };
+    let effective =
+        match impersonation::apply(&inner.config.impersonators, &authn.identity, headers) {
+            Ok(Some(user)) => Ok(Effective {
+                user,
+                impersonated: true,
+            }),
+            Ok(None) => Ok(Effective {
+                user: authn.identity.clone(),
+                impersonated: false,
+            }),
+            Err(e) => {
+                let (status, code) = e.status();
+                Err(status_response(&status, code))
+            }
+        };
+    Identified {
+        authn: Some(authn),
+        effective,
+    }
+}
+
+async fn handle(
+    inner: Arc<Inner>,
+    kill: KillSwitch,
+    conn: &Connection,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let Identified { authn, effective } = identify(&inner, conn, req.headers());
+    let (user, impersonated) = match &effective {
+        Ok(e) => (Some(e.user.clone()), e.impersonated),
+        Err(_) => (None, false),
+    };
     inner.record_request(SeenRequest {
         method: req.method().to_string(),
         path: req.uri().path().to_string(),
@@ -266,10 +354,15 @@ async fn handle(inner: Arc<Inner>, kill: KillSwitch, req: Request<Incoming>) -> 
                 )
             })
             .collect(),
+        user,
+        authenticated_by: authn.as_ref().map(|a| a.by),
+        authenticated_user: authn.map(|a| a.identity),
+        impersonated,
     });
-    if !authenticated(&inner, req.headers()) {
-        return unauthorized();
-    }
+    let user = match effective {
+        Ok(e) => e.user,
+        Err(refusal) => return refusal,
+    };
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path
         .trim_start_matches('/')
@@ -293,6 +386,18 @@ async fn handle(inner: Arc<Inner>, kill: KillSwitch, req: Request<Incoming>) -> 
             &objects::api_versions(&inner.addr.to_string()),
         ),
         ["apis"] if is_read => json_response(StatusCode::OK, &objects::api_group_list()),
+        ["apis", "authentication.k8s.io"] if is_read => {
+            json_response(StatusCode::OK, &objects::authentication_group())
+        }
+        ["apis", "authentication.k8s.io", "v1"] if is_read => {
+            json_response(StatusCode::OK, &objects::authentication_v1_resources())
+        }
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if method == Method::POST => {
+            reviews::token_review(&inner, req).await
+        }
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
+            reviews::self_subject_review(&user)
+        }
         ["api", "v1"] if is_read => json_response(StatusCode::OK, &objects::core_v1_resources()),
         ["api", "v1", "namespaces"] if is_read => {
             let names = inner.namespaces();
@@ -342,7 +447,7 @@ async fn handle(inner: Arc<Inner>, kill: KillSwitch, req: Request<Incoming>) -> 
             if matches!(*sub, "exec" | "attach" | "portforward" | "log") =>
         {
             let (ns, pod, sub) = (ns.to_string(), pod.to_string(), sub.to_string());
-            subresource(inner, kill, req, &ns, &pod, &sub).await
+            subresource(inner, kill, req, &user, &ns, &pod, &sub).await
         }
         _ if is_known_path(&segments) => method_not_allowed(&method),
         _ => not_found(),
@@ -355,6 +460,10 @@ fn is_known_path(segments: &[&str]) -> bool {
         ["version"]
             | ["api"]
             | ["apis"]
+            | ["apis", "authentication.k8s.io"]
+            | ["apis", "authentication.k8s.io", "v1"]
+            | ["apis", "authentication.k8s.io", "v1", "tokenreviews"]
+            | ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
             | ["api", "v1"]
             | ["api", "v1", "namespaces"]
             | ["api", "v1", "pods"]
@@ -386,6 +495,7 @@ async fn subresource(
     inner: Arc<Inner>,
     kill: KillSwitch,
     req: Request<Incoming>,
+    user: &SimIdentity,
     ns: &str,
     pod: &str,
     sub: &str,
@@ -418,7 +528,8 @@ async fn subresource(
             _ => "pods/exec",
         };
         let message = format!(
-            "pods \"{pod}\" is forbidden: User \"system:anonymous\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\""
+            "pods \"{pod}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"",
+            user.name
         );
         return status_response(
             &Status::api_error(403, "Forbidden", message).with_object(pod, "pods"),
@@ -464,6 +575,7 @@ async fn subresource(
             stderr: query.flag("stderr") && !tty,
             tty,
             dying: pod.starts_with("dying-"),
+            user: user.clone(),
         };
         if !target.stdin && !target.stdout && !target.stderr {
             return text_response(

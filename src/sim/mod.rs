@@ -4,10 +4,17 @@
 //!
 //! # What it serves
 //!
+//! * Plain HTTP, or HTTPS with [`SimConfig::tls`] (rustls; ALPN `h2` for plain API calls and
+//!   `http/1.1`, which every upgrade below uses).
 //! * Discovery and reads, as JSON: `/version`, `/api`, `/apis`, `/api/v1`, namespaces, pods
 //!   (any pod name is a Running pod with containers `main` and `sidecar`; lists show `sim-pod`
 //!   plus every pod touched so far), `/healthz`, `/readyz`, `/livez`. Server-side printing
 //!   (`as=Table`) for pods and namespaces. Unknown paths → 404 Status.
+//! * `authentication.k8s.io/v1` (listed in `/apis`): `POST tokenreviews` answers (201) whether
+//!   `spec.token` is a known token and whose, and counts the reviews
+//!   ([`SimCluster::token_reviews`]); `POST selfsubjectreviews` answers (201) with the caller's
+//!   effective identity (`kubectl auth whoami`). Any authenticated caller may create both (no
+//!   RBAC here).
 //! * `pods/{pod}/exec` and `/attach` over **SPDY/3.1** (versions v4, v3, v2, v1 — never v5) and
 //!   over the **legacy WebSocket** protocols an old kubelet serves (`v4.channel.k8s.io`,
 //!   `v4.base64.channel.k8s.io`, `channel.k8s.io`, `base64.channel.k8s.io`, none). `v5` and
@@ -21,6 +28,30 @@
 //!   (`ports=`, `v4.channel.k8s.io`, `v4.base64.channel.k8s.io`, none): dials `127.0.0.1:<port>`.
 //! * `pods/{pod}/log`: plain (chunked) and WebSocket (`binary.k8s.io`, `base64.binary.k8s.io`);
 //!   lines `log line N`, N = 1..=10, and with `follow=true` one more line every 200 ms up to 300.
+//!
+//! # Authentication and impersonation
+//!
+//! Without any authenticator configured every request is `system:anonymous`
+//! (`system:unauthenticated`). With one (`require_bearer_token`, `users`, a client CA in
+//! `tls`, or `front_proxy`) each request is authenticated like kube-apiserver does it, first
+//! match wins, and otherwise answered 401 (a Status) on every path:
+//!
+//! 1. **Request-header** ([`SimFrontProxy`]): a client certificate that verifies against the
+//!    front-proxy CA (whose CN is allowed) plus a user header (`X-Remote-User`): groups from
+//!    `X-Remote-Group`, extras from `X-Remote-Extra-<key>`. Without the user header it does not
+//!    apply. `X-Remote-*` headers on any other connection are never trusted.
+//! 2. **x509**: a client certificate of the client CA: user = CN, groups = O values. Client
+//!    certificates are optional; one of an unknown CA fails the TLS handshake.
+//! 3. **Bearer token** (`Authorization` or the WebSocket bearer subprotocol entry): a
+//!    [`SimUser`], or `require_bearer_token` (user `sim-user`).
+//!
+//! Every authenticated user is also in `system:authenticated`. Then `Impersonate-User`,
+//! `-Group` and `-Extra-<key>`: allowed for the users in `impersonators` (the identity becomes
+//! the impersonated one), else 403 with kube-apiserver's wording; groups or extras without a
+//! user are a 400. Each [`SeenRequest`] records the effective user, the caller as
+//! authenticated, the authenticator and whether it was impersonated. Exec'd processes get
+//! `SIM_USER` and `SIM_GROUPS` (comma-joined) of the effective identity; `forbidden-*` pods name
+//! it in their 403.
 //!
 //! # Fault-injection pods (by name prefix, on exec, attach, portforward and log)
 //!
@@ -38,23 +69,29 @@
 //! exec in container: ... exec: "<cmd>": executable file not found in $PATH: unknown`
 //! (kubectl prints it and exits 1).
 
+mod authn;
 mod exec;
 mod http;
+mod identity;
+mod impersonation;
 mod kill;
 mod logs;
 mod objects;
+mod peer_cert;
 mod portforward;
 mod process;
 mod resize;
+mod reviews;
 mod spdy;
 mod status;
+mod tls;
 mod websocket;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -63,7 +100,13 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use authn::SimFrontProxy;
+pub use identity::{
+    AuthenticatedBy, SimIdentity, SimUser, SimUserParseError, ANONYMOUS_USER, AUTHENTICATED_GROUP,
+    REQUIRED_TOKEN_USER, UNAUTHENTICATED_GROUP,
+};
 pub use objects::{CONTAINERS, NODE_NAME};
+pub use tls::{SimTls, SimTlsError};
 
 /// How many requests and events are kept for inspection (oldest dropped first).
 const RECORD_LIMIT: usize = 10_000;
@@ -76,9 +119,17 @@ pub struct SimConfig {
     /// Root of the per-pod working directories. `None`: a fresh directory under the system
     /// temp dir, removed again by [`SimCluster::shutdown`].
     pub scratch_dir: Option<PathBuf>,
-    /// When set, every request must carry `Authorization: Bearer <token>` (or the WebSocket
-    /// bearer subprotocol entry); others get 401.
+    /// A bearer token (`Authorization: Bearer <token>` or the WebSocket bearer subprotocol
+    /// entry) that authenticates as user `sim-user`. Turns authentication on.
     pub require_bearer_token: Option<String>,
+    /// Serve HTTPS instead of HTTP; with a client CA, client certificates authenticate.
+    pub tls: Option<SimTls>,
+    /// Bearer tokens and the users they stand for. Turns authentication on when not empty.
+    pub users: Vec<SimUser>,
+    /// Users allowed to impersonate anyone (`Impersonate-*` headers); everyone else gets 403.
+    pub impersonators: Vec<String>,
+    /// Request-header (front-proxy) authentication; needs `tls`. Turns authentication on.
+    pub front_proxy: Option<SimFrontProxy>,
 }
 
 impl Default for SimConfig {
@@ -87,8 +138,25 @@ impl Default for SimConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             scratch_dir: None,
             require_bearer_token: None,
+            tls: None,
+            users: Vec::new(),
+            impersonators: Vec::new(),
+            front_proxy: None,
         }
     }
+}
+
+/// Why a [`SimCluster`] could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimStartError {
+    #[error("the simulated cluster only listens on loopback addresses, not {0}")]
+    NotLoopback(SocketAddr),
+    #[error("front-proxy authentication needs TLS (SimConfig::tls)")]
+    FrontProxyWithoutTls,
+    #[error(transparent)]
+    Tls(#[from] SimTlsError),
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 /// One HTTP request as the simulated cluster received it.
@@ -101,6 +169,15 @@ pub struct SeenRequest {
     pub query: Option<String>,
     /// All headers, names lowercase, in arrival order (`authorization` included).
     pub headers: Vec<(String, String)>,
+    /// Who the request acted as (the impersonated user, if any); `None` when it was refused
+    /// (401, or impersonation refused with 400/403).
+    pub user: Option<SimIdentity>,
+    /// The authenticator that accepted the caller; `None` for a 401.
+    pub authenticated_by: Option<AuthenticatedBy>,
+    /// The caller as authenticated, before impersonation; `None` for a 401.
+    pub authenticated_user: Option<SimIdentity>,
+    /// Whether `user` is an impersonated identity.
+    pub impersonated: bool,
 }
 
 impl SeenRequest {
@@ -185,6 +262,8 @@ pub(crate) struct Inner {
     pub started: SystemTime,
     pub scratch: PathBuf,
     pub shutdown: CancellationToken,
+    tls: Option<tls::TlsServing>,
+    token_reviews: AtomicUsize,
     next_session: AtomicU64,
     records: Mutex<Records>,
     notify: Notify,
@@ -202,6 +281,10 @@ struct Records {
 impl Inner {
     fn records(&self) -> MutexGuard<'_, Records> {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn count_token_review(&self) {
+        self.token_reviews.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn next_session(&self) -> u64 {
@@ -300,17 +383,25 @@ impl std::fmt::Debug for SimCluster {
 static SCRATCH_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl SimCluster {
-    /// Binds the listener and starts serving. Fails for a non-loopback `listen` address.
-    pub async fn start(config: SimConfig) -> io::Result<SimCluster> {
+    /// Binds the listener and starts serving. Fails for a non-loopback `listen` address and
+    /// for unusable TLS material.
+    pub async fn start(config: SimConfig) -> Result<SimCluster, SimStartError> {
         if !config.listen.ip().is_loopback() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "the simulated cluster only listens on loopback addresses, not {}",
-                    config.listen
-                ),
-            ));
+            return Err(SimStartError::NotLoopback(config.listen));
         }
+        let tls = match &config.tls {
+            Some(t) => Some(tls::serving(
+                t,
+                config
+                    .front_proxy
+                    .as_ref()
+                    .map(|f| f.requestheader_client_ca_pem.as_str()),
+            )?),
+            None if config.front_proxy.is_some() => {
+                return Err(SimStartError::FrontProxyWithoutTls)
+            }
+            None => None,
+        };
         let (scratch, owns_scratch) = match &config.scratch_dir {
             Some(dir) => (dir.clone(), false),
             None => {
@@ -336,6 +427,8 @@ impl SimCluster {
             started: SystemTime::now(),
             scratch,
             shutdown: CancellationToken::new(),
+            tls,
+            token_reviews: AtomicUsize::new(0),
             next_session: AtomicU64::new(0),
             records: Mutex::new(Records::default()),
             notify: Notify::new(),
@@ -355,9 +448,19 @@ impl SimCluster {
         self.inner.addr
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>`, or `https://…` with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.inner.addr)
+        let scheme = if self.inner.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.inner.addr)
+    }
+
+    /// How many TokenReviews were answered so far.
+    pub fn token_reviews(&self) -> usize {
+        self.inner.token_reviews.load(Ordering::Relaxed)
     }
 
     /// Root of the per-pod working directories.
@@ -370,18 +473,36 @@ impl SimCluster {
         self.inner.pod_dir(namespace, pod)
     }
 
-    /// A kubeconfig (YAML) pointing at this cluster, with the bearer token if one is required.
+    /// A kubeconfig (YAML) pointing at this cluster, with the required bearer token (else the
+    /// first configured user's token, if any). With TLS the serving chain is the
+    /// `certificate-authority-data` (Go's verifier accepts a pool member as the anchor).
     pub fn kubeconfig(&self) -> String {
-        let user = match &self.inner.config.require_bearer_token {
+        let config = &self.inner.config;
+        let token = config
+            .require_bearer_token
+            .as_deref()
+            .or_else(|| config.users.first().map(|u| u.token.as_str()));
+        let user = match token {
             Some(t) => format!(
                 "    token: \"{}\"\n",
                 t.replace('\\', "\\\\").replace('"', "\\\"")
             ),
             None => "    {}\n".to_string(),
         };
+        let ca = match &config.tls {
+            Some(t) => {
+                use base64::Engine;
+                format!(
+                    "    certificate-authority-data: {}\n",
+                    base64::engine::general_purpose::STANDARD.encode(&t.cert_chain_pem)
+                )
+            }
+            None => String::new(),
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\nusers:\n- name: sim\n  user:\n{}",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\n{}contexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n    namespace: default\ncurrent-context: sim\nusers:\n- name: sim\n  user:\n{}",
             self.url(),
+            ca,
             user
         )
     }

@@ -37,8 +37,38 @@ pub(crate) fn api_versions(server_addr: &str) -> Value {
     })
 }
 
+/// The one API group besides core: `authentication.k8s.io` (TokenReview, SelfSubjectReview).
+fn authentication_group_fields() -> Value {
+    let v1 = json!({"groupVersion": "authentication.k8s.io/v1", "version": "v1"});
+    json!({"name": "authentication.k8s.io", "versions": [v1.clone()], "preferredVersion": v1})
+}
+
 pub(crate) fn api_group_list() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [authentication_group_fields()]})
+}
+
+/// `/apis/authentication.k8s.io`.
+pub(crate) fn authentication_group() -> Value {
+    let mut group = authentication_group_fields();
+    if let Some(o) = group.as_object_mut() {
+        o.insert("kind".into(), "APIGroup".into());
+        o.insert("apiVersion".into(), "v1".into());
+    }
+    group
+}
+
+/// `/apis/authentication.k8s.io/v1`.
+pub(crate) fn authentication_v1_resources() -> Value {
+    let create = |name: &str, singular: &str, kind: &str| json!({"name": name, "singularName": singular, "namespaced": false, "kind": kind, "verbs": ["create"]});
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "authentication.k8s.io/v1",
+        "resources": [
+            create("selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview"),
+            create("tokenreviews", "tokenreview", "TokenReview")
+        ]
+    })
 }
 
 pub(crate) fn core_v1_resources() -> Value {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue, SEC_WEBSOCKET_PROTOCOL};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::identity::Identity;
 use super::token_source::TokenSource;
@@ -150,18 +151,16 @@ fn remove_prefixed(headers: &mut HeaderMap, prefix: &str) {
     }
 }
 
-/// Percent-encodes an extra key for a header name, as the API server expects (it decodes the
-/// rest of the header name after the prefix).
+/// Bytes of an extra key sent as they are; everything else is percent-encoded, as the API
+/// server expects (it decodes the rest of the header name after the prefix).
+const KEY_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 fn escape_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(key, KEY_UNRESERVED).to_string()
 }
 
 /// Drops bearer-token entries from `Sec-WebSocket-Protocol`, keeping the rest in order.
