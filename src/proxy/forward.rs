@@ -53,12 +53,29 @@ pub async fn forward(
             Response::from_parts(parts, body.boxed())
         }
         Err(e) => {
-            debug!(error = %e, "upstream request failed");
+            let cause = error_chain(&e);
+            debug!(error = %cause, "upstream request failed");
             failure(
                 StatusCode::BAD_GATEWAY,
                 "ServiceUnavailable",
-                format!("error trying to reach the upstream API server: {e}"),
+                format!("error trying to reach the upstream API server: {cause}"),
             )
         }
     }
+}
+
+/// An error with its causes (`client error (Connect): TLS handshake … failed: invalid peer
+/// certificate: UnknownIssuer`): the pooled client's own message alone names no cause.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
 }

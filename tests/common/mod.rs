@@ -9,6 +9,7 @@ pub mod clients;
 pub mod harness;
 pub mod middlebox;
 pub mod page_server;
+pub mod pki;
 pub mod pod_server;
 pub mod proxy_process;
 pub mod pty;

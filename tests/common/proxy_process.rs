@@ -25,18 +25,25 @@ impl Drop for ProxyProcess {
 impl ProxyProcess {
     /// Starts the proxy in front of `upstream` with extra flags.
     pub fn start(upstream: &str, extra: &[&str]) -> ProxyProcess {
+        let mut args = vec!["--upstream", upstream];
+        args.extend_from_slice(extra);
+        Self::launch(&args, &[])
+    }
+
+    /// Starts the proxy with exactly `args` (the upstream source among them) and extra
+    /// environment variables; listeners on free loopback ports, JSON logs.
+    pub fn launch(args: &[&str], env: &[(&str, &str)]) -> ProxyProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
             .args([
                 "--listen",
                 "127.0.0.1:0",
                 "--admin-listen",
                 "127.0.0.1:0",
-                "--upstream",
-                upstream,
                 "--log-format",
                 "json",
             ])
-            .args(extra)
+            .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,760 @@
+//! The production front door, end to end with kubectl 1.33: TLS on both legs (kubectl → TLS →
+//! proxy → TLS → the simulated cluster), exec, cp and port-forward with the caller's token seen
+//! upstream on every path; the impersonate and front-proxy auth modes with client-certificate
+//! and token (TokenReview) callers; the upstream from `--in-cluster` (with a rotating token) and
+//! from `--kubeconfig`; and bad input: unauthenticated callers, caller impersonation headers,
+//! untrusted and expired client certificates, a wrong upstream CA.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::clients::require_kubectl;
+use common::harness::{run, stderr, stdout};
+use common::pki::{kubeconfig, Ca, Leaf};
+use common::pod_server::PodServer;
+use common::proxy_process::ProxyProcess;
+use kube_ws_proxy::sim::{
+    AuthenticatedBy, SeenRequest, SimCluster, SimConfig, SimFrontProxy, SimTls, SimUser,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+const T: Duration = Duration::from_secs(60);
+/// A developer's token: the simulated cluster knows it as user `tina` in group `dev`.
+const TINA: &str = "tina-token-7d21";
+/// The proxy's own service-account token (and the one it rotates to).
+const PROXY_TOKEN: &str = "proxy-token-1-a9e0";
+const PROXY_TOKEN_ROTATED: &str = "proxy-token-2-44c3";
+const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
+/// The proxy's identity when it authenticates upstream with a client certificate.
+const PROXY_CERT_USER: &str = "kube-ws-proxy-cert";
+/// The CN of the front-proxy client certificate the cluster trusts.
+const FRONT_PROXY_CN: &str = "kube-ws-proxy";
+
+/// The simulated cluster behind TLS, its PKI, and a place for files.
+struct Door {
+    sim: SimCluster,
+    dir: tempfile::TempDir,
+    /// Signs the cluster's serving certificate and its users' client certificates.
+    cluster_ca: Ca,
+    cluster_ca_file: PathBuf,
+    /// Signs the proxy's serving certificate.
+    proxy_ca: Ca,
+    proxy_cert: (PathBuf, PathBuf),
+    /// Signs front-proxy client certificates (kube-apiserver's requestheader CA).
+    front_ca: Ca,
+}
+
+impl Door {
+    async fn new() -> Door {
+        let cluster_ca = Ca::new("cluster");
+        let proxy_ca = Ca::new("proxy");
+        let front_ca = Ca::new("front-proxy");
+        let serving = cluster_ca.server();
+        let mut front_proxy = SimFrontProxy::new(front_ca.pem.clone());
+        front_proxy.allowed_names = vec![FRONT_PROXY_CN.to_owned()];
+        let user = |token: &str, name: &str, groups: &[&str]| SimUser {
+            token: token.to_owned(),
+            name: name.to_owned(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        let config = SimConfig {
+            tls: Some(SimTls {
+                cert_chain_pem: serving.cert_pem,
+                private_key_pem: serving.key_pem,
+                client_ca_pem: Some(cluster_ca.pem.clone()),
+            }),
+            users: vec![
+                user(TINA, "tina", &["dev"]),
+                user(PROXY_TOKEN, PROXY_USER, &["system:serviceaccounts"]),
+                user(PROXY_TOKEN_ROTATED, PROXY_USER, &["system:serviceaccounts"]),
+            ],
+            impersonators: vec![PROXY_USER.to_owned(), PROXY_CERT_USER.to_owned()],
+            front_proxy: Some(front_proxy),
+            ..SimConfig::default()
+        };
+        let sim = SimCluster::start(config).await.expect("start the cluster");
+        let dir = tempfile::tempdir().unwrap();
+        let cluster_ca_file = cluster_ca.write(dir.path(), "cluster-ca");
+        let proxy_cert = proxy_ca.server().write(dir.path(), "proxy-serving");
+        Door {
+            sim,
+            dir,
+            cluster_ca,
+            cluster_ca_file,
+            proxy_ca,
+            proxy_cert,
+            front_ca,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The proxy with listener TLS and the cluster CA for client certificates, plus `args`
+    /// (the upstream source and auth mode among them).
+    fn proxy(&self, args: &[String], env: &[(&str, &str)]) -> ProxyProcess {
+        let mut all = vec![
+            "--tls-cert-file".to_owned(),
+            self.proxy_cert.0.display().to_string(),
+            "--tls-private-key-file".to_owned(),
+            self.proxy_cert.1.display().to_string(),
+            "--client-ca-file".to_owned(),
+            self.cluster_ca_file.display().to_string(),
+        ];
+        all.extend_from_slice(args);
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        ProxyProcess::launch(&refs, env)
+    }
+
+    /// `--upstream` with the cluster CA.
+    fn upstream_args(&self) -> Vec<String> {
+        vec![
+            "--upstream".to_owned(),
+            self.sim.url(),
+            "--upstream-ca-file".to_owned(),
+            self.cluster_ca_file.display().to_string(),
+        ]
+    }
+
+    /// A file holding the proxy's own token.
+    fn proxy_token_file(&self) -> PathBuf {
+        let path = self.path("proxy-token");
+        std::fs::write(&path, format!("{PROXY_TOKEN}\n")).unwrap();
+        path
+    }
+
+    /// A kubeconfig for the proxy at `proxy` with a token and/or a client certificate.
+    fn caller(
+        &self,
+        name: &str,
+        proxy: &ProxyProcess,
+        token: Option<&str>,
+        cert: Option<&Leaf>,
+    ) -> PathBuf {
+        let server = format!("https://127.0.0.1:{}", proxy.addr.port());
+        kubeconfig(
+            &self.path(&format!("kubeconfig-{name}")),
+            &server,
+            &self.proxy_ca.pem,
+            token,
+            cert,
+        )
+    }
+
+    fn requests_since(&self, n: usize) -> Vec<SeenRequest> {
+        self.sim.requests().into_iter().skip(n).collect()
+    }
+}
+
+async fn kubectl(k: &Path, kubeconfig: &Path, cwd: &Path, args: &[&str]) -> Output {
+    let mut c = std::process::Command::new(k);
+    c.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", cwd)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null());
+    run(c, None, T).await
+}
+
+async fn ok(k: &Path, kubeconfig: &Path, cwd: &Path, args: &[&str]) -> String {
+    let o = kubectl(k, kubeconfig, cwd, args).await;
+    assert!(o.status.success(), "kubectl {args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+async fn whoami(k: &Path, kubeconfig: &Path, cwd: &Path) -> String {
+    ok(
+        k,
+        kubeconfig,
+        cwd,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    )
+    .await
+}
+
+/// `kubectl port-forward` to `port`, one echo round trip through it.
+async fn port_forward_echo(k: &Path, kubeconfig: &Path, cwd: &Path, port: u16) {
+    let mut child = tokio::process::Command::new(k)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "port-forward",
+            "--address",
+            "127.0.0.1",
+            "pod/web",
+            &format!(":{port}"),
+        ])
+        .current_dir(cwd)
+        .env("HOME", cwd)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let local: u16 = tokio::time::timeout(T, async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("port-forward ended early");
+            if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+                return rest.split(' ').next().unwrap().parse().unwrap();
+            }
+        }
+    })
+    .await
+    .expect("port-forward ready");
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", local))
+        .await
+        .unwrap();
+    s.write_all(b"through the tunnel").await.unwrap();
+    let mut buf = [0u8; 18];
+    tokio::time::timeout(T, s.read_exact(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&buf, b"through the tunnel");
+    drop(s);
+    child.kill().await.unwrap();
+}
+
+fn metrics(proxy: &ProxyProcess) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(proxy.admin_addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+/// One HTTP/1.1 request over TLS to the proxy, trusting `ca_pem`, optionally with a client
+/// certificate; the whole answer as text, or `Err` if the handshake fails.
+async fn raw_https(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    client: Option<&Leaf>,
+    request: &str,
+) -> Result<String, std::io::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match client {
+        Some(leaf) => {
+            let chain: Vec<_> = CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+                .map(Result::unwrap)
+                .collect();
+            let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?;
+    tls.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer).await?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+fn get(path: &str, extra_headers: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra_headers}\r\n")
+}
+
+fn self_subject_review(extra_headers: &str) -> String {
+    let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
+    format!(
+        "POST /apis/authentication.k8s.io/v1/selfsubjectreviews HTTP/1.1\r\nHost: x\r\n\
+         Connection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra_headers}\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_tls_both_legs_exec_cp_port_forward_with_the_callers_token() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let door = Door::new().await;
+    let echo = PodServer::echo().await;
+    let proxy = door.proxy(&door.upstream_args(), &[]);
+    let kc = door.caller("tina", &proxy, Some(TINA), None);
+    let cwd = door.dir.path();
+
+    assert_eq!(
+        ok(
+            &k,
+            &kc,
+            cwd,
+            &["exec", "web", "--", "echo", "over two TLS legs"]
+        )
+        .await,
+        "over two TLS legs\n"
+    );
+    std::fs::write(door.path("upload.txt"), "copied through the proxy\n").unwrap();
+    ok(&k, &kc, cwd, &["cp", "upload.txt", "web:uploaded.txt"]).await;
+    assert_eq!(
+        std::fs::read_to_string(door.sim.pod_dir("default", "web").join("uploaded.txt")).unwrap(),
+        "copied through the proxy\n"
+    );
+    ok(&k, &kc, cwd, &["cp", "web:uploaded.txt", "downloaded.txt"]).await;
+    assert_eq!(
+        std::fs::read_to_string(door.path("downloaded.txt")).unwrap(),
+        "copied through the proxy\n"
+    );
+    port_forward_echo(&k, &kc, cwd, echo.port).await;
+    assert_eq!(whoami(&k, &kc, cwd).await, "tina");
+
+    // Translated and tunnelled, not relayed.
+    let m = metrics(&proxy);
+    assert!(
+        m.contains(r#"kube_ws_proxy_sessions_total{kind="exec",outcome="success"} 3"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"kube_ws_proxy_sessions_total{kind="portforward_tunnel""#),
+        "{m}"
+    );
+    // Every request the cluster saw carried tina's own token and nothing added by the proxy.
+    let seen = door.sim.requests();
+    let paths = |suffix: &str| seen.iter().filter(|r| r.path.ends_with(suffix)).count();
+    assert!(
+        paths("/exec") >= 3 && paths("/portforward") >= 1,
+        "{seen:#?}"
+    );
+    for r in &seen {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {TINA}").as_str()),
+            "{r:#?}"
+        );
+        assert_eq!(
+            r.user.as_ref().map(|u| u.name.as_str()),
+            Some("tina"),
+            "{r:#?}"
+        );
+        assert!(r.header("impersonate-user").is_none() && r.header("x-remote-user").is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonate_mode_client_certificates_and_reviewed_tokens() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let door = Door::new().await;
+    let echo = PodServer::echo().await;
+    let mut args = door.upstream_args();
+    args.extend([
+        "--auth-mode".to_owned(),
+        "impersonate".to_owned(),
+        "--upstream-token-file".to_owned(),
+        door.proxy_token_file().display().to_string(),
+    ]);
+    let proxy = door.proxy(&args, &[]);
+    let cwd = door.dir.path();
+
+    // A client-certificate caller.
+    let alice = door.cluster_ca.client("alice", Some("ops"));
+    let kc = door.caller("alice", &proxy, None, Some(&alice));
+    assert_eq!(whoami(&k, &kc, cwd).await, "alice");
+    let env = ok(
+        &k,
+        &kc,
+        cwd,
+        &[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "echo $SIM_USER $SIM_GROUPS",
+        ],
+    )
+    .await;
+    assert!(env.starts_with("alice ") && env.contains("ops"), "{env}");
+    port_forward_echo(&k, &kc, cwd, echo.port).await;
+    let seen = door.sim.requests();
+    assert!(!seen.is_empty());
+    for r in &seen {
+        assert_eq!(
+            r.authenticated_user.as_ref().map(|u| u.name.as_str()),
+            Some(PROXY_USER),
+            "{r:#?}"
+        );
+        assert!(r.impersonated, "{r:#?}");
+        assert_eq!(
+            r.user.as_ref().map(|u| u.name.as_str()),
+            Some("alice"),
+            "{r:#?}"
+        );
+        assert!(
+            r.user.as_ref().unwrap().groups.iter().any(|g| g == "ops"),
+            "{r:#?}"
+        );
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {PROXY_TOKEN}").as_str())
+        );
+    }
+    assert!(seen.iter().any(|r| r.path.ends_with("/portforward")));
+
+    // A token caller: reviewed once, then served from the cache.
+    let kc_tina = door.caller("tina", &proxy, Some(TINA), None);
+    assert_eq!(whoami(&k, &kc_tina, cwd).await, "tina");
+    let reviews = door.sim.token_reviews();
+    assert!(reviews >= 1);
+    assert_eq!(
+        ok(
+            &k,
+            &kc_tina,
+            cwd,
+            &["exec", "web", "--", "sh", "-c", "echo $SIM_USER"]
+        )
+        .await,
+        "tina\n"
+    );
+    assert_eq!(
+        door.sim.token_reviews(),
+        reviews,
+        "the review was not cached"
+    );
+    // The caller's token itself never reached the cluster's request headers.
+    for r in door.sim.requests() {
+        assert!(r.headers.iter().all(|(_, v)| !v.contains(TINA)), "{r:#?}");
+    }
+
+    // Caller impersonation is refused by the proxy; nothing is forwarded.
+    let before = door.sim.requests().len();
+    let o = kubectl(&k, &kc, cwd, &["get", "pods", "--as", "root"]).await;
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("Impersonate"), "{}", stderr(&o));
+    // Unauthenticated and bad-token callers get a 401 Status.
+    let answer = raw_https(
+        proxy.addr,
+        &door.proxy_ca.pem,
+        None,
+        &get("/api/v1/namespaces/default/pods", ""),
+    )
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains(r#""reason":"Unauthorized""#), "{answer}");
+    let answer = raw_https(
+        proxy.addr,
+        &door.proxy_ca.pem,
+        None,
+        &get(
+            "/api/v1/namespaces/default/pods",
+            "Authorization: Bearer not-a-known-token\r\n",
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    // Certificates of another CA, or expired ones, fail the handshake.
+    let stranger = Ca::new("stranger").client("alice", None);
+    let kc_stranger = door.caller("stranger", &proxy, None, Some(&stranger));
+    let o = kubectl(&k, &kc_stranger, cwd, &["get", "pods"]).await;
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("certificate"), "{}", stderr(&o));
+    let expired = door.cluster_ca.expired_client("alice");
+    assert!(raw_https(
+        proxy.addr,
+        &door.proxy_ca.pem,
+        Some(&expired),
+        &get("/api", "")
+    )
+    .await
+    .is_err());
+    let o = kubectl(
+        &k,
+        &door.caller("expired", &proxy, None, Some(&expired)),
+        cwd,
+        &["get", "pods"],
+    )
+    .await;
+    assert!(!o.status.success());
+    // Only the proxy's own TokenReview of the unknown token reached the cluster.
+    let new: Vec<_> = door
+        .requests_since(before)
+        .into_iter()
+        .filter(|r| !r.path.ends_with("/tokenreviews"))
+        .collect();
+    assert!(new.is_empty(), "refused requests were forwarded: {new:#?}");
+    let m = metrics(&proxy);
+    assert!(
+        m.contains(r#"kube_ws_proxy_auth_rejections_total{reason="impersonation_headers"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"kube_ws_proxy_auth_rejections_total{reason="unauthenticated"} 2"#),
+        "{m}"
+    );
+    // No token or certificate in the proxy's log.
+    for line in proxy.log_lines() {
+        for secret in [TINA, PROXY_TOKEN, "BEGIN"] {
+            assert!(!line.contains(secret), "secret in log: {line}");
+        }
+    }
+    assert!(proxy
+        .log_lines()
+        .iter()
+        .any(|l| l.contains(r#""user":"alice""#)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn front_proxy_mode_asserts_the_caller_with_request_headers() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let door = Door::new().await;
+    let echo = PodServer::echo().await;
+    let (front_cert, front_key) = door
+        .front_ca
+        .client(FRONT_PROXY_CN, None)
+        .write(door.dir.path(), "front-proxy");
+    let mut args = door.upstream_args();
+    args.extend([
+        "--auth-mode".to_owned(),
+        "front-proxy".to_owned(),
+        "--front-proxy-client-cert-file".to_owned(),
+        front_cert.display().to_string(),
+        "--front-proxy-client-key-file".to_owned(),
+        front_key.display().to_string(),
+        "--upstream-token-file".to_owned(),
+        door.proxy_token_file().display().to_string(),
+    ]);
+    let proxy = door.proxy(&args, &[]);
+    let cwd = door.dir.path();
+
+    let alice = door.cluster_ca.client("alice", Some("ops"));
+    let kc = door.caller("alice", &proxy, None, Some(&alice));
+    assert_eq!(whoami(&k, &kc, cwd).await, "alice");
+    assert_eq!(
+        ok(
+            &k,
+            &kc,
+            cwd,
+            &["exec", "web", "--", "sh", "-c", "echo $SIM_USER"]
+        )
+        .await,
+        "alice\n"
+    );
+    port_forward_echo(&k, &kc, cwd, echo.port).await;
+    for r in door.sim.requests() {
+        assert_eq!(
+            r.authenticated_by,
+            Some(AuthenticatedBy::FrontProxy),
+            "{r:#?}"
+        );
+        assert_eq!(
+            r.user.as_ref().map(|u| u.name.as_str()),
+            Some("alice"),
+            "{r:#?}"
+        );
+        assert!(r.header("authorization").is_none(), "{r:#?}");
+        assert_eq!(r.header("x-remote-group"), Some("ops"));
+    }
+
+    // Caller copies of the identity headers are stripped.
+    let answer = raw_https(
+        proxy.addr,
+        &door.proxy_ca.pem,
+        Some(&alice),
+        &self_subject_review("X-Remote-User: mallory\r\nX-Remote-Group: system:masters\r\nX-Remote-Extra-Scopes: all\r\n"),
+    )
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert!(answer.contains(r#""username":"alice""#), "{answer}");
+    assert!(
+        !answer.contains("mallory")
+            && !answer.contains("system:masters")
+            && !answer.contains("scopes"),
+        "{answer}"
+    );
+    // A caller's own impersonation is authorized by the cluster against alice, who may not.
+    let o = kubectl(&k, &kc, cwd, &["get", "pods", "--as", "bob"]).await;
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(r#"User "alice" cannot impersonate"#),
+        "{}",
+        stderr(&o)
+    );
+    // A token caller, reviewed with the proxy's own token.
+    let kc_tina = door.caller("tina", &proxy, Some(TINA), None);
+    assert_eq!(whoami(&k, &kc_tina, cwd).await, "tina");
+    assert!(door.sim.token_reviews() >= 1);
+    // Nobody at all: 401.
+    let answer = raw_https(
+        proxy.addr,
+        &door.proxy_ca.pem,
+        None,
+        &self_subject_review(""),
+    )
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_from_in_cluster_with_token_rotation_and_from_kubeconfig() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let door = Door::new().await;
+    let cwd = door.dir.path();
+    let alice = door.cluster_ca.client("alice", None);
+
+    // --in-cluster: the service address from the environment, CA and token from the
+    // service-account directory.
+    let sa = door.path("serviceaccount");
+    std::fs::create_dir(&sa).unwrap();
+    std::fs::write(sa.join("ca.crt"), &door.cluster_ca.pem).unwrap();
+    std::fs::write(sa.join("token"), PROXY_TOKEN).unwrap();
+    let port = door.sim.addr().port().to_string();
+    let args = [
+        "--in-cluster".to_owned(),
+        "--service-account-dir".to_owned(),
+        sa.display().to_string(),
+        "--auth-mode".to_owned(),
+        "impersonate".to_owned(),
+    ];
+    let proxy = door.proxy(
+        &args,
+        &[
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", &port),
+        ],
+    );
+    let kc = door.caller("alice-in-cluster", &proxy, None, Some(&alice));
+    assert_eq!(whoami(&k, &kc, cwd).await, "alice");
+    let last = door.sim.requests().pop().unwrap();
+    assert_eq!(
+        last.header("authorization"),
+        Some(format!("Bearer {PROXY_TOKEN}").as_str())
+    );
+    // The kubelet rotates the token (written aside, renamed over): the next requests use it.
+    let next = sa.join("..token.new");
+    std::fs::write(&next, PROXY_TOKEN_ROTATED).unwrap();
+    std::fs::rename(&next, sa.join("token")).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert_eq!(whoami(&k, &kc, cwd).await, "alice");
+        let last = door.sim.requests().pop().unwrap();
+        if last.header("authorization") == Some(format!("Bearer {PROXY_TOKEN_ROTATED}").as_str()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rotated token never used"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    drop(proxy);
+
+    // --kubeconfig: server, CA and the proxy's own client certificate, all inline.
+    let own = door.cluster_ca.client(PROXY_CERT_USER, None);
+    let proxy_kc = kubeconfig(
+        &door.path("proxy-kubeconfig"),
+        &door.sim.url(),
+        &door.cluster_ca.pem,
+        None,
+        Some(&own),
+    );
+    let args = [
+        "--kubeconfig".to_owned(),
+        proxy_kc.display().to_string(),
+        "--auth-mode".to_owned(),
+        "impersonate".to_owned(),
+    ];
+    let proxy = door.proxy(&args, &[]);
+    let kc_tina = door.caller("tina-kubeconfig", &proxy, Some(TINA), None);
+    let before = door.sim.requests().len();
+    assert_eq!(whoami(&k, &kc_tina, cwd).await, "tina");
+    assert_eq!(
+        ok(
+            &k,
+            &kc_tina,
+            cwd,
+            &["exec", "web", "--", "sh", "-c", "echo $SIM_USER"]
+        )
+        .await,
+        "tina\n"
+    );
+    let seen = door.requests_since(before);
+    assert!(!seen.is_empty());
+    for r in &seen {
+        assert_eq!(
+            r.authenticated_by,
+            Some(AuthenticatedBy::ClientCert),
+            "{r:#?}"
+        );
+        assert_eq!(
+            r.authenticated_user.as_ref().map(|u| u.name.as_str()),
+            Some(PROXY_CERT_USER)
+        );
+    }
+    drop(proxy);
+
+    // A wrong upstream CA: a clear error from the proxy, not a hang.
+    let mut args = door.upstream_args();
+    args[3] = door
+        .proxy_ca
+        .write(door.dir.path(), "wrong-ca")
+        .display()
+        .to_string();
+    let proxy = door.proxy(&args, &[]);
+    let kc = door.caller("wrong-ca", &proxy, Some(TINA), None);
+    let o = kubectl(&k, &kc, cwd, &["get", "pods"]).await;
+    assert!(!o.status.success());
+    // kubectl's discovery does not print the Status it got; the Status itself names the cause.
+    let answer = raw_https(
+        proxy.addr,
+        &door.proxy_ca.pem,
+        None,
+        &get("/api", &format!("Authorization: Bearer {TINA}\r\n")),
+    )
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(
+        answer.contains("error trying to reach the upstream API server")
+            && answer.contains("UnknownIssuer"),
+        "{answer}"
+    );
+    let o = kubectl(&k, &kc, cwd, &["exec", "web", "--", "true"]).await;
+    assert!(!o.status.success());
+}
