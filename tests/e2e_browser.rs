@@ -73,7 +73,7 @@ async fn run_page(scenario: &str) -> Option<Run> {
     })
 }
 
-/// The upstream requests for `path`, each checked to carry the token one way or the other.
+/// The upstream requests for `path`, each checked to carry the token as `Authorization`.
 fn upstream_requests(h: &Harness, path: &str) -> Vec<(SeenRequest, Carrier)> {
     let seen: Vec<_> = h
         .sim
@@ -86,8 +86,18 @@ fn upstream_requests(h: &Harness, path: &str) -> Vec<(SeenRequest, Carrier)> {
         })
         .collect();
     assert!(!seen.is_empty(), "the cluster saw no request for {path}");
+    // On every path, relayed ones included, the token travels as `Authorization` and the
+    // subprotocol entry itself is never sent on.
     for (r, how) in &seen {
-        assert_ne!(*how, Carrier::Missing, "no token upstream: {r:?}");
+        assert_eq!(
+            *how,
+            Carrier::Header,
+            "token not in Authorization upstream: {r:?}"
+        );
+        assert!(
+            !bearer::offers_entry(r),
+            "bearer entry sent upstream: {r:?}"
+        );
     }
     seen
 }

@@ -170,9 +170,15 @@ async fn refuses_on(route: &Route) {
     let seen = requests_for(&h, route.upstream_path, T).await;
     drop(ws);
     assert_eq!(seen.len(), 1, "{}: {seen:?}", route.name);
-    assert_ne!(
+    assert_eq!(
         bearer::carrier(&seen[0], TOKEN),
-        Carrier::Missing,
+        Carrier::Header,
+        "{}: {:?}",
+        route.name,
+        seen[0]
+    );
+    assert!(
+        !bearer::offers_entry(&seen[0]),
         "{}: {:?}",
         route.name,
         seen[0]
