@@ -102,8 +102,10 @@ pub struct Upstream {
     host: String,
     port: u16,
     base_path: String,
-    /// TLS with ALPN `http/1.1`, if the URL is https.
+    /// TLS with ALPN `http/1.1` for upgrades, if the URL is https.
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// TLS with ALPN `h2` and `http/1.1` for the pooled client's plain requests.
+    pooled_tls: Option<TlsConnector>,
     dial_timeout: Duration,
 }
 
@@ -142,15 +144,22 @@ impl Upstream {
             let server_name = ServerName::try_from(name.clone())
                 .map_err(|e| UpstreamError::TlsConfig(format!("server name {name:?}: {e}")))?;
             let config = client_config(&tls, vec![b"http/1.1".to_vec()])?;
-            Some((TlsConnector::from(Arc::new(config)), server_name))
+            let mut pooled = config.clone();
+            pooled.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            (
+                Some((TlsConnector::from(Arc::new(config)), server_name)),
+                Some(TlsConnector::from(Arc::new(pooled))),
+            )
         } else {
-            None
+            (None, None)
         };
+        let (tls, pooled_tls) = tls;
         Ok(Upstream {
             host,
             port,
             base_path,
             tls,
+            pooled_tls,
             dial_timeout: Duration::from_secs(10),
         })
     }
@@ -191,8 +200,17 @@ impl Upstream {
             .build()
     }
 
-    /// A fresh connection (TCP, then TLS with ALPN `http/1.1` if https).
+    /// A fresh connection for an upgrade (TCP, then TLS with ALPN `http/1.1` if https).
     pub async fn connect_raw(&self) -> Result<UpstreamIo, UpstreamError> {
+        self.connect(self.tls.as_ref().map(|(c, _)| c)).await
+    }
+
+    /// A fresh connection for the pooled client: HTTP/2 when the upstream offers it.
+    async fn connect_pooled(&self) -> Result<UpstreamIo, UpstreamError> {
+        self.connect(self.pooled_tls.as_ref()).await
+    }
+
+    async fn connect(&self, connector: Option<&TlsConnector>) -> Result<UpstreamIo, UpstreamError> {
         let addr = format!("{}:{}", self.host, self.port);
         let dial = async {
             let host = self.host.trim_start_matches('[').trim_end_matches(']');
@@ -203,9 +221,8 @@ impl Upstream {
                     source,
                 })?;
             let _ = tcp.set_nodelay(true);
-            match &self.tls {
-                None => Ok(UpstreamIo::Plain(tcp)),
-                Some((connector, name)) => connector
+            match (connector, &self.tls) {
+                (Some(connector), Some((_, name))) => connector
                     .connect(name.clone(), tcp)
                     .await
                     .map(|s| UpstreamIo::Tls(Box::new(s)))
@@ -213,6 +230,7 @@ impl Upstream {
                         addr: addr.clone(),
                         source,
                     }),
+                _ => Ok(UpstreamIo::Plain(tcp)),
             }
         };
         tokio::time::timeout(self.dial_timeout, dial)
@@ -429,7 +447,15 @@ pub struct PooledIo(TokioIo<UpstreamIo>);
 
 impl Connection for PooledIo {
     fn connected(&self) -> Connected {
-        Connected::new()
+        let h2 = match self.0.inner() {
+            UpstreamIo::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+            UpstreamIo::Plain(_) => false,
+        };
+        if h2 {
+            Connected::new().negotiated_h2()
+        } else {
+            Connected::new()
+        }
     }
 }
 
@@ -473,7 +499,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
 
     fn call(&mut self, _: Uri) -> Self::Future {
         let upstream = self.upstream.clone();
-        Box::pin(async move { Ok(PooledIo(TokioIo::new(upstream.connect_raw().await?))) })
+        Box::pin(async move { Ok(PooledIo(TokioIo::new(upstream.connect_pooled().await?))) })
     }
 }
 

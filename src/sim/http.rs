@@ -341,6 +341,7 @@ async fn handle(
         Err(_) => (None, false),
     };
     inner.record_request(SeenRequest {
+        version: format!("{:?}", req.version()),
         method: req.method().to_string(),
         path: req.uri().path().to_string(),
         query: req.uri().query().map(str::to_string),

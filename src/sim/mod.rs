@@ -162,6 +162,8 @@ pub enum SimStartError {
 /// One HTTP request as the simulated cluster received it.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
+    /// `HTTP/1.1` or `HTTP/2.0`.
+    pub version: String,
     pub method: String,
     /// The path without the query.
     pub path: String,
