@@ -236,19 +236,6 @@ async fn port_forward_echo(k: &Path, kubeconfig: &Path, cwd: &Path, port: u16) {
     child.kill().await.unwrap();
 }
 
-fn metrics(proxy: &ProxyProcess) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(proxy.admin_addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
-}
-
 /// Finished sessions of `kind`, whatever their outcome.
 fn sessions(metrics: &str, kind: &str) -> u64 {
     let prefix = format!("kube_ws_proxy_sessions_total{{kind=\"{kind}\",");
@@ -347,7 +334,7 @@ async fn passthrough_tls_both_legs_exec_cp_port_forward_with_the_callers_token()
     assert_eq!(whoami(&k, &kc, cwd).await, "tina");
 
     // Translated and tunnelled, not relayed.
-    let m = metrics(&proxy);
+    let m = proxy.metrics();
     // One exec, and kubectl cp's own execs (a `test -d` probe that may exit 1, then tar; cp may
     // close its side before the final status arrives), so count them whatever their outcome.
     assert!(sessions(&m, "exec") >= 3, "{m}");
@@ -529,7 +516,7 @@ async fn impersonate_mode_client_certificates_and_reviewed_tokens() {
         .filter(|r| !r.path.ends_with("/tokenreviews"))
         .collect();
     assert!(new.is_empty(), "refused requests were forwarded: {new:#?}");
-    let m = metrics(&proxy);
+    let m = proxy.metrics();
     assert!(
         m.contains(r#"kube_ws_proxy_auth_rejections_total{reason="impersonation_headers"} 1"#),
         "{m}"

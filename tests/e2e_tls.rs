@@ -132,18 +132,7 @@ async fn kubectl_over_tls_and_certificate_rotation() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "pod/web\n");
     // The exec was translated (WebSocket in), not relayed as SPDY.
-    let metrics = {
-        let mut s = std::net::TcpStream::connect(proxy.admin_addr).unwrap();
-        use std::io::{Read, Write};
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body
-    };
+    let metrics = proxy.metrics();
     assert!(
         metrics.contains(r#"kube_ws_proxy_sessions_total{kind="exec",outcome="success"} 1"#),
         "{metrics}"

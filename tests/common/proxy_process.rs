@@ -81,6 +81,20 @@ impl ProxyProcess {
         }
     }
 
+    /// The admin listener's `/metrics` answer (status line, headers and body).
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.admin_addr).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
     /// `http://addr`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
