@@ -778,3 +778,43 @@ async fn upstream_from_in_cluster_with_token_rotation_and_from_kubeconfig() {
     let o = kubectl(&k, &kc, cwd, &["exec", "web", "--", "true"]).await;
     assert!(!o.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_review_the_proxy_cannot_make_is_a_503_not_a_pass() {
+    let door = Door::new().await;
+    let bad = door.path("bad-proxy-token");
+    std::fs::write(&bad, "a-token-the-cluster-does-not-know").unwrap();
+    let mut args = door.upstream_args();
+    args.extend([
+        "--auth-mode".to_owned(),
+        "impersonate".to_owned(),
+        "--upstream-token-file".to_owned(),
+        bad.display().to_string(),
+    ]);
+    let proxy = door.proxy(&args, &[]);
+    let answer = raw_https(
+        proxy.addr,
+        &door.proxy_ca.pem,
+        None,
+        &get("/api", &format!("Authorization: Bearer {TINA}\r\n")),
+    )
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("cannot authenticate the request"),
+        "{answer}"
+    );
+    // Only the review itself reached the cluster (and was refused there).
+    let seen = door.sim.requests();
+    assert!(
+        seen.iter().all(|r| r.path.ends_with("/tokenreviews")),
+        "{seen:#?}"
+    );
+    assert!(proxy
+        .wait_for_log("cannot authenticate the caller", Duration::from_secs(5))
+        .is_some());
+    assert!(proxy
+        .metrics()
+        .contains(r#"kube_ws_proxy_auth_rejections_total{reason="authentication_unavailable"} 1"#));
+}

@@ -127,6 +127,7 @@ pub async fn relay(
 
     let path = parts.uri.path().to_owned();
     let leftover = leftover.freeze();
+    let user = caller.user().map(str::to_owned);
     tokio::spawn(async move {
         let client = match on_upgrade.await {
             Ok(u) => u,
@@ -147,6 +148,7 @@ pub async fn relay(
         info!(
             session = next_session_id(),
             kind = kind.label(),
+            user = user.as_deref().unwrap_or(""),
             path = %path,
             outcome = outcome.label(),
             bytes_up = stats.client_to_upstream,

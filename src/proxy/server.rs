@@ -11,11 +11,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use std::time::Instant;
 
-use super::auth::{identity_from_certificate, Caller, Identity};
+use super::auth::{identity_from_certificate, Caller, Identity, Rejection};
 use super::classify::{classify, Class};
 use super::forward::{forward, ProxyBody};
 use super::metrics::HandshakeRejection;
@@ -227,7 +227,13 @@ async fn authenticate(
         .await
         .map_err(|rejection| {
             state.metrics.auth_rejected(rejection.label());
-            debug!(peer = %conn.peer, reason = rejection.label(), "request refused by authentication");
+            match &rejection {
+                // The proxy's own problem (RBAC, upstream down): operators must see it.
+                Rejection::Unavailable(cause) => {
+                    warn!(peer = %conn.peer, error = %cause, "cannot authenticate the caller")
+                }
+                _ => debug!(peer = %conn.peer, reason = rejection.label(), "request refused by authentication"),
+            }
             rejection.response()
         })
 }
