@@ -208,7 +208,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             let _ = server::serve(main, state, stop_rx).await;
         }
     });
-    info!(%addr, %admin_addr, upstream = ?state.upstream, auth_mode = ?args.auth_mode, "kube-ws-proxy ready");
+    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth_mode, "kube-ws-proxy ready");
     Ok(RunningProxy {
         addr,
         admin_addr,

@@ -120,6 +120,14 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
+impl std::fmt::Display for Upstream {
+    /// The upstream as a URL (`https://10.0.0.1:6443/base`), for logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority(), self.base_path)
+    }
+}
+
 impl Upstream {
     /// Parses `http://host[:port][/base]` or `https://…`.
     pub fn from_url(url: &str, tls: UpstreamTls) -> Result<Upstream, UpstreamError> {
@@ -516,6 +524,7 @@ mod tests {
         assert_eq!(u.authority(), "k8s.example");
         assert_eq!(u.join_path("/api"), "/base/api");
         assert!(u.is_tls());
+        assert_eq!(u.to_string(), "https://k8s.example/base");
         assert!(Upstream::from_url("ftp://x", UpstreamTls::default()).is_err());
         assert!(Upstream::from_url("not a url", UpstreamTls::default()).is_err());
     }
