@@ -1,12 +1,16 @@
 //! Bytes to frames.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::spdy::frame::{
     ControlType, Data, Frame, FrameError, GoAway, Head, HeaderBlock, Headers, Ping, RstStream,
     Settings, SynReply, SynStream, WindowUpdate, HEAD_LEN,
 };
 use crate::spdy::header_block::{BlockKind, HeaderDecoder, DEFAULT_MAX_DECOMPRESSED};
+
+/// DATA payloads up to this size are copied out of the read buffer (one small allocation), so
+/// the buffer stays unshared and is reused by the next read; larger ones are split off it.
+const COPY_UP_TO: usize = 256;
 
 /// Default largest control frame payload accepted (its length field): 1 MiB, the header-parse
 /// limit the port-forward tunnel uses (PROTOCOL.md Appendix A).
@@ -52,16 +56,31 @@ impl FrameDecoder {
         self.headers = None;
     }
 
+    /// Whether [`release_header_context`](Self::release_header_context) was called.
+    pub fn header_context_released(&self) -> bool {
+        self.headers.is_none()
+    }
+
     /// Whether the inflate context currently holds zlib state.
     pub fn header_context_allocated(&self) -> bool {
         self.headers.as_ref().is_some_and(HeaderDecoder::allocated)
+    }
+
+    /// How many bytes the frame at the front of `buf` still lacks, once its head is complete
+    /// (`None` while the head itself is incomplete or the frame is whole). A reader that asks
+    /// for exactly this much ends its read on the frame boundary, so the payload is completed in
+    /// the buffer it started in instead of being moved to a new one.
+    pub fn bytes_missing(buf: &[u8]) -> Option<usize> {
+        let head = buf.get(..HEAD_LEN)?;
+        let total = HEAD_LEN + u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
+        total.checked_sub(buf.len()).filter(|&missing| missing > 0)
     }
 
     /// Takes one frame off the front of `buf`.
     ///
     /// Returns `Ok(None)` without consuming anything while `buf` holds less than a whole frame
     /// (after reserving room for the rest of it, so the caller's next read can fill it). DATA
-    /// payloads are split off `buf` without copying.
+    /// payloads are split off `buf` without copying, except small ones (up to 256 bytes).
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         if buf.len() < HEAD_LEN {
             return Ok(None);
@@ -86,10 +105,17 @@ impl FrameDecoder {
                 stream_id, flags, ..
             } => {
                 buf.advance(HEAD_LEN);
+                let payload = if length <= COPY_UP_TO {
+                    let copy = Bytes::copy_from_slice(&buf[..length]);
+                    buf.advance(length);
+                    copy
+                } else {
+                    buf.split_to(length).freeze()
+                };
                 Frame::Data(Data {
                     stream_id,
                     fin: Data::fin_from_flags(flags),
-                    payload: buf.split_to(length).freeze(),
+                    payload,
                 })
             }
             Head::Control { ty, flags, .. } => {

@@ -169,6 +169,7 @@ impl Connection {
     /// accepted: an idle session then holds no zlib state (~200 KiB less).
     pub fn release_header_contexts(&self) {
         self.shared.release_decoder.store(true, Ordering::Release);
+        self.shared.release_wake.notify_one();
         let _ = self
             .shared
             .control_tx

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
@@ -16,7 +16,10 @@ use crate::spdy::codec::FrameDecoder;
 use crate::spdy::frame::{Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream};
 
 /// Bytes requested from the socket per read while data flows.
-const READ_CHUNK: usize = 16 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
+/// Room kept beyond a busy read, so the frame the read ends inside can be completed in the same
+/// buffer (Kubernetes peers send DATA frames of at most 32 KiB) instead of being copied out.
+const FRAME_SLACK: usize = 32 * 1024 + crate::spdy::frame::HEAD_LEN;
 /// Bytes requested while the session is quiet (pings, small control frames): an idle session
 /// parks on a read, and what it reserved for that read is its largest per-session buffer.
 const IDLE_READ: usize = 512;
@@ -62,8 +65,10 @@ impl<R: AsyncRead + Unpin> Reader<R> {
 
     async fn read_loop(&mut self) -> SessionEnd {
         loop {
-            if self.shared.release_decoder.load(Ordering::Acquire) {
+            let mut releasing = !self.decoder.header_context_released();
+            if releasing && self.shared.release_decoder.load(Ordering::Acquire) {
                 self.decoder.release_header_context();
+                releasing = false;
             }
             match self.decoder.decode(&mut self.buf) {
                 Ok(Some(frame)) => {
@@ -91,11 +96,29 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             {
                 self.buf = BytesMut::new();
             }
-            self.buf.reserve(self.read_size);
-            let asked = self.buf.capacity() - self.buf.len();
-            match self.io.read_buf(&mut self.buf).await {
-                Ok(n) if n > 0 => {
-                    self.read_size = if n >= asked {
+            let missing = FrameDecoder::bytes_missing(&self.buf);
+            // A started frame is finished by a read that stops on its boundary, in the buffer
+            // it started in; otherwise a busy read leaves room to do that for its last frame.
+            let want = missing.unwrap_or(self.read_size);
+            let room = if missing.is_none() && self.read_size == READ_CHUNK {
+                want + FRAME_SLACK
+            } else {
+                want
+            };
+            if self.buf.capacity() - self.buf.len() < room {
+                self.buf.reserve(room);
+            }
+            let mut limited = (&mut self.buf).limit(want);
+            let read = tokio::select! {
+                biased;
+                read = self.io.read_buf(&mut limited) => read,
+                // Back to the top of the loop, which releases the context.
+                _ = self.shared.release_wake.notified(), if releasing => continue,
+            };
+            match read {
+                // How busy the session is shows in whether a read we sized filled up.
+                Ok(n) if n > 0 && missing.is_none() => {
+                    self.read_size = if n >= want {
                         READ_CHUNK
                     } else if n < IDLE_READ {
                         IDLE_READ

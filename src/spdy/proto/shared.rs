@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::config::{Config, Role};
 use super::error::{Error, SessionEnd};
@@ -131,6 +131,9 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     end_tx: watch::Sender<Option<SessionEnd>>,
     pub release_decoder: AtomicBool,
+    /// Wakes a reader parked on the socket so it drops its inflate context at once: an idle
+    /// session would otherwise keep it until the next frame arrives.
+    pub release_wake: Notify,
     pub control_tx: mpsc::Sender<Control>,
     pub data_tx: mpsc::Sender<DataCmd>,
 }
@@ -157,6 +160,7 @@ impl Shared {
             }),
             end_tx: watch::channel(None).0,
             release_decoder: AtomicBool::new(false),
+            release_wake: Notify::new(),
             control_tx,
             data_tx,
         }
