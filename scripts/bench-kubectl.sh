@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# kubectl 1.33 exec throughput through kube-ws-proxy (WebSocket, translated) versus straight
-# to the simulated SPDY-only cluster (SPDY), interleaved A B A B …, medians and the ratio.
-# kubectl's own cost is part of what users feel, so this complements `cargo bench --bench
-# streaming`, which uses our own clients.
+# kubectl 1.33 exec and port-forward throughput through kube-ws-proxy (WebSocket: translated
+# exec, tunnelled port-forward) versus straight to the simulated SPDY-only cluster (SPDY),
+# interleaved A B A B …, medians and the ratio. kubectl's own cost is part of what users feel,
+# so this complements `cargo bench --bench streaming`, which uses our own clients.
 #
 #   scripts/bench-kubectl.sh [BYTES] [ROUNDS]      (default: 1 GiB, 5 rounds)
+#
+# Port-forward moves BYTES from a pod service to a local client (down) and back (up) through
+# `kubectl port-forward`; only the transfer is timed, not kubectl's start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bytes=${1:-1073741824}
@@ -48,8 +51,80 @@ CFG
 kubeconfig proxy "$proxy_port"
 kubeconfig direct "$sim_port"
 
-# One timed run: $1 = proxy|direct, $2 = stdout|stdin. Prints seconds.
+# The pod's services for port-forward (the simulated cluster dials 127.0.0.1:<port>), and the
+# local client that times one transfer through kubectl's forwarded port.
+cat >"$work/pf.py" <<'PY'
+import socket, sys, threading, time
+CHUNK = 1 << 20
+ZEROS = bytes(CHUNK)
+
+def serve(n):
+    source, sink = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    def send_n(c):
+        left = n
+        while left:
+            k = c.send(memoryview(ZEROS)[:min(left, CHUNK)])
+            left -= k
+        c.close()
+    def read_n(c):
+        buf, got = bytearray(CHUNK), 0
+        while got < n:
+            k = c.recv_into(buf)
+            if not k:
+                break
+            got += k
+        c.sendall(b"OK %d\n" % got)
+        c.close()
+    def loop(listener, handle):
+        while True:
+            c, _ = listener.accept()
+            threading.Thread(target=handle, args=(c,), daemon=True).start()
+    for listener, handle in ((source, send_n), (sink, read_n)):
+        threading.Thread(target=loop, args=(listener, handle), daemon=True).start()
+    print(source.getsockname()[1], sink.getsockname()[1], flush=True)
+    threading.Event().wait()
+
+def transfer(direction, port, n):
+    start = time.monotonic()
+    c = socket.create_connection(("127.0.0.1", port))
+    if direction == "down":
+        buf, got = bytearray(CHUNK), 0
+        while True:
+            k = c.recv_into(buf)
+            if not k:
+                break
+            got += k
+        ok = got == n
+    else:
+        left = n
+        while left:
+            left -= c.send(memoryview(ZEROS)[:min(left, CHUNK)])
+        reply = c.makefile("rb").readline()
+        ok = reply == b"OK %d\n" % n
+        got = reply.decode().strip()
+    elapsed = time.monotonic() - start
+    if not ok:
+        sys.exit("port-forward %s: wrong byte count %s" % (direction, got))
+    print("%.6f" % elapsed)
+
+if sys.argv[1] == "serve":
+    serve(int(sys.argv[2]))
+else:
+    transfer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+PY
+python3 "$work/pf.py" serve "$bytes" >"$work/pods" &
+for _ in $(seq 100); do [ -s "$work/pods" ] && break; sleep 0.1; done
+read -r source_port sink_port <"$work/pods"
+
+# One timed run: $1 = proxy|direct, $2 = stdout|stdin|down|up. Prints seconds.
 run() {
+  case "$2" in
+    stdout|stdin) run_exec "$@" ;;
+    *) run_port_forward "$@" ;;
+  esac
+}
+
+run_exec() {
   local cfg="$work/$1.kubeconfig" start end
   local env=(env HOME="$work")
   # Straight to the SPDY-only cluster kubectl would first try WebSocket and fall back; go
@@ -66,9 +141,31 @@ run() {
   echo "$end - $start" | bc -l
 }
 
+# kubectl port-forward to the pod service for $2 (down: the source, up: the sink): through the
+# proxy kubectl tunnels SPDY inside a WebSocket; direct it speaks SPDY (no WebSocket attempt).
+run_port_forward() {
+  local cfg="$work/$1.kubeconfig" remote lport pid
+  local websockets=true
+  [ "$1" = direct ] && websockets=false
+  if [ "$2" = down ]; then remote=$source_port; else remote=$sink_port; fi
+  : >"$work/pf.out"
+  env HOME="$work" KUBECTL_PORT_FORWARD_WEBSOCKETS=$websockets "$kubectl" --kubeconfig "$cfg" \
+    port-forward --address 127.0.0.1 pod/bench ":$remote" >"$work/pf.out" 2>"$work/pf.err" &
+  pid=$!
+  for _ in $(seq 300); do
+    lport=$(sed -n 's/^Forwarding from 127.0.0.1:\([0-9]*\) .*/\1/p' "$work/pf.out")
+    [ -n "$lport" ] && break
+    sleep 0.1
+  done
+  [ -n "$lport" ] || { echo "$1 port-forward did not start: $(cat "$work/pf.err")" >&2; exit 1; }
+  python3 "$work/pf.py" "$2" "$lport" "$bytes"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
 declare -A times
 for r in $(seq "$rounds"); do
-  for dir in stdout stdin; do
+  for dir in stdout stdin down up; do
     for path in proxy direct; do
       times[$path.$dir]+="$(run "$path" "$dir") "
     done
@@ -76,15 +173,27 @@ for r in $(seq "$rounds"); do
   echo "round $r done" >&2
 done
 
+# The proxy path must have been the WebSocket tunnel, not a relayed SPDY upgrade.
+for _ in $(seq 50); do
+  tunnels=$(grep -c 'port-forward tunnel finished' "$work/proxy.log" || true)
+  [ "$tunnels" -ge $((2 * rounds)) ] && break
+  sleep 0.1
+done
+[ "$tunnels" -ge $((2 * rounds)) ] || { echo "expected $((2 * rounds)) tunnelled port-forwards, the proxy logged $tunnels" >&2; exit 1; }
+
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mib=$(echo "$bytes / 1048576" | bc -l)
 echo "| kubectl 1.33, $(printf %.0f "$mib") MiB | through the proxy (WebSocket) | direct SPDY | proxy / direct | target |"
 echo "|---|---|---|---|---|"
-for dir in stdout stdin; do
+for dir in stdout stdin down up; do
   p=$(echo "${times[proxy.$dir]}" | median); d=$(echo "${times[direct.$dir]}" | median)
   ratio=$(echo "$p / $d" | bc -l)
   met=$(echo "$ratio <= 1.10" | bc -l)
-  printf '| exec %s, median s | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f× | ≤ 1.10× %s |\n' \
-    "$dir" "$p" "$(echo "$mib / $p" | bc -l)" "$d" "$(echo "$mib / $d" | bc -l)" "$ratio" \
+  case $dir in
+    stdout|stdin) name="exec $dir" ;;
+    *) name="port-forward $dir" ;;
+  esac
+  printf '| %s, median s | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f× | ≤ 1.10× %s |\n' \
+    "$name" "$p" "$(echo "$mib / $p" | bc -l)" "$d" "$(echo "$mib / $d" | bc -l)" "$ratio" \
     "$([ "$met" = 1 ] && echo met || echo 'NOT met')"
 done

@@ -416,3 +416,38 @@ async fn pings_are_answered_while_output_is_backed_up() {
         "pong only after {before} of {TOTAL} bytes"
     );
 }
+
+/// A session with no output streams (stdin only) still answers pings while the command runs:
+/// kubectl's heartbeat closes a connection whose pings go unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_are_answered_on_a_session_without_output() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let h = Harness::start().await;
+    let path = exec_path("web", &["sh", "-c", "cat >/dev/null"], true, false, false);
+    let (mut ws, _) = connect(h.proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .unwrap();
+    for i in 0..3u8 {
+        send(&mut ws, b"\x00some stdin").await;
+        ws.send(Message::Ping(vec![i; 3].into())).await.unwrap();
+        let pong = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Pong(p))) => return p,
+                    Some(Ok(Message::Close(c))) => panic!("closed before the pong: {c:?}"),
+                    Some(Ok(_)) => continue,
+                    other => panic!("session ended: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("no pong while the command runs");
+        assert_eq!(&pong[..], &[i; 3]);
+    }
+    send(&mut ws, b"\xff\x00").await;
+    let t = tokio::time::timeout(T, read_to_close(&mut ws))
+        .await
+        .unwrap();
+    assert_eq!(t.status, SUCCESS);
+}

@@ -1,16 +1,16 @@
 //! Accepting a client's WebSocket upgrade ourselves (for the translated and tunnelled paths):
-//! RFC 6455 validation, the 101 answer, and the stream over hyper's upgraded connection with
-//! buffers sized for thousands of idle sessions.
+//! RFC 6455 validation, the 101 answer, and the [`WebSocket`] over hyper's upgraded
+//! connection.
 
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
-use tokio_tungstenite::WebSocketStream;
+
+use crate::translate::ws::{Config, WebSocket};
 
 /// The client's WebSocket once the 101 went out.
-pub type ClientSocket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+pub type ClientSocket = WebSocket<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// Why a WebSocket handshake was refused (before any upgrade).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,15 +70,9 @@ pub fn switching_protocols<B: Default>(accept: &str, protocol: Option<&str>) -> 
     resp
 }
 
-/// WebSocket settings for client connections. tungstenite's defaults reserve 128 KiB per
-/// connection for reading alone; an idle exec session must cost far less.
-pub fn socket_config(max_message_size: usize) -> WebSocketConfig {
-    WebSocketConfig::default()
-        .read_buffer_size(4 * 1024)
-        .write_buffer_size(16 * 1024)
-        .max_write_buffer_size(16 * 1024 + 2 * 1024 * 1024)
-        .max_message_size(Some(max_message_size))
-        .max_frame_size(Some(max_message_size))
+/// WebSocket settings for client connections (buffers size themselves to the traffic).
+pub fn socket_config(max_message_size: usize) -> Config {
+    Config { max_message_size }
 }
 
 /// Why the client's side of an upgrade did not complete.
@@ -94,13 +88,13 @@ pub enum ClientUpgradeError {
 /// server WebSocket.
 pub async fn upgraded(
     on_upgrade: OnUpgrade,
-    config: WebSocketConfig,
+    config: Config,
     timeout: std::time::Duration,
 ) -> Result<ClientSocket, ClientUpgradeError> {
     let upgraded = tokio::time::timeout(timeout, on_upgrade)
         .await
         .map_err(|_| ClientUpgradeError::Timeout(timeout))??;
-    Ok(WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await)
+    Ok(WebSocket::new(TokioIo::new(upgraded), config))
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Pure protocol logic (testable without sockets): [`channel`], [`protocol`], [`subprotocol`],
 //! [`close_signal`], [`resize`], [`status`], [`status_mapping`], [`exec_options`].
-//! The async bridges: [`remote_command`] (exec/attach) and [`tunnel`] (port-forward).
+//! The async bridges: [`remote_command`] (exec/attach) and [`tunnel`] (port-forward), over the
+//! client's WebSocket ([`ws`]).
 
 pub mod channel;
 pub mod close_signal;
@@ -14,3 +15,4 @@ pub mod status;
 pub mod status_mapping;
 pub mod subprotocol;
 pub mod tunnel;
+pub mod ws;

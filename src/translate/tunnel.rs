@@ -6,16 +6,17 @@
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
+
+use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket};
 
 /// Largest upstream read turned into one message (what kube-apiserver's tunnel does).
 const CHUNK: usize = 32 * 1024;
+/// What an idle tunnel parks its upstream read on; reads grow to [`CHUNK`] while data flows.
+const IDLE_READ: usize = 512;
+/// How long the closing handshake may take at the end.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Byte counts and the reason a tunnel ended.
 #[derive(Debug, Clone)]
@@ -44,7 +45,7 @@ pub enum TunnelEnd {
 /// upstream. `leftover` are bytes the upstream sent right after its 101.
 /// `stop` ends the tunnel early (graceful shutdown), with Close 1001 to the client.
 pub async fn run<S, U>(
-    ws: WebSocketStream<S>,
+    ws: WebSocket<S>,
     upstream: U,
     leftover: Bytes,
     stop: CancellationToken,
@@ -54,7 +55,7 @@ where
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let started = Instant::now();
-    let (mut sink, mut stream) = ws.split();
+    let (mut reader, mut writer) = ws.split();
     let (mut up_read, mut up_write) = tokio::io::split(upstream);
     let mut bytes_up = 0u64;
     let mut bytes_down = 0u64;
@@ -62,37 +63,76 @@ where
     let downstream = async {
         if !leftover.is_empty() {
             bytes_down += leftover.len() as u64;
-            if sink.send(Message::Binary(leftover)).await.is_err() {
+            if writer.send_binary(&[], leftover).await.is_err() {
                 return;
             }
         }
         let mut buf = BytesMut::new();
+        let mut read_size = IDLE_READ;
         loop {
-            buf.reserve(CHUNK);
-            match up_read.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    bytes_down += n as u64;
-                    let msg = buf.split().freeze();
-                    if sink.send(Message::Binary(msg)).await.is_err() {
+            // Each message is written from this buffer and dropped before the next read, so
+            // the reserve reuses the same allocation.
+            buf.reserve(read_size);
+            tokio::select! {
+                read = up_read.read_buf(&mut buf) => match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        bytes_down += n as u64;
+                        read_size = if n >= read_size {
+                            CHUNK
+                        } else if n < IDLE_READ {
+                            IDLE_READ
+                        } else {
+                            read_size
+                        };
+                        let msg = buf.split().freeze();
+                        if writer.send_binary(&[], msg).await.is_err() {
+                            return;
+                        }
+                        // A quiet tunnel parks on a small buffer.
+                        if read_size == IDLE_READ && buf.capacity() > 2 * IDLE_READ {
+                            buf = BytesMut::new();
+                        }
+                    }
+                },
+                // Flushing sends the pong.
+                _ = writer.ping_received() => {
+                    if writer.flush().await.is_err() {
                         return;
                     }
                 }
             }
         }
     };
+    let mut client_close = None;
+    let mut violation = None;
     let upstream_dir = async {
-        while let Some(msg) = stream.next().await {
+        while let Some(msg) = reader.next().await {
             match msg {
-                Ok(Message::Binary(data)) => {
+                Ok(Incoming::Binary(data)) => {
                     if up_write.write_all(&data).await.is_err() {
                         return TunnelEnd::Upstream;
                     }
                     bytes_up += data.len() as u64;
                 }
-                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => {}
-                Ok(Message::Close(_)) => return TunnelEnd::Client,
-                Ok(Message::Text(_)) | Err(_) => return TunnelEnd::ClientViolation,
+                Ok(Incoming::Close(frame)) => {
+                    client_close = Some(frame);
+                    return TunnelEnd::Client;
+                }
+                Ok(Incoming::Text(_)) => {
+                    violation = Some(CloseFrame::new(
+                        CloseCode::PROTOCOL,
+                        "the tunnel carries binary messages only",
+                    ));
+                    return TunnelEnd::ClientViolation;
+                }
+                Err(e) => {
+                    let Some(code) = e.close_code() else {
+                        return TunnelEnd::Client;
+                    };
+                    violation = Some(CloseFrame::new(code, e.to_string()));
+                    return TunnelEnd::ClientViolation;
+                }
             }
         }
         TunnelEnd::Client
@@ -103,24 +143,27 @@ where
         _ = stop.cancelled() => TunnelEnd::Drained,
     };
     let _ = up_write.shutdown().await;
-    let close = match ended_by {
-        TunnelEnd::ClientViolation => CloseFrame {
-            code: CloseCode::Protocol,
-            reason: "the tunnel carries binary messages only".into(),
-        },
-        TunnelEnd::Drained => CloseFrame {
-            code: CloseCode::Away,
-            reason: "kube-ws-proxy is shutting down".into(),
-        },
-        _ => CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        },
+    let close = match (client_close, violation, ended_by) {
+        // The client closed: echoing its code completes the handshake, nothing to wait for.
+        (Some(frame), ..) => {
+            let reply = frame.map(|f| CloseFrame::new(f.code, ""));
+            let _ = tokio::time::timeout(CLOSE_WAIT, writer.close(reply)).await;
+            None
+        }
+        (None, Some(frame), _) => Some(frame),
+        (None, None, TunnelEnd::Drained) => Some(CloseFrame::new(
+            CloseCode::AWAY,
+            "kube-ws-proxy is shutting down",
+        )),
+        _ => Some(CloseFrame::new(CloseCode::NORMAL, "")),
     };
-    if sink.send(Message::Close(Some(close))).await.is_ok() {
-        // Give the client a moment to answer the Close so the socket ends cleanly.
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            while let Some(Ok(_)) = stream.next().await {}
+    if let Some(close) = close {
+        // Give the client a moment to answer the Close so the socket ends cleanly (and never
+        // wait long on one that does not read).
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            if writer.close(Some(close)).await.is_ok() {
+                while let Some(Ok(_)) = reader.next().await {}
+            }
         })
         .await;
     }

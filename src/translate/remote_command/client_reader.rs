@@ -1,26 +1,25 @@
 //! Reads the client's WebSocket: stdin and CLOSE go to the stdin pump, terminal sizes to the
-//! resize pump. Pings are answered by the WebSocket layer while we keep reading, so they are
-//! answered even while stdin is backed up — until the bounded stdin queue is full, at which
-//! point reading stops and TCP slows the client.
+//! resize pump. Pings are passed to the writer as they are read, so they are answered even
+//! while stdin is backed up — until the bounded stdin queue is full, at which point reading
+//! stops and TCP slows the client.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use bytes::{Buf, Bytes};
+use tokio::io::AsyncRead;
 use tokio::sync::{mpsc, watch};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use super::stdin_pump::StdinItem;
 use crate::translate::channel::Channel;
 use crate::translate::close_signal::{CloseSignal, CLOSE_SIGNAL_BYTE};
 use crate::translate::resize::{ResizeDecoder, TerminalSize};
+use crate::translate::ws::{CloseCode, CloseFrame, Incoming, WsReader};
 
 /// Why the client side stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ClientEnd {
-    /// The client sent a Close frame.
-    Closed,
+    /// The client sent a Close frame (this one).
+    Closed(Option<CloseFrame>),
     /// The connection ended without a Close frame (or failed).
     Gone,
     /// The client broke the protocol; close with this code and reason.
@@ -36,30 +35,27 @@ pub(crate) struct ClientSinks {
 
 /// Reads until the client closes, goes away or breaks the protocol. The sinks are dropped when
 /// it returns, which is what tells the stdin pump that no more stdin will come.
-pub(crate) async fn read_client<S>(
-    stream: &mut S,
+pub(crate) async fn read_client<R>(
+    reader: &mut WsReader<R>,
     mut sinks: ClientSinks,
     bytes_in: &AtomicU64,
 ) -> ClientEnd
 where
-    S: Stream<Item = Result<Message, WsError>> + Unpin,
+    R: AsyncRead + Unpin,
 {
     let mut resize = ResizeDecoder::new();
-    while let Some(msg) = stream.next().await {
+    while let Some(msg) = reader.next().await {
         let data = match msg {
-            Ok(Message::Binary(data)) => data,
             // The reference server reads text frames as bytes too (x/net `Message.Receive`),
             // and the Python client sends string stdin as text: same channel framing.
-            Ok(Message::Text(text)) => Bytes::from(text),
-            Ok(Message::Close(_)) => return ClientEnd::Closed,
-            Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
-            Err(WsError::Capacity(e)) => {
-                return ClientEnd::Violation(CloseCode::Size, format!("message too large: {e}"))
+            Ok(Incoming::Binary(data) | Incoming::Text(data)) => data,
+            Ok(Incoming::Close(frame)) => return ClientEnd::Closed(frame),
+            Err(e) => {
+                return match e.close_code() {
+                    Some(code) => ClientEnd::Violation(code, e.to_string()),
+                    None => ClientEnd::Gone,
+                }
             }
-            Err(WsError::Protocol(e)) => {
-                return ClientEnd::Violation(CloseCode::Protocol, e.to_string())
-            }
-            Err(_) => return ClientEnd::Gone,
         };
         if let Some(end) = dispatch(data, &mut sinks, &mut resize, bytes_in).await {
             return end;
@@ -82,7 +78,7 @@ async fn dispatch(
         let signal = match CloseSignal::decode(&data) {
             Ok(signal) => signal,
             // The reference server aborts the connection here; we say why.
-            Err(e) => return Some(ClientEnd::Violation(CloseCode::Protocol, e.to_string())),
+            Err(e) => return Some(ClientEnd::Violation(CloseCode::PROTOCOL, e.to_string())),
         };
         match signal.channel() {
             Channel::Stdin => {
@@ -98,7 +94,9 @@ async fn dispatch(
     }
     match Channel::from_byte(first) {
         Some(Channel::Stdin) => {
-            let payload = data.slice(1..);
+            // Advancing (unlike slicing) never allocates, whatever backs the bytes.
+            let mut payload = data;
+            payload.advance(1);
             bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
             if let Some(stdin) = &sinks.stdin {
                 if !payload.is_empty() && stdin.send(StdinItem::Data(payload)).await.is_err() {
@@ -123,7 +121,7 @@ async fn dispatch(
         Some(Channel::Stdout | Channel::Stderr | Channel::Error) => {}
         None => {
             return Some(ClientEnd::Violation(
-                CloseCode::Protocol,
+                CloseCode::PROTOCOL,
                 format!("unknown channel {first}"),
             ))
         }

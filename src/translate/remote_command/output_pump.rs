@@ -1,15 +1,18 @@
-//! Copies upstream stdout/stderr to the client as channel 1/2 binary messages.
+//! Copies upstream stdout/stderr to the client as channel 1/2 binary messages, and answers the
+//! client's pings while it waits.
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::{Sink, SinkExt};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
 
 use crate::spdy::proto::RecvStream;
 use crate::translate::channel::Channel;
+use crate::translate::ws::WsWriter;
 
 /// Upstream DATA larger than this is split into several messages, so a client never has to
 /// hold a multi-MiB message (Kubernetes peers send ≤ 32 KiB frames anyway).
 const MAX_MESSAGE_PAYLOAD: usize = 64 * 1024;
+/// Output already waiting is written together, up to this much per write.
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// How the output side ended.
 #[derive(Debug)]
@@ -20,30 +23,27 @@ pub(crate) enum OutputEnd {
     ClientGone,
 }
 
-/// Frames `data` behind a channel byte, reusing `scratch`'s allocation when the previous
-/// message has been written.
-pub(crate) fn frame_message(scratch: &mut BytesMut, channel: Channel, data: &[u8]) -> Bytes {
-    scratch.reserve(1 + data.len());
-    scratch.put_u8(channel.as_byte());
-    scratch.extend_from_slice(data);
-    scratch.split().freeze()
-}
-
 /// Pumps until both outputs ended. Returns the bytes forwarded.
-pub(crate) async fn pump_output<S>(
-    sink: &mut S,
+pub(crate) async fn pump_output<W>(
+    writer: &mut WsWriter<W>,
     mut stdout: Option<RecvStream>,
     mut stderr: Option<RecvStream>,
     bytes_out: &mut u64,
 ) -> OutputEnd
 where
-    S: Sink<Message, Error = WsError> + Unpin,
+    W: AsyncWrite + Unpin,
 {
-    let mut scratch = BytesMut::new();
     loop {
         let (channel, next) = tokio::select! {
             next = recv_opt(&mut stdout), if stdout.is_some() => (Channel::Stdout, next),
             next = recv_opt(&mut stderr), if stderr.is_some() => (Channel::Stderr, next),
+            // Flushing sends the pong.
+            _ = writer.ping_received(), if stdout.is_some() || stderr.is_some() => {
+                if writer.flush().await.is_err() {
+                    return OutputEnd::ClientGone;
+                }
+                continue;
+            }
             else => return OutputEnd::UpstreamDone,
         };
         let data = match next {
@@ -57,18 +57,31 @@ where
                 continue;
             }
         };
-        for chunk in data.chunks(MAX_MESSAGE_PAYLOAD) {
-            let msg = frame_message(&mut scratch, channel, chunk);
-            if sink.feed(Message::Binary(msg)).await.is_err() {
-                return OutputEnd::ClientGone;
-            }
-            *bytes_out += chunk.len() as u64;
+        *bytes_out += data.len() as u64;
+        if queue(writer, channel, data).is_err() {
+            return OutputEnd::ClientGone;
         }
-        // Flush unless more output is already waiting: batches small messages into one write.
-        if !output_ready(&stdout) && !output_ready(&stderr) && sink.flush().await.is_err() {
+        // Write unless more output is already waiting: small messages go out together.
+        let more = output_ready(&stdout) || output_ready(&stderr);
+        if (!more || writer.queued() >= BATCH_BYTES) && writer.flush().await.is_err() {
             return OutputEnd::ClientGone;
         }
     }
+}
+
+/// Queues `data` as messages behind the channel byte; the payload is not copied.
+fn queue<W: AsyncWrite + Unpin>(
+    writer: &mut WsWriter<W>,
+    channel: Channel,
+    mut data: Bytes,
+) -> Result<(), crate::translate::ws::Error> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    while data.len() > MAX_MESSAGE_PAYLOAD {
+        writer.queue_binary(&[channel.as_byte()], data.split_to(MAX_MESSAGE_PAYLOAD))?;
+    }
+    writer.queue_binary(&[channel.as_byte()], data)
 }
 
 async fn recv_opt(rx: &mut Option<RecvStream>) -> Option<Result<Bytes, crate::spdy::proto::Error>> {

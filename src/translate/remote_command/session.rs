@@ -3,19 +3,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use futures_util::{SinkExt, StreamExt};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
 use super::client_reader::{read_client, ClientEnd, ClientSinks};
 use super::error_reader::read_error_stream;
-use super::output_pump::{frame_message, pump_output, OutputEnd};
+use super::output_pump::{pump_output, OutputEnd};
 use super::setup::ExecStreams;
 use super::stdin_pump::pump_stdin;
 use crate::spdy::proto::SendStream;
@@ -23,6 +18,7 @@ use crate::translate::channel::Channel;
 use crate::translate::resize::TerminalSize;
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upstream_error_stream;
+use crate::translate::ws::{CloseCode, CloseFrame, WebSocket, WsReader, WsWriter};
 
 /// How long a departing client's stdin FIN may take before the upstream is torn down anyway.
 const STDIN_FIN_GRACE: Duration = Duration::from_millis(500);
@@ -76,7 +72,7 @@ pub enum SessionEndKind {
 
 /// Runs a translated session on an accepted `v5.channel.k8s.io` WebSocket.
 pub async fn run<S>(
-    ws: WebSocketStream<S>,
+    ws: WebSocket<S>,
     upstream: ExecStreams,
     ready: Channel,
     tty: bool,
@@ -96,13 +92,15 @@ where
         stderr,
         resize,
     } = upstream;
-    let (mut sink, mut stream) = ws.split();
+    let (mut reader, mut writer) = ws.split();
     let mut bytes_out = 0u64;
 
     // Ready message: an empty payload on the lowest writable channel.
-    let mut scratch = BytesMut::new();
-    let ready_msg = frame_message(&mut scratch, ready, &[]);
-    if sink.send(Message::Binary(ready_msg)).await.is_err() {
+    if writer
+        .send_binary(&[ready.as_byte()], Bytes::new())
+        .await
+        .is_err()
+    {
         conn.close().await;
         return outcome(0, 0, None, SessionEndKind::ClientGone, started);
     }
@@ -126,14 +124,20 @@ where
     }
 
     // Phase 1: until the command is over (outputs and the error stream ended) or the client left.
-    let client = read_client(&mut stream, sinks, &bytes_in);
+    let client = read_client(&mut reader, sinks, &bytes_in);
     tokio::pin!(client);
     let upstream_done = async {
-        let out = pump_output(&mut sink, stdout, stderr, &mut bytes_out).await;
+        let out = pump_output(&mut writer, stdout, stderr, &mut bytes_out).await;
         if let OutputEnd::ClientGone = out {
             return None;
         }
-        Some(error_task.await.unwrap_or_default())
+        // The outputs ended (or there were none): pings still need answers until the status.
+        Some(
+            writer
+                .answer_pings_until(error_task)
+                .await
+                .unwrap_or_default(),
+        )
     };
     // Either the session ends with a Status (the command's, or the shutdown's), or the client
     // ended it first.
@@ -159,7 +163,7 @@ where
     let client_end = match ended {
         Ok((status, kind)) => {
             // Phase 2: deliver the status, close, and drain the client.
-            let delivered = deliver_status(&mut sink, &status).await;
+            let delivered = deliver_status(&mut writer, &status).await;
             conn.close().await;
             if delivered {
                 // Keep reading (and discarding) so a late client frame never meets a TCP
@@ -172,25 +176,30 @@ where
         Err(end) => end,
     };
 
-    // The client left or misbehaved first. Its reader has returned and dropped the stdin queue,
-    // so the stdin pump sends FIN after what was queued; give it a moment (it may be stuck on a
-    // stalled upstream), then tear the session down (RST + GOAWAY).
+    // The client left or misbehaved first: answer it at once (a client that closed completes
+    // its closing handshake with its own code echoed), but never wait long on one that does
+    // not read.
+    let (kind, answer) = match client_end {
+        ClientEnd::Violation(code, reason) => (
+            SessionEndKind::ClientViolation,
+            Some(Some(CloseFrame::new(code, reason))),
+        ),
+        ClientEnd::Closed(frame) => (
+            SessionEndKind::ClientGone,
+            Some(frame.map(|f| CloseFrame::new(f.code, ""))),
+        ),
+        ClientEnd::Gone => (SessionEndKind::ClientGone, None),
+    };
+    if let Some(frame) = answer {
+        let _ = tokio::time::timeout(limits.close_drain_timeout, writer.close(frame)).await;
+    }
+    // Its reader has returned and dropped the stdin queue, so the stdin pump sends FIN after
+    // what was queued; give it a moment (it may be stuck on a stalled upstream), then tear the
+    // session down (RST + GOAWAY).
     if let Some(task) = stdin_task {
         let _ = tokio::time::timeout(STDIN_FIN_GRACE, task).await;
     }
     conn.close().await;
-    let kind = match client_end {
-        ClientEnd::Violation(code, reason) => {
-            let _ = sink
-                .send(Message::Close(Some(CloseFrame {
-                    code,
-                    reason: reason.into(),
-                })))
-                .await;
-            SessionEndKind::ClientViolation
-        }
-        ClientEnd::Closed | ClientEnd::Gone => SessionEndKind::ClientGone,
-    };
     outcome(
         bytes_in.load(Ordering::Relaxed),
         bytes_out,
@@ -204,7 +213,7 @@ where
 /// message and the upstream's Status on channel 3, then Close 1000. An HTTP error on the
 /// handshake instead would send kubectl into its SPDY fallback, which our users' gateway drops.
 pub async fn refuse<S>(
-    ws: WebSocketStream<S>,
+    ws: WebSocket<S>,
     ready: Channel,
     status: Status,
     limits: &SessionLimits,
@@ -213,34 +222,36 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let started = Instant::now();
-    let (mut sink, mut stream) = ws.split();
-    let mut scratch = BytesMut::new();
-    let ready_msg = frame_message(&mut scratch, ready, &[]);
-    let mut delivered = sink.send(Message::Binary(ready_msg)).await.is_ok();
-    delivered = delivered && deliver_status(&mut sink, &status).await;
+    let (mut reader, mut writer) = ws.split();
+    // Ready, status and Close go out in one write.
+    let delivered = writer
+        .queue_binary(&[ready.as_byte()], Bytes::new())
+        .is_ok()
+        && deliver_status(&mut writer, &status).await;
     if delivered {
-        let drain = async { while let Some(Ok(_)) = stream.next().await {} };
-        let _ = tokio::time::timeout(limits.close_drain_timeout, drain).await;
+        let _ = tokio::time::timeout(limits.close_drain_timeout, drain(&mut reader)).await;
     }
     outcome(0, 0, Some(status), SessionEndKind::UpstreamRefused, started)
 }
 
 /// Sends the status on channel 3 and Close 1000. Returns whether both went out.
-async fn deliver_status<S>(sink: &mut S, status: &Status) -> bool
-where
-    S: futures_util::Sink<Message, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
-{
-    let mut scratch = BytesMut::new();
-    let msg = frame_message(&mut scratch, Channel::Error, &status.to_json_bytes());
-    if sink.send(Message::Binary(msg)).await.is_err() {
+async fn deliver_status<W: AsyncWrite + Unpin>(writer: &mut WsWriter<W>, status: &Status) -> bool {
+    let json = Bytes::from(status.to_json_bytes());
+    if writer
+        .queue_binary(&[Channel::Error.as_byte()], json)
+        .is_err()
+    {
         return false;
     }
-    sink.send(Message::Close(Some(CloseFrame {
-        code: CloseCode::Normal,
-        reason: "".into(),
-    })))
-    .await
-    .is_ok()
+    writer
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
+        .await
+        .is_ok()
+}
+
+/// Reads (and discards) until the client's close frame or the end of the connection.
+async fn drain<R: AsyncRead + Unpin>(reader: &mut WsReader<R>) {
+    while let Some(Ok(_)) = reader.next().await {}
 }
 
 /// Forwards the latest terminal size to the upstream resize stream.

@@ -1,0 +1,88 @@
+//! The server side of a WebSocket (RFC 6455) once the 101 went out, for the translated and
+//! tunnelled sessions. Every stdin and stdout byte crosses it, so it is built for that path:
+//! a client's payloads are unmasked in the read buffer and handed on without a copy, reads are
+//! sized to the traffic (an idle session parks on a small buffer), and a message to the client
+//! is its head plus the payload's own buffer in one vectored write, batched with whatever else
+//! is queued.
+//!
+//! [`WebSocket::split`] gives a [`WsReader`] and a [`WsWriter`], which can be driven from the
+//! same task or different ones. Pings are answered by the writer: the reader passes the latest
+//! ping on, and the writer's owner selects on [`WsWriter::ping_received`] while it waits.
+//! No extensions are negotiated; a client's close frame is answered by whoever owns the writer
+//! (the session decides what to say).
+
+mod close;
+mod frame;
+mod mask;
+mod reader;
+mod writer;
+
+pub use close::{CloseCode, CloseFrame};
+pub use reader::{Incoming, WsReader};
+pub use writer::WsWriter;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio::sync::watch;
+
+/// Why a WebSocket could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The client broke RFC 6455.
+    #[error("{0}")]
+    Protocol(&'static str),
+    #[error("message of {size} bytes exceeds the limit of {max}")]
+    TooLarge { size: u64, max: usize },
+    #[error("text that is not UTF-8")]
+    InvalidUtf8,
+    /// A message after our close frame.
+    #[error("the WebSocket is closed")]
+    Closed,
+}
+
+impl Error {
+    /// The close code that tells the client what it did wrong (`None`: the connection itself
+    /// failed, nothing can be said).
+    pub fn close_code(&self) -> Option<CloseCode> {
+        match self {
+            Error::Protocol(_) => Some(CloseCode::PROTOCOL),
+            Error::TooLarge { .. } => Some(CloseCode::TOO_BIG),
+            Error::InvalidUtf8 => Some(CloseCode::INVALID_DATA),
+            Error::Io(_) | Error::Closed => None,
+        }
+    }
+}
+
+/// Limits of a client WebSocket.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Largest message (and frame) accepted from the client.
+    pub max_message_size: usize,
+}
+
+/// An accepted WebSocket over `io`, before it is split.
+pub struct WebSocket<S> {
+    io: S,
+    config: Config,
+}
+
+impl<S: AsyncRead + AsyncWrite> WebSocket<S> {
+    /// A server WebSocket over a connection whose handshake is done.
+    pub fn new(io: S, config: Config) -> Self {
+        WebSocket { io, config }
+    }
+
+    /// The reading and the writing half.
+    pub fn split(self) -> (WsReader<ReadHalf<S>>, WsWriter<WriteHalf<S>>) {
+        let (rd, wr) = tokio::io::split(self.io);
+        let (ping_tx, ping_rx) = watch::channel(None);
+        (
+            WsReader::new(rd, self.config.max_message_size, ping_tx),
+            WsWriter::new(wr, ping_rx),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

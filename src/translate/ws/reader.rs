@@ -1,0 +1,219 @@
+//! The reading half: frames off the client's socket into whole messages. Payloads are unmasked
+//! in the read buffer and handed on without a copy; pings are passed to the writer to answer.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::watch;
+
+use super::close::CloseFrame;
+use super::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
+use super::mask::apply_mask;
+use super::Error;
+
+/// Bytes asked of the socket per read while data flows.
+const READ_CHUNK: usize = 64 * 1024;
+/// Room kept beyond a busy read, so the message the read ends inside is completed in the same
+/// buffer (kubectl sends at most 32 KiB and a channel byte per message) instead of being moved.
+const FRAME_SLACK: usize = 32 * 1024 + 1 + MAX_HEAD_LEN;
+/// Bytes asked per read while the session is quiet: what an idle session parks on.
+const IDLE_READ: usize = 512;
+/// A buffer grown beyond this by a large message is dropped once empty.
+const SHRINK_ABOVE: usize = 256 * 1024;
+/// Payloads up to this size are copied out (one small allocation), so the read buffer stays
+/// unshared and is reused by the next read; larger ones are split off it without a copy.
+const COPY_UP_TO: usize = 256;
+
+/// A whole message from the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Binary(Bytes),
+    /// A text message (checked to be UTF-8), as its bytes.
+    Text(Bytes),
+    /// The client's close frame; nothing follows it.
+    Close(Option<CloseFrame>),
+}
+
+/// A fragmented message being put together.
+struct Fragmented {
+    text: bool,
+    data: BytesMut,
+}
+
+/// Reads messages from a client.
+pub struct WsReader<R> {
+    io: R,
+    buf: BytesMut,
+    /// How much the next read asks for: grows when a read fills it, shrinks when reads are small.
+    read_size: usize,
+    max_message: usize,
+    fragmented: Option<Fragmented>,
+    /// The latest ping's payload, for the writer to answer.
+    pings: watch::Sender<Option<Bytes>>,
+    /// A close frame, an error or the end of the stream was returned: nothing more to read.
+    done: bool,
+}
+
+impl<R: AsyncRead + Unpin> WsReader<R> {
+    pub(super) fn new(io: R, max_message: usize, pings: watch::Sender<Option<Bytes>>) -> Self {
+        WsReader {
+            io,
+            buf: BytesMut::new(),
+            read_size: IDLE_READ,
+            max_message,
+            fragmented: None,
+            pings,
+            done: false,
+        }
+    }
+
+    /// The next message. `None` once the stream ended (with or without a close frame), after
+    /// a close frame or after an error.
+    pub async fn next(&mut self) -> Option<Result<Incoming, Error>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.decode() {
+                Ok(Some(msg)) => {
+                    self.done = matches!(msg, Incoming::Close(_));
+                    return Some(Ok(msg));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+            match self.fill().await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.done = true;
+                    return None;
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(Error::Io(e)));
+                }
+            }
+        }
+    }
+
+    /// Takes frames off the buffer until one completes a message, or more bytes are needed.
+    fn decode(&mut self) -> Result<Option<Incoming>, Error> {
+        loop {
+            let Some(head) = FrameHead::parse(&self.buf)? else {
+                return Ok(None);
+            };
+            let Some(key) = head.mask else {
+                return Err(Error::Protocol("unmasked frame from a client"));
+            };
+            if head.len > self.max_message as u64 {
+                return Err(Error::TooLarge {
+                    size: head.len,
+                    max: self.max_message,
+                });
+            }
+            let len = head.len as usize;
+            if self.buf.len() < head.head_len + len {
+                return Ok(None);
+            }
+            self.buf.advance(head.head_len);
+            let payload = if len <= COPY_UP_TO {
+                apply_mask(&mut self.buf[..len], key);
+                let copy = Bytes::copy_from_slice(&self.buf[..len]);
+                self.buf.advance(len);
+                copy
+            } else {
+                let mut payload = self.buf.split_to(len);
+                apply_mask(&mut payload, key);
+                payload.freeze()
+            };
+            match head.opcode {
+                OpCode::Ping => {
+                    // Only the latest ping needs an answer (RFC 6455 §5.5.3).
+                    self.pings.send_replace(Some(payload));
+                }
+                OpCode::Pong => {}
+                OpCode::Close => return Ok(Some(Incoming::Close(CloseFrame::decode(&payload)?))),
+                OpCode::Text | OpCode::Binary => {
+                    if self.fragmented.is_some() {
+                        return Err(Error::Protocol("a new message inside a fragmented one"));
+                    }
+                    let text = head.opcode == OpCode::Text;
+                    if head.fin {
+                        return complete(text, payload).map(Some);
+                    }
+                    self.fragmented = Some(Fragmented {
+                        text,
+                        data: BytesMut::from(&payload[..]),
+                    });
+                }
+                OpCode::Continuation => {
+                    let Some(f) = self.fragmented.as_mut() else {
+                        return Err(Error::Protocol("a continuation frame outside a message"));
+                    };
+                    let size = f.data.len() + len;
+                    if size > self.max_message {
+                        return Err(Error::TooLarge {
+                            size: size as u64,
+                            max: self.max_message,
+                        });
+                    }
+                    // Rare (kubectl and the Python client send whole messages): copied together.
+                    f.data.extend_from_slice(&payload);
+                    if head.fin {
+                        let f = self.fragmented.take().expect("checked above");
+                        return complete(f.text, f.data.freeze()).map(Some);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads more bytes; `false` at the end of the stream. A frame whose head is in the
+    /// buffer is completed by a read that stops on its boundary, so its payload stays in the
+    /// buffer it started in; otherwise a busy read leaves room to do that for its last frame.
+    async fn fill(&mut self) -> std::io::Result<bool> {
+        let missing = match FrameHead::parse(&self.buf) {
+            Ok(Some(head)) => (head.head_len as u64 + head.len)
+                .checked_sub(self.buf.len() as u64)
+                .filter(|&m| m > 0)
+                .map(|m| m as usize),
+            _ => None,
+        };
+        if self.buf.is_empty()
+            && (self.buf.capacity() > SHRINK_ABOVE
+                || (self.read_size == IDLE_READ && self.buf.capacity() > 2 * IDLE_READ))
+        {
+            self.buf = BytesMut::new();
+        }
+        let want = missing.unwrap_or(self.read_size);
+        let room = if missing.is_none() && self.read_size == READ_CHUNK {
+            want + FRAME_SLACK
+        } else {
+            want
+        };
+        if self.buf.capacity() - self.buf.len() < room {
+            self.buf.reserve(room);
+        }
+        let n = self.io.read_buf(&mut (&mut self.buf).limit(want)).await?;
+        if n > 0 && missing.is_none() {
+            self.read_size = if n >= want {
+                READ_CHUNK
+            } else if n < IDLE_READ {
+                IDLE_READ
+            } else {
+                self.read_size
+            };
+        }
+        Ok(n > 0)
+    }
+}
+
+fn complete(text: bool, data: Bytes) -> Result<Incoming, Error> {
+    if !text {
+        return Ok(Incoming::Binary(data));
+    }
+    std::str::from_utf8(&data).map_err(|_| Error::InvalidUtf8)?;
+    Ok(Incoming::Text(data))
+}

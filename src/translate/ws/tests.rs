@@ -1,0 +1,278 @@
+//! The WebSocket halves against a hand-rolled client on an in-memory pipe.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use super::frame::{FrameHead, OpCode};
+use super::mask::apply_mask;
+use super::*;
+
+const KEY: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
+
+/// A client frame: `b0` (FIN and opcode) and a masked payload.
+fn masked(b0: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![b0];
+    match payload.len() {
+        n @ 0..=125 => out.push(0x80 | n as u8),
+        n @ 126..=0xFFFF => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&KEY);
+    let mut body = payload.to_vec();
+    apply_mask(&mut body, KEY);
+    out.extend_from_slice(&body);
+    out
+}
+
+fn pair(
+    pipe: usize,
+    max: usize,
+) -> (
+    DuplexStream,
+    WsReader<ReadHalf<DuplexStream>>,
+    WsWriter<WriteHalf<DuplexStream>>,
+) {
+    let (client, server) = tokio::io::duplex(pipe);
+    let (rd, wr) = WebSocket::new(
+        server,
+        Config {
+            max_message_size: max,
+        },
+    )
+    .split();
+    (client, rd, wr)
+}
+
+/// Reads `n` server frames off the client end: (opcode, payload).
+async fn server_frames(client: &mut DuplexStream, n: usize) -> Vec<(OpCode, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut frames = Vec::new();
+    while frames.len() < n {
+        match FrameHead::parse(&buf).unwrap() {
+            Some(h) if buf.len() >= h.head_len + h.len as usize => {
+                assert!(
+                    h.fin && h.mask.is_none(),
+                    "server frames are final and unmasked"
+                );
+                let end = h.head_len + h.len as usize;
+                frames.push((h.opcode, buf[h.head_len..end].to_vec()));
+                buf.drain(..end);
+            }
+            _ => {
+                let mut chunk = [0u8; 4096];
+                let k = client.read(&mut chunk).await.unwrap();
+                assert!(k > 0, "server side closed early");
+                buf.extend_from_slice(&chunk[..k]);
+            }
+        }
+    }
+    assert!(buf.is_empty(), "no stray bytes");
+    frames
+}
+
+#[tokio::test]
+async fn messages_of_every_length_encoding() {
+    let (mut client, mut rd, _wr) = pair(1 << 20, 1 << 20);
+    let sizes = [0usize, 1, 125, 126, 0xFFFF, 0x10000, 300_000];
+    for &n in &sizes {
+        let payload: Vec<u8> = (0..n).map(|i| i as u8).collect();
+        client.write_all(&masked(0x82, &payload)).await.unwrap();
+        assert_eq!(
+            rd.next().await.unwrap().unwrap(),
+            Incoming::Binary(payload.into())
+        );
+    }
+}
+
+#[tokio::test]
+async fn many_small_frames_in_one_read_and_one_frame_over_many_reads() {
+    // A 16-byte pipe makes every large frame arrive in pieces.
+    let (client, mut rd, _wr) = pair(16, 1 << 20);
+    let (_, mut client_wr) = tokio::io::split(client);
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let mut wire = Vec::new();
+    for i in 0..50u8 {
+        wire.extend(masked(0x82, &[0, i]));
+    }
+    wire.extend(masked(0x82, &big));
+    tokio::spawn(async move { client_wr.write_all(&wire).await.unwrap() });
+    for i in 0..50u8 {
+        assert_eq!(
+            rd.next().await.unwrap().unwrap(),
+            Incoming::Binary(vec![0, i].into())
+        );
+    }
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Binary(big.into())
+    );
+}
+
+#[tokio::test]
+async fn text_is_checked_to_be_utf8() {
+    let (mut client, mut rd, _wr) = pair(4096, 1024);
+    client
+        .write_all(&masked(0x81, "\u{0}héllo".as_bytes()))
+        .await
+        .unwrap();
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Text(Bytes::from("\u{0}héllo"))
+    );
+    client.write_all(&masked(0x81, b"\x00\xff")).await.unwrap();
+    let err = rd.next().await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::InvalidUtf8));
+    assert_eq!(err.close_code(), Some(CloseCode::INVALID_DATA));
+    assert!(rd.next().await.is_none(), "nothing after an error");
+}
+
+#[tokio::test]
+async fn fragments_are_reassembled_around_a_ping() {
+    let (mut client, mut rd, mut wr) = pair(4096, 1024);
+    let mut wire = masked(0x02, b"\x00fra");
+    wire.extend(masked(0x00, b"gme"));
+    wire.extend(masked(0x89, b"mid"));
+    wire.extend(masked(0x80, b"nted"));
+    client.write_all(&wire).await.unwrap();
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Binary(Bytes::from_static(b"\x00fragmented"))
+    );
+    tokio::time::timeout(Duration::from_secs(5), wr.ping_received())
+        .await
+        .expect("the ping is reported");
+    wr.flush().await.unwrap();
+    assert_eq!(
+        server_frames(&mut client, 1).await,
+        vec![(OpCode::Pong, b"mid".to_vec())]
+    );
+}
+
+#[tokio::test]
+async fn protocol_violations_end_reading() {
+    let cases: [(Vec<u8>, CloseCode); 6] = [
+        // Unmasked client frame.
+        (vec![0x82, 0x01, 0x00], CloseCode::PROTOCOL),
+        // Continuation without a message.
+        (masked(0x80, b"x"), CloseCode::PROTOCOL),
+        // A new message inside a fragmented one.
+        (
+            [masked(0x02, b"a"), masked(0x82, b"b")].concat(),
+            CloseCode::PROTOCOL,
+        ),
+        // A frame longer than the limit is refused from its head alone.
+        (vec![0x82, 0xFE, 0x04, 0x01, 1, 2, 3, 4], CloseCode::TOO_BIG),
+        // Fragments adding up to more than the limit.
+        (
+            [masked(0x02, &[0; 600]), masked(0x80, &[0; 600])].concat(),
+            CloseCode::TOO_BIG,
+        ),
+        // A reserved close code.
+        (masked(0x88, &[0x03, 0xed]), CloseCode::PROTOCOL),
+    ];
+    for (wire, code) in cases {
+        let (mut client, mut rd, _wr) = pair(4096, 1024);
+        client.write_all(&wire).await.unwrap();
+        let err = rd.next().await.unwrap().unwrap_err();
+        assert_eq!(err.close_code(), Some(code), "{err}");
+        assert!(rd.next().await.is_none());
+    }
+}
+
+#[tokio::test]
+async fn close_frame_ends_the_stream_and_eof_is_the_end_too() {
+    let (mut client, mut rd, _wr) = pair(4096, 1024);
+    client
+        .write_all(&masked(0x88, b"\x03\xe8bye"))
+        .await
+        .unwrap();
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
+    );
+    assert!(rd.next().await.is_none());
+
+    let (mut client, mut rd, _wr) = pair(4096, 1024);
+    // Half a frame, then the client is gone.
+    client
+        .write_all(&masked(0x82, b"abcdef")[..4])
+        .await
+        .unwrap();
+    drop(client);
+    assert!(rd.next().await.is_none());
+}
+
+#[tokio::test]
+async fn queued_messages_go_out_whole_through_partial_writes() {
+    // An 8-byte pipe: every write is partial.
+    let (mut client, _rd, mut wr) = pair(8, 1024);
+    let big = Bytes::from((0..70_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+    let reader = tokio::spawn(async move { server_frames(&mut client, 4).await });
+    wr.queue_binary(&[1], Bytes::from_static(b"small")).unwrap();
+    wr.queue_binary(&[2], big.clone()).unwrap();
+    wr.queue_binary(&[3], Bytes::new()).unwrap();
+    assert_eq!(wr.queued(), 2 + 6 + 10 + 70_001 + 2 + 1);
+    wr.close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
+        .await
+        .unwrap();
+    assert_eq!(wr.queued(), 0);
+    let frames = reader.await.unwrap();
+    let mut expected_big = vec![2u8];
+    expected_big.extend_from_slice(&big);
+    assert_eq!(
+        frames,
+        vec![
+            (OpCode::Binary, b"\x01small".to_vec()),
+            (OpCode::Binary, expected_big),
+            (OpCode::Binary, vec![3]),
+            (OpCode::Close, vec![0x03, 0xe8]),
+        ]
+    );
+    assert!(matches!(
+        wr.queue_binary(&[1], Bytes::new()),
+        Err(Error::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn an_interrupted_flush_never_cuts_a_frame() {
+    let (mut client, _rd, mut wr) = pair(1024, 1024);
+    let big = Bytes::from(vec![7u8; 10_000]);
+    wr.queue_binary(&[1], big.clone()).unwrap();
+    // The pipe takes 1 KiB, then the flush waits: drop it there.
+    let cut = tokio::time::timeout(Duration::from_millis(50), wr.flush()).await;
+    assert!(cut.is_err());
+    let reader = tokio::spawn(async move { server_frames(&mut client, 2).await });
+    wr.send_binary(&[2], Bytes::from_static(b"next"))
+        .await
+        .unwrap();
+    let frames = reader.await.unwrap();
+    assert_eq!(frames[0].1.len(), 10_001);
+    assert_eq!(frames[1], (OpCode::Binary, b"\x02next".to_vec()));
+}
+
+#[tokio::test]
+async fn no_pong_after_close() {
+    let (mut client, mut rd, mut wr) = pair(4096, 1024);
+    wr.close(None).await.unwrap();
+    client.write_all(&masked(0x89, b"late")).await.unwrap();
+    client.write_all(&masked(0x88, b"")).await.unwrap();
+    assert_eq!(rd.next().await.unwrap().unwrap(), Incoming::Close(None));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), wr.ping_received())
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        server_frames(&mut client, 1).await,
+        vec![(OpCode::Close, vec![])]
+    );
+}

@@ -1,0 +1,176 @@
+//! The writing half: messages to the client. A message's head (and a prefix such as the channel
+//! byte) goes into a small buffer; a large payload is written from its own buffer with a
+//! vectored write, uncopied. Queued messages go out together in one write, and a pong for the
+//! latest ping goes out behind them.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::close::CloseFrame;
+use super::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
+use super::Error;
+
+/// Payloads shorter than this are copied next to their head: one slice instead of two.
+const COPY_LIMIT: usize = 1024;
+/// Slices per vectored write.
+const MAX_SLICES: usize = 64;
+/// The small buffer is let go once it grew beyond this (a burst of small messages).
+const SHRINK_ABOVE: usize = 64 * 1024;
+/// The small buffer grows at least this much at a time, so a batch's heads share one allocation
+/// (it is reused once the batch is written).
+const SMALL_CHUNK: usize = 512;
+
+/// Writes messages to a client.
+pub struct WsWriter<W> {
+    io: W,
+    /// Heads and small payloads not yet moved to `segments`.
+    small: BytesMut,
+    /// What is queued, in order; the front may be partly written.
+    segments: VecDeque<Bytes>,
+    pings: watch::Receiver<Option<Bytes>>,
+    /// The payload of a ping seen and not yet answered.
+    pong_due: Option<Bytes>,
+    close_sent: bool,
+}
+
+impl<W: AsyncWrite + Unpin> WsWriter<W> {
+    pub(super) fn new(io: W, pings: watch::Receiver<Option<Bytes>>) -> Self {
+        WsWriter {
+            io,
+            small: BytesMut::new(),
+            segments: VecDeque::new(),
+            pings,
+            pong_due: None,
+            close_sent: false,
+        }
+    }
+
+    /// Queues a binary message: `prefix` (a channel byte, say) followed by `payload`. Nothing
+    /// is written until [`flush`](Self::flush).
+    pub fn queue_binary(&mut self, prefix: &[u8], payload: Bytes) -> Result<(), Error> {
+        if self.close_sent {
+            return Err(Error::Closed);
+        }
+        self.queue(OpCode::Binary, prefix, payload);
+        Ok(())
+    }
+
+    /// Queues a binary message and writes everything queued.
+    pub async fn send_binary(&mut self, prefix: &[u8], payload: Bytes) -> Result<(), Error> {
+        self.queue_binary(prefix, payload)?;
+        self.flush().await
+    }
+
+    /// Sends a close frame (after anything queued); no message may follow it.
+    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
+        if self.close_sent {
+            return Err(Error::Closed);
+        }
+        let body = frame.map(|f| f.encode()).unwrap_or_default();
+        self.queue(OpCode::Close, &[], Bytes::from(body));
+        self.close_sent = true;
+        self.flush().await
+    }
+
+    /// Resolves when a ping is waiting for its pong; a loop that waits on something else
+    /// selects on this and then calls [`flush`](Self::flush), which answers it.
+    pub async fn ping_received(&mut self) {
+        if self.close_sent || self.pings.changed().await.is_err() {
+            // After our close frame, or with the reader gone, no pong is due.
+            std::future::pending::<()>().await;
+        }
+        self.pong_due = self.pings.borrow_and_update().clone();
+    }
+
+    /// Waits for `fut`, answering pings meanwhile (clients such as kubectl close a connection
+    /// whose pings go unanswered).
+    pub async fn answer_pings_until<F: std::future::Future>(&mut self, fut: F) -> F::Output {
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                out = &mut fut => return out,
+                // A failed write means the client is gone; its reader will say so.
+                _ = self.ping_received() => { let _ = self.flush().await; }
+            }
+        }
+    }
+
+    /// Writes everything queued, with a pong for the latest unanswered ping behind it. If the
+    /// future is dropped part way, the rest goes out with the next flush: frames are never cut.
+    pub async fn flush(&mut self) -> Result<(), Error> {
+        if self.pings.has_changed().unwrap_or(false) {
+            self.pong_due = self.pings.borrow_and_update().clone();
+        }
+        if let Some(payload) = self.pong_due.take().filter(|_| !self.close_sent) {
+            self.queue(OpCode::Pong, &[], payload);
+        }
+        if !self.small.is_empty() {
+            let small = self.small.split().freeze();
+            self.segments.push_back(small);
+        }
+        while !self.segments.is_empty() {
+            let written = {
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+                let mut count = 0;
+                for (slot, seg) in slices.iter_mut().zip(&self.segments) {
+                    *slot = IoSlice::new(seg);
+                    count += 1;
+                }
+                self.io.write_vectored(&slices[..count]).await?
+            };
+            if written == 0 {
+                return Err(Error::Io(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.consume(written);
+        }
+        if self.small.capacity() > SHRINK_ABOVE {
+            self.small = BytesMut::new();
+        }
+        self.io.flush().await?;
+        Ok(())
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.small.len() + self.segments.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    fn queue(&mut self, opcode: OpCode, prefix: &[u8], payload: Bytes) {
+        let mut head = [0u8; MAX_HEAD_LEN];
+        let n = FrameHead::encode_server(opcode, prefix.len() + payload.len(), &mut head);
+        let copy = payload.len() < COPY_LIMIT;
+        let needed = n + prefix.len() + if copy { payload.len() } else { 0 };
+        if self.small.capacity() - self.small.len() < needed {
+            self.small.reserve(needed.max(SMALL_CHUNK));
+        }
+        self.small.extend_from_slice(&head[..n]);
+        self.small.extend_from_slice(prefix);
+        if copy {
+            self.small.extend_from_slice(&payload);
+        } else {
+            let small = self.small.split().freeze();
+            self.segments.push_back(small);
+            self.segments.push_back(payload);
+        }
+    }
+
+    /// Drops `n` written bytes off the front of the queue.
+    fn consume(&mut self, mut n: usize) {
+        while n > 0 {
+            let front = self
+                .segments
+                .front_mut()
+                .expect("wrote more than was queued");
+            if n < front.len() {
+                front.advance(n);
+                return;
+            }
+            n -= front.len();
+            self.segments.pop_front();
+        }
+    }
+}
