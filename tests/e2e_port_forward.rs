@@ -302,6 +302,11 @@ async fn a_dead_port_is_reported(kubectl: &Path) {
     // is kubectl's choice, not the proxy's — the raw tunnel test below shows the session
     // itself keeps serving other ports.
     let _ = f.child.wait().await;
+    // kubectl's stderr is read by a background task: its last line may land after the exit.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !f.stderr().contains("lost connection to pod") && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
         f.stderr().contains("lost connection to pod"),
         "kubectl stderr: {}",
