@@ -12,7 +12,7 @@
 //! (the session decides what to say).
 
 mod close;
-mod frame;
+pub(crate) mod frame;
 mod mask;
 mod reader;
 mod writer;
@@ -84,5 +84,7 @@ impl<S: AsyncRead + AsyncWrite> WebSocket<S> {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod test_client;
 #[cfg(test)]
 mod tests;
