@@ -26,6 +26,7 @@ const COPY_UP_TO: usize = 256;
 /// A whole message from the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
+    /// A binary message.
     Binary(Bytes),
     /// A text message (checked to be UTF-8), as its bytes.
     Text(Bytes),
