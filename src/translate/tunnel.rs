@@ -3,9 +3,10 @@
 //! parsing it. Message boundaries mean nothing: kubectl writes one SPDY frame as several tiny
 //! messages.
 
+use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +18,8 @@ const CHUNK: usize = 32 * 1024;
 const IDLE_READ: usize = 512;
 /// How long the closing handshake may take at the end.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// Client messages below this size may be held back to go upstream with the next one.
+const HOLD_BELOW: usize = 4 * 1024;
 
 /// Byte counts and the reason a tunnel ended.
 #[derive(Debug, Clone)]
@@ -107,35 +110,53 @@ where
     let mut client_close = None;
     let mut violation = None;
     let upstream_dir = async {
-        while let Some(msg) = reader.next().await {
+        // Small messages are held back while the client's next data frame is already arriving,
+        // and go upstream with it: kubectl sends each SPDY frame as three messages (the
+        // head in two 4-byte halves, then the payload), which would otherwise be three writes.
+        let mut held = BytesMut::new();
+        let end = loop {
+            let Some(msg) = reader.next().await else {
+                break TunnelEnd::Client;
+            };
             match msg {
                 Ok(Incoming::Binary(data)) => {
-                    if up_write.write_all(&data).await.is_err() {
-                        return TunnelEnd::Upstream;
+                    if data.len() < HOLD_BELOW
+                        && held.len() < HOLD_BELOW
+                        && reader.data_frame_pending()
+                    {
+                        held.extend_from_slice(&data);
+                        continue;
                     }
-                    bytes_up += data.len() as u64;
+                    match write_after_held(&mut up_write, &mut held, data).await {
+                        Ok(n) => bytes_up += n as u64,
+                        Err(_) => return TunnelEnd::Upstream,
+                    }
                 }
                 Ok(Incoming::Close(frame)) => {
                     client_close = Some(frame);
-                    return TunnelEnd::Client;
+                    break TunnelEnd::Client;
                 }
                 Ok(Incoming::Text(_)) => {
                     violation = Some(CloseFrame::new(
                         CloseCode::PROTOCOL,
                         "the tunnel carries binary messages only",
                     ));
-                    return TunnelEnd::ClientViolation;
+                    break TunnelEnd::ClientViolation;
                 }
                 Err(e) => {
-                    let Some(code) = e.close_code() else {
-                        return TunnelEnd::Client;
-                    };
-                    violation = Some(CloseFrame::new(code, e.to_string()));
-                    return TunnelEnd::ClientViolation;
+                    if let Some(code) = e.close_code() {
+                        violation = Some(CloseFrame::new(code, e.to_string()));
+                        break TunnelEnd::ClientViolation;
+                    }
+                    break TunnelEnd::Client;
                 }
             }
+        };
+        // What was held back still goes upstream.
+        if !held.is_empty() && up_write.write_all(&held).await.is_ok() {
+            bytes_up += held.len() as u64;
         }
-        TunnelEnd::Client
+        end
     };
     let ended_by = tokio::select! {
         _ = downstream => TunnelEnd::Upstream,
@@ -172,5 +193,201 @@ where
         bytes_down,
         ended_by,
         duration: started.elapsed(),
+    }
+}
+
+/// Writes the held-back bytes and `data` in one write (vectored, so a large `data` is not
+/// copied), then clears `held`. Returns the bytes written.
+async fn write_after_held<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    held: &mut BytesMut,
+    data: Bytes,
+) -> std::io::Result<usize> {
+    let total = held.len() + data.len();
+    if held.is_empty() {
+        io.write_all(&data).await?;
+        return Ok(total);
+    }
+    if data.len() < HOLD_BELOW {
+        held.extend_from_slice(&data);
+        io.write_all(held).await?;
+        held.clear();
+        return Ok(total);
+    }
+    let mut head = held.split().freeze();
+    let mut payload = data;
+    while !head.is_empty() {
+        let n = io
+            .write_vectored(&[IoSlice::new(&head), IoSlice::new(&payload)])
+            .await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head.advance(from_head);
+        payload.advance(n - from_head);
+    }
+    io.write_all(&payload).await?;
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+    use tokio::task::JoinHandle;
+
+    use super::*;
+    use crate::translate::ws::frame::OpCode;
+    use crate::translate::ws::test_client::{masked, server_frames};
+    use crate::translate::ws::Config;
+
+    /// The proxy's end of the upstream connection, counting its writes (vectored ones count
+    /// once, as on a socket).
+    struct CountingWrites {
+        inner: DuplexStream,
+        writes: Arc<AtomicUsize>,
+    }
+
+    impl AsyncRead for CountingWrites {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for CountingWrites {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let res = Pin::new(&mut self.inner).poll_write(cx, buf);
+            if let Poll::Ready(Ok(n)) = res {
+                if n > 0 {
+                    self.writes.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            res
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            let joined: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            self.poll_write(cx, &joined)
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    /// A tunnel between an in-memory client and an in-memory upstream peer; the counter says
+    /// how many writes went upstream.
+    fn start() -> (
+        DuplexStream,
+        DuplexStream,
+        JoinHandle<TunnelOutcome>,
+        Arc<AtomicUsize>,
+    ) {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let (ours, upstream) = tokio::io::duplex(1 << 20);
+        let writes = Arc::new(AtomicUsize::new(0));
+        let ours = CountingWrites {
+            inner: ours,
+            writes: writes.clone(),
+        };
+        let ws = WebSocket::new(
+            server,
+            Config {
+                max_message_size: 1 << 20,
+            },
+        );
+        let task = tokio::spawn(run(ws, ours, Bytes::new(), CancellationToken::new()));
+        (client, upstream, task, writes)
+    }
+
+    #[tokio::test]
+    async fn kubectl_style_frames_go_upstream_whole_and_in_order() {
+        let (mut client, mut upstream, task, writes) = start();
+        // Per SPDY frame: the head in two 4-byte messages, then the payload.
+        let mut wire = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..3u8 {
+            let head = [i; 8];
+            let payload = vec![i; 10_000];
+            wire.extend(masked(0x82, &head[..4]));
+            wire.extend(masked(0x82, &head[4..]));
+            wire.extend(masked(0x82, &payload));
+            expected.extend_from_slice(&head);
+            expected.extend_from_slice(&payload);
+        }
+        wire.extend(masked(0x88, b"\x03\xe8"));
+        client.write_all(&wire).await.unwrap();
+        let mut got = Vec::new();
+        upstream.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(writes.load(Ordering::SeqCst), 3, "one write per SPDY frame");
+        let outcome = task.await.unwrap();
+        assert_eq!(outcome.ended_by, TunnelEnd::Client);
+        assert_eq!(outcome.bytes_up, expected.len() as u64);
+        // The client's close is answered with its code.
+        assert_eq!(
+            server_frames(&mut client, 1).await,
+            vec![(OpCode::Close, vec![0x03, 0xe8])]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_small_message_before_a_ping_is_not_held_back() {
+        let (mut client, mut upstream, _task, _) = start();
+        let mut wire = masked(0x82, b"x");
+        wire.extend(masked(0x89, b"p"));
+        client.write_all(&wire).await.unwrap();
+        let mut got = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(5), upstream.read_exact(&mut got))
+            .await
+            .expect("the message was held back")
+            .unwrap();
+        assert_eq!(&got, b"x");
+        assert_eq!(
+            server_frames(&mut client, 1).await,
+            vec![(OpCode::Pong, b"p".to_vec())]
+        );
+    }
+
+    #[tokio::test]
+    async fn held_bytes_go_upstream_when_the_client_disappears() {
+        let (mut client, mut upstream, task, _) = start();
+        // A small message, then the first bytes of another one, then the client is gone.
+        let mut wire = masked(0x82, b"x");
+        wire.extend_from_slice(&masked(0x82, b"yz")[..3]);
+        client.write_all(&wire).await.unwrap();
+        drop(client);
+        let mut got = Vec::new();
+        upstream.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"x");
+        assert_eq!(task.await.unwrap().ended_by, TunnelEnd::Client);
     }
 }

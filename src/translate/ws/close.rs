@@ -28,7 +28,9 @@ impl CloseCode {
 /// The body of a close frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloseFrame {
+    /// Why the connection is closing.
     pub code: CloseCode,
+    /// Human-readable detail (at most 123 bytes go on the wire).
     pub reason: String,
 }
 

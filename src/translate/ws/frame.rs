@@ -17,10 +17,15 @@ pub const MAX_CONTROL_PAYLOAD: usize = 125;
 pub enum OpCode {
     /// The next fragment of a fragmented message.
     Continuation,
+    /// A text message (or its first fragment).
     Text,
+    /// A binary message (or its first fragment).
     Binary,
+    /// The closing handshake.
     Close,
+    /// A liveness check, to be answered with a pong.
     Ping,
+    /// The answer to a ping (or a unilateral heartbeat).
     Pong,
 }
 

@@ -12,7 +12,7 @@
 //! (the session decides what to say).
 
 mod close;
-mod frame;
+pub(crate) mod frame;
 mod mask;
 mod reader;
 mod writer;
@@ -27,13 +27,16 @@ use tokio::sync::watch;
 /// Why a WebSocket could not go on.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The connection failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The client broke RFC 6455.
     #[error("{0}")]
     Protocol(&'static str),
+    /// A frame or message above [`Config::max_message_size`].
     #[error("message of {size} bytes exceeds the limit of {max}")]
     TooLarge { size: u64, max: usize },
+    /// A text message or close reason that is not UTF-8.
     #[error("text that is not UTF-8")]
     InvalidUtf8,
     /// A message after our close frame.
@@ -84,5 +87,7 @@ impl<S: AsyncRead + AsyncWrite> WebSocket<S> {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod test_client;
 #[cfg(test)]
 mod tests;

@@ -26,6 +26,7 @@ const COPY_UP_TO: usize = 256;
 /// A whole message from the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
+    /// A binary message.
     Binary(Bytes),
     /// A text message (checked to be UTF-8), as its bytes.
     Text(Bytes),
@@ -96,6 +97,14 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
                 }
             }
         }
+    }
+
+    /// Whether the start of a further data frame is already here: [`next`](Self::next) will
+    /// return more data without waiting for the client to send anything new (at most for the
+    /// rest of a frame the client is in the middle of sending).
+    pub fn data_frame_pending(&self) -> bool {
+        // The opcode is in the first byte: continuation, text or binary.
+        self.buf.first().is_some_and(|b| b & 0x0F <= 0x2)
     }
 
     /// Takes frames off the buffer until one completes a message, or more bytes are needed.

@@ -3,34 +3,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::io::{AsyncWriteExt, DuplexStream};
 
-use super::frame::{FrameHead, OpCode};
-use super::mask::apply_mask;
+use super::frame::OpCode;
+use super::test_client::{masked, server_frames};
 use super::*;
-
-const KEY: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
-
-/// A client frame: `b0` (FIN and opcode) and a masked payload.
-fn masked(b0: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = vec![b0];
-    match payload.len() {
-        n @ 0..=125 => out.push(0x80 | n as u8),
-        n @ 126..=0xFFFF => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&KEY);
-    let mut body = payload.to_vec();
-    apply_mask(&mut body, KEY);
-    out.extend_from_slice(&body);
-    out
-}
 
 fn pair(
     pipe: usize,
@@ -49,33 +26,6 @@ fn pair(
     )
     .split();
     (client, rd, wr)
-}
-
-/// Reads `n` server frames off the client end: (opcode, payload).
-async fn server_frames(client: &mut DuplexStream, n: usize) -> Vec<(OpCode, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut frames = Vec::new();
-    while frames.len() < n {
-        match FrameHead::parse(&buf).unwrap() {
-            Some(h) if buf.len() >= h.head_len + h.len as usize => {
-                assert!(
-                    h.fin && h.mask.is_none(),
-                    "server frames are final and unmasked"
-                );
-                let end = h.head_len + h.len as usize;
-                frames.push((h.opcode, buf[h.head_len..end].to_vec()));
-                buf.drain(..end);
-            }
-            _ => {
-                let mut chunk = [0u8; 4096];
-                let k = client.read(&mut chunk).await.unwrap();
-                assert!(k > 0, "server side closed early");
-                buf.extend_from_slice(&chunk[..k]);
-            }
-        }
-    }
-    assert!(buf.is_empty(), "no stray bytes");
-    frames
 }
 
 #[tokio::test]
@@ -114,6 +64,26 @@ async fn many_small_frames_in_one_read_and_one_frame_over_many_reads() {
         rd.next().await.unwrap().unwrap(),
         Incoming::Binary(big.into())
     );
+}
+
+#[tokio::test]
+async fn a_pending_data_frame_is_told_apart_from_a_control_frame() {
+    let (mut client, mut rd, _wr) = pair(4096, 1024);
+    assert!(!rd.data_frame_pending());
+    let mut wire = masked(0x82, b"a");
+    wire.extend(masked(0x82, b"b"));
+    wire.extend(masked(0x89, b"p"));
+    client.write_all(&wire).await.unwrap();
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Binary(Bytes::from_static(b"a"))
+    );
+    assert!(rd.data_frame_pending());
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Binary(Bytes::from_static(b"b"))
+    );
+    assert!(!rd.data_frame_pending(), "a ping is next");
 }
 
 #[tokio::test]

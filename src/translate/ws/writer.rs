@@ -18,6 +18,8 @@ use super::Error;
 const COPY_LIMIT: usize = 1024;
 /// Slices per vectored write.
 const MAX_SLICES: usize = 64;
+/// Slices of a typical write (a head and a payload, a pong).
+const FEW_SLICES: usize = 4;
 /// The small buffer is let go once it grew beyond this (a burst of small messages).
 const SHRINK_ABOVE: usize = 64 * 1024;
 /// The small buffer grows at least this much at a time, so a batch's heads share one allocation
@@ -113,14 +115,11 @@ impl<W: AsyncWrite + Unpin> WsWriter<W> {
             self.segments.push_back(small);
         }
         while !self.segments.is_empty() {
-            let written = {
-                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-                let mut count = 0;
-                for (slot, seg) in slices.iter_mut().zip(&self.segments) {
-                    *slot = IoSlice::new(seg);
-                    count += 1;
-                }
-                self.io.write_vectored(&slices[..count]).await?
+            // Most writes are a head and a payload: a small slice array is cheaper to set up.
+            let written = if self.segments.len() <= FEW_SLICES {
+                self.write_some::<FEW_SLICES>().await?
+            } else {
+                self.write_some::<MAX_SLICES>().await?
             };
             if written == 0 {
                 return Err(Error::Io(std::io::ErrorKind::WriteZero.into()));
@@ -132,6 +131,17 @@ impl<W: AsyncWrite + Unpin> WsWriter<W> {
         }
         self.io.flush().await?;
         Ok(())
+    }
+
+    /// One vectored write of the first (up to) `N` segments.
+    async fn write_some<const N: usize>(&mut self) -> std::io::Result<usize> {
+        let mut slices = [IoSlice::new(&[]); N];
+        let mut count = 0;
+        for (slot, seg) in slices.iter_mut().zip(&self.segments) {
+            *slot = IoSlice::new(seg);
+            count += 1;
+        }
+        self.io.write_vectored(&slices[..count]).await
     }
 
     /// Bytes queued and not yet written.
