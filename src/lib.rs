@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config_file;
 pub mod demo;
 pub mod proxy;
+pub mod read_sizer;
 pub mod sim;
 pub mod spdy;
 pub mod translate;

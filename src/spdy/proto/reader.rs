@@ -12,20 +12,13 @@ use super::error::SessionEnd;
 use super::inbox::inbox;
 use super::shared::{Control, RecvEnd, Shared, StreamEntry, StreamFlags};
 use super::stream::IncomingStream;
+use crate::read_sizer::ReadSizer;
 use crate::spdy::codec::FrameDecoder;
 use crate::spdy::frame::{Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream};
 
-/// Bytes requested from the socket per read while data flows.
-const READ_CHUNK: usize = 64 * 1024;
 /// Room kept beyond a busy read, so the frame the read ends inside can be completed in the same
 /// buffer (Kubernetes peers send DATA frames of at most 32 KiB) instead of being copied out.
 const FRAME_SLACK: usize = 32 * 1024 + crate::spdy::frame::HEAD_LEN;
-/// Bytes requested while the session is quiet (pings, small control frames): an idle session
-/// parks on a read, and what it reserved for that read is its largest per-session buffer.
-const IDLE_READ: usize = 512;
-/// A buffer grown beyond this by a large frame is dropped once empty, so an idle session does
-/// not keep a multi-MiB allocation.
-const SHRINK_ABOVE: usize = 256 * 1024;
 
 pub(crate) struct Reader<R> {
     io: R,
@@ -33,8 +26,8 @@ pub(crate) struct Reader<R> {
     decoder: FrameDecoder,
     shared: Arc<Shared>,
     incoming: Option<mpsc::Sender<IncomingStream>>,
-    /// How much the next read asks for: grows when a read fills it, shrinks when reads are small.
-    read_size: usize,
+    /// How much the next read asks for.
+    sizer: ReadSizer,
 }
 
 impl<R: AsyncRead + Unpin> Reader<R> {
@@ -54,7 +47,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             decoder,
             shared,
             incoming,
-            read_size: IDLE_READ,
+            sizer: ReadSizer::new(FRAME_SLACK),
         }
     }
 
@@ -90,24 +83,8 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                     return SessionEnd::Protocol(e.to_string());
                 }
             }
-            if self.buf.is_empty()
-                && (self.buf.capacity() > SHRINK_ABOVE
-                    || (self.read_size == IDLE_READ && self.buf.capacity() > 2 * IDLE_READ))
-            {
-                self.buf = BytesMut::new();
-            }
             let missing = FrameDecoder::bytes_missing(&self.buf);
-            // A started frame is finished by a read that stops on its boundary, in the buffer
-            // it started in; otherwise a busy read leaves room to do that for its last frame.
-            let want = missing.unwrap_or(self.read_size);
-            let room = if missing.is_none() && self.read_size == READ_CHUNK {
-                want + FRAME_SLACK
-            } else {
-                want
-            };
-            if self.buf.capacity() - self.buf.len() < room {
-                self.buf.reserve(room);
-            }
+            let want = self.sizer.prepare(&mut self.buf, missing);
             let mut limited = (&mut self.buf).limit(want);
             let read = tokio::select! {
                 biased;
@@ -116,23 +93,13 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 _ = self.shared.release_wake.notified(), if releasing => continue,
             };
             match read {
-                // How busy the session is shows in whether a read we sized filled up.
-                Ok(n) if n > 0 && missing.is_none() => {
-                    self.read_size = if n >= want {
-                        READ_CHUNK
-                    } else if n < IDLE_READ {
-                        IDLE_READ
-                    } else {
-                        self.read_size
-                    };
-                }
                 Ok(0) => {
                     return match self.shared.lock().goaway {
                         Some(status) => SessionEnd::GoAway(status),
                         None => SessionEnd::Eof,
                     }
                 }
-                Ok(_) => {}
+                Ok(n) => self.sizer.observe(n, want, missing),
                 Err(e) => return SessionEnd::Io(e.to_string()),
             }
         }

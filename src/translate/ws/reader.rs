@@ -9,16 +9,11 @@ use super::close::CloseFrame;
 use super::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
 use super::mask::apply_mask;
 use super::Error;
+use crate::read_sizer::ReadSizer;
 
-/// Bytes asked of the socket per read while data flows.
-const READ_CHUNK: usize = 64 * 1024;
 /// Room kept beyond a busy read, so the message the read ends inside is completed in the same
 /// buffer (kubectl sends at most 32 KiB and a channel byte per message) instead of being moved.
 const FRAME_SLACK: usize = 32 * 1024 + 1 + MAX_HEAD_LEN;
-/// Bytes asked per read while the session is quiet: what an idle session parks on.
-const IDLE_READ: usize = 512;
-/// A buffer grown beyond this by a large message is dropped once empty.
-const SHRINK_ABOVE: usize = 256 * 1024;
 /// Payloads up to this size are copied out (one small allocation), so the read buffer stays
 /// unshared and is reused by the next read; larger ones are split off it without a copy.
 const COPY_UP_TO: usize = 256;
@@ -44,8 +39,8 @@ struct Fragmented {
 pub struct WsReader<R> {
     io: R,
     buf: BytesMut,
-    /// How much the next read asks for: grows when a read fills it, shrinks when reads are small.
-    read_size: usize,
+    /// How much the next read asks for.
+    sizer: ReadSizer,
     max_message: usize,
     fragmented: Option<Fragmented>,
     /// The latest ping's payload, for the writer to answer.
@@ -59,7 +54,7 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
         WsReader {
             io,
             buf: BytesMut::new(),
-            read_size: IDLE_READ,
+            sizer: ReadSizer::new(FRAME_SLACK),
             max_message,
             fragmented: None,
             pings,
@@ -190,31 +185,9 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
                 .map(|m| m as usize),
             _ => None,
         };
-        if self.buf.is_empty()
-            && (self.buf.capacity() > SHRINK_ABOVE
-                || (self.read_size == IDLE_READ && self.buf.capacity() > 2 * IDLE_READ))
-        {
-            self.buf = BytesMut::new();
-        }
-        let want = missing.unwrap_or(self.read_size);
-        let room = if missing.is_none() && self.read_size == READ_CHUNK {
-            want + FRAME_SLACK
-        } else {
-            want
-        };
-        if self.buf.capacity() - self.buf.len() < room {
-            self.buf.reserve(room);
-        }
+        let want = self.sizer.prepare(&mut self.buf, missing);
         let n = self.io.read_buf(&mut (&mut self.buf).limit(want)).await?;
-        if n > 0 && missing.is_none() {
-            self.read_size = if n >= want {
-                READ_CHUNK
-            } else if n < IDLE_READ {
-                IDLE_READ
-            } else {
-                self.read_size
-            };
-        }
+        self.sizer.observe(n, want, missing);
         Ok(n > 0)
     }
 }
