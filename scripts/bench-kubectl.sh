@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # kubectl 1.33 exec and port-forward throughput through kube-ws-proxy (WebSocket: translated
-# exec, tunnelled port-forward) versus straight to the simulated SPDY-only cluster (SPDY),
-# interleaved A B A B …, medians and the ratio. kubectl's own cost is part of what users feel,
-# so this complements `cargo bench --bench streaming`, which uses our own clients.
+# exec, tunnelled port-forward) versus straight to the simulated SPDY-only cluster (SPDY), and
+# versus SPDY through a plain TCP relay process (the floor of any extra hop), interleaved
+# A B C A B C …, medians and the ratios. kubectl's own cost is part of what users feel, so this
+# complements `cargo bench --bench streaming`, which uses our own clients.
+#
+# For port-forward it also reads the CPU time kubectl, the process in the middle (proxy or
+# relay) and the simulated cluster spent on each transfer (/proc/PID/stat), which shows whose
+# work the wall time is.
 #
 #   scripts/bench-kubectl.sh [BYTES] [ROUNDS]      (default: 1 GiB, 5 rounds)
 #
@@ -16,20 +21,35 @@ kdir=${KUBECTL_DIR:-$(dirname "$(readlink -f "$(command -v kubectl)")")}
 kubectl="$kdir/kubectl.1.33"
 [ -x "$kubectl" ] || { echo "kubectl 1.33 not found in $kdir" >&2; exit 1; }
 
-cargo build --release --quiet
+cargo build --release --quiet --bin kube-ws-proxy --example tcp_relay
 bin=target/release/kube-ws-proxy
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-sim_port=$(free_port); proxy_port=$(free_port)
+sim_port=$(free_port); proxy_port=$(free_port); relay_port=$(free_port)
 "$bin" sim-cluster --listen "127.0.0.1:$sim_port" >"$work/sim.log" 2>&1 &
+declare -A pid_of=([sim]=$!)
 "$bin" --listen "127.0.0.1:$proxy_port" --admin-listen 127.0.0.1:0 \
   --upstream "http://127.0.0.1:$sim_port" --log-format json >"$work/proxy.log" 2>&1 &
-for _ in $(seq 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$proxy_port") 2>/dev/null && break
-  sleep 0.1
+pid_of[proxy]=$!
+target/release/examples/tcp_relay "127.0.0.1:$relay_port" "127.0.0.1:$sim_port" >"$work/relay.log" 2>&1 &
+pid_of[relay]=$!
+for port in "$proxy_port" "$relay_port"; do
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
 done
+
+# User + system CPU seconds a process has used so far.
+cpu() {
+  local stat
+  stat=$(cat "/proc/$1/stat")
+  stat=${stat##*) }
+  # After the command name: field 12 is utime, 13 stime (clock ticks).
+  echo "$stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($12 + $13) / hz}'
+}
 
 kubeconfig() {
   cat >"$work/$1.kubeconfig" <<CFG
@@ -50,6 +70,7 @@ CFG
 }
 kubeconfig proxy "$proxy_port"
 kubeconfig direct "$sim_port"
+kubeconfig relay "$relay_port"
 
 # The pod's services for port-forward (the simulated cluster dials 127.0.0.1:<port>), and the
 # local client that times one transfer through kubectl's forwarded port.
@@ -116,7 +137,8 @@ python3 "$work/pf.py" serve "$bytes" >"$work/pods" &
 for _ in $(seq 100); do [ -s "$work/pods" ] && break; sleep 0.1; done
 read -r source_port sink_port <"$work/pods"
 
-# One timed run: $1 = proxy|direct, $2 = stdout|stdin|down|up. Prints seconds.
+# One timed run: $1 = proxy|direct|relay, $2 = stdout|stdin|down|up. Prints seconds (and, for
+# port-forward, the CPU seconds of kubectl, the middle process and the cluster).
 run() {
   case "$2" in
     stdout|stdin) run_exec "$@" ;;
@@ -127,9 +149,9 @@ run() {
 run_exec() {
   local cfg="$work/$1.kubeconfig" start end
   local env=(env HOME="$work")
-  # Straight to the SPDY-only cluster kubectl would first try WebSocket and fall back; go
-  # straight to SPDY so the direct path is not charged for the failed attempt.
-  [ "$1" = direct ] && env+=(KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false)
+  # To the SPDY-only cluster kubectl would first try WebSocket and fall back; go straight to
+  # SPDY so the direct and relay paths are not charged for the failed attempt.
+  [ "$1" != proxy ] && env+=(KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false)
   start=$(date +%s.%N)
   if [ "$2" = stdout ]; then
     "${env[@]}" "$kubectl" --kubeconfig "$cfg" exec bench -- head -c "$bytes" /dev/zero | wc -c >"$work/n"
@@ -142,11 +164,13 @@ run_exec() {
 }
 
 # kubectl port-forward to the pod service for $2 (down: the source, up: the sink): through the
-# proxy kubectl tunnels SPDY inside a WebSocket; direct it speaks SPDY (no WebSocket attempt).
+# proxy kubectl tunnels SPDY inside a WebSocket; direct and through the relay it speaks SPDY (no
+# WebSocket attempt).
 run_port_forward() {
-  local cfg="$work/$1.kubeconfig" remote lport pid
+  local cfg="$work/$1.kubeconfig" remote lport pid middle=none
   local websockets=true
-  [ "$1" = direct ] && websockets=false
+  [ "$1" != proxy ] && websockets=false
+  [ "$1" != direct ] && middle=${pid_of[$1]}
   if [ "$2" = down ]; then remote=$source_port; else remote=$sink_port; fi
   : >"$work/pf.out"
   env HOME="$work" KUBECTL_PORT_FORWARD_WEBSOCKETS=$websockets "$kubectl" --kubeconfig "$cfg" \
@@ -158,16 +182,26 @@ run_port_forward() {
     sleep 0.1
   done
   [ -n "$lport" ] || { echo "$1 port-forward did not start: $(cat "$work/pf.err")" >&2; exit 1; }
-  python3 "$work/pf.py" "$2" "$lport" "$bytes"
+  local k0 m0=0 s0 k1 m1=0 s1 t
+  k0=$(cpu "$pid"); s0=$(cpu "${pid_of[sim]}"); [ "$middle" != none ] && m0=$(cpu "$middle")
+  t=$(python3 "$work/pf.py" "$2" "$lport" "$bytes")
+  # The cluster's side of the stream ends a moment after the client sees the last byte.
+  sleep 0.2
+  k1=$(cpu "$pid"); s1=$(cpu "${pid_of[sim]}"); [ "$middle" != none ] && m1=$(cpu "$middle")
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
+  echo "$t $(echo "$k1 - $k0" | bc -l) $(echo "$m1 - $m0" | bc -l) $(echo "$s1 - $s0" | bc -l)"
 }
 
-declare -A times
+paths=(proxy direct relay)
+declare -A times kcpu mcpu scpu
 for r in $(seq "$rounds"); do
   for dir in stdout stdin down up; do
-    for path in proxy direct; do
-      times[$path.$dir]+="$(run "$path" "$dir") "
+    for path in "${paths[@]}"; do
+      out=$(run "$path" "$dir")
+      read -r t k m c <<<"$out"
+      times[$path.$dir]+="$t "
+      kcpu[$path.$dir]+="${k:-0} "; mcpu[$path.$dir]+="${m:-0} "; scpu[$path.$dir]+="${c:-0} "
     done
   done
   echo "round $r done" >&2
@@ -183,17 +217,32 @@ done
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mib=$(echo "$bytes / 1048576" | bc -l)
-echo "| kubectl 1.33, $(printf %.0f "$mib") MiB | through the proxy (WebSocket) | direct SPDY | proxy / direct | target |"
-echo "|---|---|---|---|---|"
+name() {
+  case $1 in
+    stdout|stdin) echo "exec $1" ;;
+    *) echo "port-forward $1" ;;
+  esac
+}
+echo "| kubectl 1.33, $(printf %.0f "$mib") MiB | through the proxy (WebSocket) | direct SPDY | SPDY via TCP relay | proxy / direct | proxy / relay | target |"
+echo "|---|---|---|---|---|---|---|"
 for dir in stdout stdin down up; do
   p=$(echo "${times[proxy.$dir]}" | median); d=$(echo "${times[direct.$dir]}" | median)
+  l=$(echo "${times[relay.$dir]}" | median)
   ratio=$(echo "$p / $d" | bc -l)
   met=$(echo "$ratio <= 1.10" | bc -l)
-  case $dir in
-    stdout|stdin) name="exec $dir" ;;
-    *) name="port-forward $dir" ;;
-  esac
-  printf '| %s, median s | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f× | ≤ 1.10× %s |\n' \
-    "$name" "$p" "$(echo "$mib / $p" | bc -l)" "$d" "$(echo "$mib / $d" | bc -l)" "$ratio" \
+  printf '| %s, median s | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f× | %.2f× | ≤ 1.10× %s |\n' \
+    "$(name "$dir")" "$p" "$(echo "$mib / $p" | bc -l)" "$d" "$(echo "$mib / $d" | bc -l)" \
+    "$l" "$(echo "$mib / $l" | bc -l)" "$ratio" "$(echo "$p / $l" | bc -l)" \
     "$([ "$met" = 1 ] && echo met || echo 'NOT met')"
+done
+echo
+echo "| port-forward, median CPU s per transfer | kubectl | proxy / relay | simulated cluster | sum |"
+echo "|---|---|---|---|---|"
+for dir in down up; do
+  for path in "${paths[@]}"; do
+    k=$(echo "${kcpu[$path.$dir]}" | median); m=$(echo "${mcpu[$path.$dir]}" | median)
+    c=$(echo "${scpu[$path.$dir]}" | median)
+    printf '| %s, %s | %.2f | %s | %.2f | %.2f |\n' "$(name "$dir")" "$path" "$k" \
+      "$([ "$path" = direct ] && echo – || printf %.2f "$m")" "$c" "$(echo "$k + $m + $c" | bc -l)"
+  done
 done

@@ -12,14 +12,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket};
 
-/// Largest upstream read turned into one message (what kube-apiserver's tunnel does).
-const CHUNK: usize = 32 * 1024;
+/// Largest upstream read turned into one message. kube-apiserver's tunnel uses 32 KiB; 64 KiB
+/// halves the reads and writes here and the messages kubectl has to take apart, and kubectl's
+/// reader takes messages of any size.
+const CHUNK: usize = 64 * 1024;
 /// What an idle tunnel parks its upstream read on; reads grow to [`CHUNK`] while data flows.
 const IDLE_READ: usize = 512;
 /// How long the closing handshake may take at the end.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
-/// Client messages below this size may be held back to go upstream with the next one.
-const HOLD_BELOW: usize = 4 * 1024;
+/// Most client bytes gathered into one upstream write.
+const BATCH_BYTES: usize = 64 * 1024;
+/// Most client messages gathered into one upstream write (kubectl: three per SPDY frame).
+const BATCH_PARTS: usize = 16;
 
 /// Byte counts and the reason a tunnel ended.
 #[derive(Debug, Clone)]
@@ -110,24 +114,30 @@ where
     let mut client_close = None;
     let mut violation = None;
     let upstream_dir = async {
-        // Small messages are held back while the client's next data frame is already arriving,
-        // and go upstream with it: kubectl sends each SPDY frame as three messages (the
-        // head in two 4-byte halves, then the payload), which would otherwise be three writes.
-        let mut held = BytesMut::new();
+        // Messages go upstream together, in one vectored write of up to `BATCH_BYTES`: those
+        // already read, and those whose first bytes are already here (the client is in the
+        // middle of sending them). kubectl sends each SPDY frame as three messages (the head in
+        // two 4-byte halves, then the payload), which would otherwise be three writes, and a
+        // busy 64 KiB read holds two frames. Nothing waits for a client that has not started
+        // its next message.
+        let mut batch = Batch::new();
         let end = loop {
             let Some(msg) = reader.next().await else {
                 break TunnelEnd::Client;
             };
             match msg {
                 Ok(Incoming::Binary(data)) => {
-                    if data.len() < HOLD_BELOW
-                        && held.len() < HOLD_BELOW
-                        && reader.data_frame_pending()
-                    {
-                        held.extend_from_slice(&data);
+                    batch.push(data);
+                    while !batch.is_full() && reader.binary_message_buffered() {
+                        match reader.next().await {
+                            Some(Ok(Incoming::Binary(data))) => batch.push(data),
+                            _ => unreachable!("a whole binary message was buffered"),
+                        }
+                    }
+                    if !batch.is_full() && reader.data_frame_pending() {
                         continue;
                     }
-                    match write_after_held(&mut up_write, &mut held, data).await {
+                    match batch.write_to(&mut up_write).await {
                         Ok(n) => bytes_up += n as u64,
                         Err(_) => return TunnelEnd::Upstream,
                     }
@@ -153,8 +163,8 @@ where
             }
         };
         // What was held back still goes upstream.
-        if !held.is_empty() && up_write.write_all(&held).await.is_ok() {
-            bytes_up += held.len() as u64;
+        if let Ok(n) = batch.write_to(&mut up_write).await {
+            bytes_up += n as u64;
         }
         end
     };
@@ -196,39 +206,72 @@ where
     }
 }
 
-/// Writes the held-back bytes and `data` in one write (vectored, so a large `data` is not
-/// copied), then clears `held`. Returns the bytes written.
-async fn write_after_held<W: AsyncWrite + Unpin>(
-    io: &mut W,
-    held: &mut BytesMut,
-    data: Bytes,
-) -> std::io::Result<usize> {
-    let total = held.len() + data.len();
-    if held.is_empty() {
-        io.write_all(&data).await?;
-        return Ok(total);
-    }
-    if data.len() < HOLD_BELOW {
-        held.extend_from_slice(&data);
-        io.write_all(held).await?;
-        held.clear();
-        return Ok(total);
-    }
-    let mut head = held.split().freeze();
-    let mut payload = data;
-    while !head.is_empty() {
-        let n = io
-            .write_vectored(&[IoSlice::new(&head), IoSlice::new(&payload)])
-            .await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+/// Client messages waiting to go upstream in one write, as the read buffer's own slices.
+struct Batch {
+    parts: [Bytes; BATCH_PARTS],
+    count: usize,
+    bytes: usize,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Batch {
+            parts: Default::default(),
+            count: 0,
+            bytes: 0,
         }
-        let from_head = n.min(head.len());
-        head.advance(from_head);
-        payload.advance(n - from_head);
     }
-    io.write_all(&payload).await?;
-    Ok(total)
+
+    fn push(&mut self, data: Bytes) {
+        // An empty message has nothing for upstream (and would make an empty write).
+        if data.is_empty() {
+            return;
+        }
+        self.bytes += data.len();
+        self.parts[self.count] = data;
+        self.count += 1;
+    }
+
+    /// No room for another message.
+    fn is_full(&self) -> bool {
+        self.count == BATCH_PARTS || self.bytes >= BATCH_BYTES
+    }
+
+    /// Writes everything waiting (vectored, nothing copied) and empties the batch. Returns the
+    /// bytes written.
+    async fn write_to<W: AsyncWrite + Unpin>(&mut self, io: &mut W) -> std::io::Result<usize> {
+        let total = self.bytes;
+        let mut first = 0;
+        while first < self.count {
+            let mut slices = [IoSlice::new(&[]); BATCH_PARTS];
+            for (slice, part) in slices.iter_mut().zip(&self.parts[first..self.count]) {
+                *slice = IoSlice::new(part);
+            }
+            let mut n = io.write_vectored(&slices[..self.count - first]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            // Drop what went out; a part written in half keeps its rest.
+            while n > 0 {
+                let part = &mut self.parts[first];
+                let k = n.min(part.len());
+                part.advance(k);
+                n -= k;
+                if part.is_empty() {
+                    first += 1;
+                }
+            }
+            while first < self.count && self.parts[first].is_empty() {
+                first += 1;
+            }
+        }
+        for part in &mut self.parts[..self.count] {
+            *part = Bytes::new();
+        }
+        self.count = 0;
+        self.bytes = 0;
+        Ok(total)
+    }
 }
 
 #[cfg(test)]
@@ -311,8 +354,20 @@ mod tests {
         JoinHandle<TunnelOutcome>,
         Arc<AtomicUsize>,
     ) {
+        start_with_upstream_pipe(1 << 20)
+    }
+
+    /// [`start`] with an upstream pipe of `pipe` bytes (a small one makes writes partial).
+    fn start_with_upstream_pipe(
+        pipe: usize,
+    ) -> (
+        DuplexStream,
+        DuplexStream,
+        JoinHandle<TunnelOutcome>,
+        Arc<AtomicUsize>,
+    ) {
         let (client, server) = tokio::io::duplex(1 << 20);
-        let (ours, upstream) = tokio::io::duplex(1 << 20);
+        let (ours, upstream) = tokio::io::duplex(pipe);
         let writes = Arc::new(AtomicUsize::new(0));
         let ours = CountingWrites {
             inner: ours,
@@ -348,7 +403,13 @@ mod tests {
         let mut got = Vec::new();
         upstream.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, expected);
-        assert_eq!(writes.load(Ordering::SeqCst), 3, "one write per SPDY frame");
+        // The first read is small (an idle tunnel's), so the first frame goes alone; the other
+        // two arrive in one read and go upstream together.
+        assert_eq!(
+            writes.load(Ordering::SeqCst),
+            2,
+            "frames are written whole and together"
+        );
         let outcome = task.await.unwrap();
         assert_eq!(outcome.ended_by, TunnelEnd::Client);
         assert_eq!(outcome.bytes_up, expected.len() as u64);
@@ -357,6 +418,59 @@ mod tests {
             server_frames(&mut client, 1).await,
             vec![(OpCode::Close, vec![0x03, 0xe8])]
         );
+    }
+
+    #[tokio::test]
+    async fn a_message_still_arriving_goes_upstream_with_the_one_before_it() {
+        let (mut client, mut upstream, _task, writes) = start();
+        let second = masked(0x82, &[2u8; 300]);
+        let mut wire = masked(0x82, &[1u8; 100]);
+        wire.extend_from_slice(&second[..150]);
+        client.write_all(&wire).await.unwrap();
+        // The tunnel holds the first message while the second is on its way.
+        tokio::task::yield_now().await;
+        client.write_all(&second[150..]).await.unwrap();
+        let mut got = vec![0u8; 400];
+        upstream.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got[..100], &[1u8; 100][..]);
+        assert_eq!(&got[100..], &[2u8; 300][..]);
+        assert_eq!(writes.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn many_messages_in_one_read_go_upstream_in_bounded_batches() {
+        let (mut client, mut upstream, task, writes) = start();
+        let mut wire = masked(0x82, b"");
+        for i in 0..40u8 {
+            wire.extend(masked(0x82, &[i]));
+        }
+        wire.extend(masked(0x88, b"\x03\xe8"));
+        client.write_all(&wire).await.unwrap();
+        let mut got = Vec::new();
+        upstream.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, (0..40u8).collect::<Vec<_>>());
+        // 16 messages per write at most; the empty message writes nothing.
+        assert_eq!(writes.load(Ordering::SeqCst), 3);
+        assert_eq!(task.await.unwrap().bytes_up, 40);
+    }
+
+    #[tokio::test]
+    async fn a_batch_survives_partial_writes() {
+        // Upstream takes 1,000 bytes at a time.
+        let (mut client, mut upstream, task, _) = start_with_upstream_pipe(1000);
+        let mut wire = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..6u8 {
+            let payload: Vec<u8> = (0..3000u32).map(|j| (j as u8) ^ i).collect();
+            wire.extend(masked(0x82, &payload));
+            expected.extend(payload);
+        }
+        wire.extend(masked(0x88, b"\x03\xe8"));
+        client.write_all(&wire).await.unwrap();
+        let mut got = Vec::new();
+        upstream.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(task.await.unwrap().bytes_up, expected.len() as u64);
     }
 
     #[tokio::test]

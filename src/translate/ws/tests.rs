@@ -87,6 +87,35 @@ async fn a_pending_data_frame_is_told_apart_from_a_control_frame() {
 }
 
 #[tokio::test]
+async fn a_buffered_binary_message_is_only_a_whole_unfragmented_one() {
+    let (mut client, mut rd, _wr) = pair(4096, 1024);
+    assert!(!rd.binary_message_buffered());
+    let mut wire = masked(0x82, b"a");
+    wire.extend(masked(0x82, b"bc"));
+    wire.extend(masked(0x81, b"t"));
+    wire.extend(masked(0x02, b"frag"));
+    wire.extend(masked(0x80, b"ment"));
+    // Half of one more message.
+    wire.extend_from_slice(&masked(0x82, b"xyz")[..5]);
+    client.write_all(&wire).await.unwrap();
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Binary(Bytes::from_static(b"a"))
+    );
+    assert!(rd.binary_message_buffered());
+    rd.next().await.unwrap().unwrap();
+    assert!(!rd.binary_message_buffered(), "text is next");
+    rd.next().await.unwrap().unwrap();
+    assert!(!rd.binary_message_buffered(), "a fragment is next");
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Binary(Bytes::from_static(b"fragment"))
+    );
+    assert!(rd.data_frame_pending());
+    assert!(!rd.binary_message_buffered(), "only half a message is here");
+}
+
+#[tokio::test]
 async fn text_is_checked_to_be_utf8() {
     let (mut client, mut rd, _wr) = pair(4096, 1024);
     client
