@@ -1,10 +1,14 @@
-//! Idle memory per exec session in the proxy: starts the simulated SPDY-only cluster and the
-//! release proxy binary as two processes (so each has its own file-descriptor budget), opens N interactive v5 exec sessions (`-it`, running
-//! `sleep`), waits until every upstream process runs, lets them sit, and reads the proxy's RSS.
+//! Idle memory per exec session in the proxy, and many concurrent sessions: starts the simulated
+//! SPDY-only cluster and the release proxy binary as separate processes (so each has its own
+//! file-descriptor budget; more than one pair of them past [`PER_PAIR`] sessions), opens N
+//! interactive v5 exec sessions (`-it`, running `cat`), waits until every upstream process
+//! runs, lets them sit, reads the proxies' RSS, then checks that every session still echoes a
+//! line.
 //!
 //!     cargo bench --bench idle_memory -- [SESSIONS ...]     (default: 1000)
 //!
-//! Prints, per N: proxy RSS before/after and the growth per session. Not a timing benchmark.
+//! Prints, per N: proxy RSS before/after and the growth per session, how many sessions answered
+//! and what the proxies logged. Not a timing benchmark.
 
 use std::time::Duration;
 
@@ -20,9 +24,8 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-/// Raises the open-file limit (inherited by the proxy): to 262144 where allowed (root), else to
-/// the hard limit. 10,000 sessions need ~30,000 descriptors in this process (client sockets,
-/// the simulated cluster's sockets and ptys) and ~20,000 in the proxy.
+/// Raises the open-file limit (inherited by the proxies and clusters): to 262144 where allowed
+/// (root), else to the hard limit. This process holds one client socket per session.
 fn raise_fd_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -44,6 +47,19 @@ fn raise_fd_limit() -> u64 {
     lim.rlim_cur
 }
 
+/// Each tty session holds a pty in the simulated cluster, and Linux allows 4,096 by default
+/// (`kernel.pty.max`): raises that limit where allowed (root) so `ptys` fit. Returns the limit.
+fn raise_pty_limit(ptys: usize) -> Option<usize> {
+    const MAX: &str = "/proc/sys/kernel/pty/max";
+    let current: usize = std::fs::read_to_string(MAX).ok()?.trim().parse().ok()?;
+    // Room for the ptys the machine already uses and those reserved for the host's devpts.
+    let wanted = ptys + 2 * 1024;
+    if current >= wanted || std::fs::write(MAX, wanted.to_string()).is_err() {
+        return Some(current);
+    }
+    Some(wanted)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -56,7 +72,7 @@ type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 
 async fn open_session(proxy: std::net::SocketAddr, i: usize) -> Ws {
     let path = format!(
-        "/api/v1/namespaces/default/pods/idle-{i}/exec?command=sleep&command=3600\
+        "/api/v1/namespaces/default/pods/idle-{i}/exec?command=cat\
          &stdin=true&stdout=true&tty=true"
     );
     let mut req = format!("ws://{proxy}{path}").into_client_request().unwrap();
@@ -90,77 +106,187 @@ fn processes_started(sim_pid: u32) -> usize {
         .count()
 }
 
-async fn measure(n: usize) {
-    let bin = env!("CARGO_BIN_EXE_kube-ws-proxy");
-    let sim_port = free_port();
-    let mut sim = std::process::Command::new(bin)
-        .args(["sim-cluster", "--listen", &format!("127.0.0.1:{sim_port}")])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let sim_pid = sim.id();
-    let port = free_port();
-    let admin = free_port();
-    let mut proxy = std::process::Command::new(bin)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args([
-            "--upstream",
-            &format!("http://127.0.0.1:{sim_port}"),
-            "--log-format",
-            "json",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    for a in [addr, format!("127.0.0.1:{sim_port}").parse().unwrap()] {
-        while tokio::net::TcpStream::connect(a).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+/// Sessions one proxy and simulated-cluster pair carries. Every process on the machines we run
+/// on has a hard limit of 20,000 descriptors; the simulated cluster holds about five per tty
+/// session (socket, pty, child), the proxy two (client and upstream socket). Beyond this, the
+/// bench starts more pairs: the proxy is stateless and runs as replicas in production too.
+const PER_PAIR: usize = 3_400;
+/// Sessions opened on each proxy before the first reading: the first ones pay for thread
+/// stacks, pools and allocator arenas.
+const WARM_UP: usize = 20;
+
+/// One proxy in front of its own simulated cluster.
+struct Pair {
+    sim: std::process::Child,
+    proxy: std::process::Child,
+    addr: std::net::SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl Pair {
+    async fn start(index: usize) -> Pair {
+        let bin = env!("CARGO_BIN_EXE_kube-ws-proxy");
+        let sim_port = free_port();
+        let sim = std::process::Command::new(bin)
+            .args(["sim-cluster", "--listen", &format!("127.0.0.1:{sim_port}")])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let port = free_port();
+        let admin = free_port();
+        let log = std::env::temp_dir().join(format!(
+            "kube-ws-proxy-idle-{}-{index}.log",
+            std::process::id()
+        ));
+        let log_file = std::fs::File::create(&log).unwrap();
+        let proxy = std::process::Command::new(bin)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args([
+                "--upstream",
+                &format!("http://127.0.0.1:{sim_port}"),
+                "--log-format",
+                "json",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .unwrap();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        for a in [addr, format!("127.0.0.1:{sim_port}").parse().unwrap()] {
+            while tokio::net::TcpStream::connect(a).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Pair {
+            sim,
+            proxy,
+            addr,
+            log,
         }
     }
-    // Warm up: first sessions pay for thread stacks, pools and allocator arenas.
-    let mut sessions = Vec::new();
-    for i in 0..20 {
-        sessions.push(open_session(addr, i).await);
+
+    /// Warnings and errors the proxy logged.
+    fn complaints(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+            .count()
     }
-    while processes_started(sim_pid) < 20 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+
+    fn stop(mut self) {
+        let _ = self.proxy.kill();
+        let _ = self.proxy.wait();
+        let _ = self.sim.kill();
+        let _ = self.sim.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = rss_kib(proxy.id());
-    for i in 20..20 + n {
-        sessions.push(open_session(addr, i).await);
-    }
+}
+
+/// Waits until the simulated clusters run `n` exec processes in all (or 5 minutes pass).
+async fn wait_for_processes(pairs: &[Pair], n: usize) -> usize {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    while processes_started(sim_pid) < 20 + n && tokio::time::Instant::now() < deadline {
+    loop {
+        let running: usize = pairs.iter().map(|p| processes_started(p.sim.id())).sum();
+        if running >= n || tokio::time::Instant::now() >= deadline {
+            return running;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let started = processes_started(sim_pid).saturating_sub(20);
+}
+
+/// Types a line into a session's `cat` and waits for it to come back: the whole path, client
+/// → proxy → cluster → process and back, still works.
+async fn answers(ws: &mut Ws, i: usize) -> bool {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let line = format!("alive {i}\n");
+    let mut msg = vec![0u8];
+    msg.extend_from_slice(line.as_bytes());
+    if ws.send(Message::Binary(msg.into())).await.is_err() {
+        return false;
+    }
+    let expect = format!("alive {i}");
+    let mut seen = Vec::new();
+    let wait = async {
+        while let Some(Ok(m)) = ws.next().await {
+            if let Message::Binary(b) = m {
+                if b.first() == Some(&1) {
+                    seen.extend_from_slice(&b[1..]);
+                    if String::from_utf8_lossy(&seen).contains(&expect) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    };
+    tokio::time::timeout(Duration::from_secs(30), wait)
+        .await
+        .unwrap_or(false)
+}
+
+async fn measure(n: usize) {
+    let pair_count = n.div_ceil(PER_PAIR);
+    let mut pairs = Vec::new();
+    for i in 0..pair_count {
+        pairs.push(Pair::start(i).await);
+    }
+    let mut warm = Vec::new();
+    for (p, pair) in pairs.iter().enumerate() {
+        for i in 0..WARM_UP {
+            warm.push(open_session(pair.addr, p * 100_000 + i).await);
+        }
+    }
+    wait_for_processes(&pairs, WARM_UP * pair_count).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before: u64 = pairs.iter().map(|p| rss_kib(p.proxy.id())).sum();
+    // Round-robin over the proxies, like a Service in front of replicas.
+    let mut sessions = Vec::with_capacity(n);
+    for i in 0..n {
+        let pair = &pairs[i % pair_count];
+        sessions.push(open_session(pair.addr, 1_000_000 + i).await);
+    }
+    let started = wait_for_processes(&pairs, (WARM_UP * pair_count) + n)
+        .await
+        .saturating_sub(WARM_UP * pair_count);
     // Idle: a few ping intervals pass; the session state is what remains.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let after = rss_kib(proxy.id());
+    let after: u64 = pairs.iter().map(|p| rss_kib(p.proxy.id())).sum();
     let per = (after.saturating_sub(before)) as f64 / n as f64;
+    // Every session still carries bytes both ways.
+    let alive = futures_util::stream::iter(sessions.iter_mut().enumerate())
+        .map(|(i, ws)| answers(ws, i))
+        .buffer_unordered(200)
+        .filter(|ok| std::future::ready(*ok))
+        .count()
+        .await;
+    let complaints: usize = pairs.iter().map(Pair::complaints).sum();
     println!(
-        "idle exec sessions: {n} (upstream processes running: {started}); proxy RSS {before} KiB \
-         → {after} KiB; {per:.1} KiB per idle session (target ≤ 64 KiB)"
+        "idle exec sessions: {n} over {pair_count} proxies (each with its own simulated cluster); \
+         upstream processes running: {started}; answering after the idle period: {alive}; \
+         warnings and errors in the proxy logs: {complaints}"
+    );
+    println!(
+        "proxy RSS {before} KiB → {after} KiB in all; {per:.1} KiB per idle session \
+         (target ≤ 64 KiB)"
     );
     // Keep the sessions open until measured, then end everything.
-    for ws in &mut sessions {
+    for ws in sessions.iter_mut().chain(warm.iter_mut()) {
         let _ = ws.close(None).await;
     }
     let drain = async {
-        for ws in &mut sessions {
+        for ws in sessions.iter_mut().chain(warm.iter_mut()) {
             while let Some(Ok(_)) = ws.next().await {}
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(30), drain).await;
-    let _ = proxy.kill();
-    let _ = proxy.wait();
-    let _ = sim.kill();
-    let _ = sim.wait();
+    for pair in pairs {
+        pair.stop();
+    }
 }
 
 fn main() {
@@ -176,6 +302,10 @@ fn main() {
     };
     let limit = raise_fd_limit();
     println!("file descriptor limit: {limit}");
+    let most = counts.iter().max().copied().unwrap_or(0);
+    if let Some(ptys) = raise_pty_limit(most + 100) {
+        println!("pty limit (kernel.pty.max): {ptys}");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
