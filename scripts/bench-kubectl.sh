@@ -223,17 +223,24 @@ name() {
     *) echo "port-forward $1" ;;
   esac
 }
-echo "| kubectl 1.33, $(printf %.0f "$mib") MiB | through the proxy (WebSocket) | direct SPDY | SPDY via TCP relay | proxy / direct | proxy / relay | target |"
-echo "|---|---|---|---|---|---|---|"
+echo "| kubectl 1.33, $(printf %.0f "$mib") MiB | through the proxy (WebSocket) | direct SPDY | SPDY via TCP relay | proxy / direct | relay / direct (one hop's floor) | proxy / relay | target: proxy / direct |"
+echo "|---|---|---|---|---|---|---|---|"
 for dir in stdout stdin down up; do
   p=$(echo "${times[proxy.$dir]}" | median); d=$(echo "${times[direct.$dir]}" | median)
   l=$(echo "${times[relay.$dir]}" | median)
   ratio=$(echo "$p / $d" | bc -l)
   met=$(echo "$ratio <= 1.10" | bc -l)
-  printf '| %s, median s | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f× | %.2f× | ≤ 1.10× %s |\n' \
+  floor=$(echo "$l / $d" | bc -l)
+  if [ "$met" = 1 ]; then
+    verdict=met
+  elif [ "$(echo "$floor > 1.10" | bc -l)" = 1 ]; then
+    verdict="NOT met; a plain relay is already $(printf %.2f "$floor")×"
+  else
+    verdict="NOT met"
+  fi
+  printf '| %s, median s | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f (%.0f MiB/s) | %.2f× | %.2f× | %.2f× | ≤ 1.10× %s |\n' \
     "$(name "$dir")" "$p" "$(echo "$mib / $p" | bc -l)" "$d" "$(echo "$mib / $d" | bc -l)" \
-    "$l" "$(echo "$mib / $l" | bc -l)" "$ratio" "$(echo "$p / $l" | bc -l)" \
-    "$([ "$met" = 1 ] && echo met || echo 'NOT met')"
+    "$l" "$(echo "$mib / $l" | bc -l)" "$ratio" "$floor" "$(echo "$p / $l" | bc -l)" "$verdict"
 done
 echo
 echo "| port-forward, median CPU s per transfer | kubectl | proxy / relay | simulated cluster | sum |"
