@@ -272,8 +272,16 @@ async fn measure(n: usize) {
     );
     println!(
         "proxy RSS {before} KiB → {after} KiB in all; {per:.1} KiB per idle session \
-         (target ≤ 64 KiB)"
+         (target ≤ 64 KiB: {})",
+        if per <= 64.0 { "met" } else { "NOT met" }
     );
+    if n >= 10_000 {
+        let clean = started == n && alive == n && complaints == 0;
+        println!(
+            "{n} concurrent exec sessions without errors (target: 10,000): {}",
+            if clean { "met" } else { "NOT met" }
+        );
+    }
     // Keep the sessions open until measured, then end everything.
     for ws in sessions.iter_mut().chain(warm.iter_mut()) {
         let _ = ws.close(None).await;

@@ -119,7 +119,7 @@ where
         // middle of sending them). kubectl sends each SPDY frame as three messages (the head in
         // two 4-byte halves, then the payload), which would otherwise be three writes, and a
         // busy 64 KiB read holds two frames. Nothing waits for a client that has not started
-        // its next message.
+        // its next message, nor for the rest of a message larger than a batch.
         let mut batch = Batch::new();
         let end = loop {
             let Some(msg) = reader.next().await else {
@@ -134,7 +134,7 @@ where
                             _ => unreachable!("a whole binary message was buffered"),
                         }
                     }
-                    if !batch.is_full() && reader.data_frame_pending() {
+                    if !batch.is_full() && reader.data_frame_arriving(BATCH_BYTES as u64) {
                         continue;
                     }
                     match batch.write_to(&mut up_write).await {
@@ -489,6 +489,25 @@ mod tests {
             server_frames(&mut client, 1).await,
             vec![(OpCode::Pong, b"p".to_vec())]
         );
+    }
+
+    #[tokio::test]
+    async fn nothing_waits_for_the_rest_of_a_message_larger_than_a_batch() {
+        let (mut client, mut upstream, _task, _) = start();
+        let big = masked(0x82, &vec![7u8; BATCH_BYTES + 1]);
+        let mut wire = masked(0x82, b"first");
+        wire.extend_from_slice(&big[..100]);
+        client.write_all(&wire).await.unwrap();
+        let mut got = [0u8; 5];
+        tokio::time::timeout(Duration::from_secs(5), upstream.read_exact(&mut got))
+            .await
+            .expect("the message was held back")
+            .unwrap();
+        assert_eq!(&got, b"first");
+        client.write_all(&big[100..]).await.unwrap();
+        let mut rest = vec![0u8; BATCH_BYTES + 1];
+        upstream.read_exact(&mut rest).await.unwrap();
+        assert!(rest.iter().all(|&b| b == 7));
     }
 
     #[tokio::test]

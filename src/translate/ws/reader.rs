@@ -102,6 +102,20 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
         self.buf.first().is_some_and(|b| b & 0x0F <= 0x2)
     }
 
+    /// Whether the start of a further data frame of at most `limit` payload bytes is already
+    /// here (a frame whose length is not here yet counts): the rest of it is on its way, and
+    /// short enough to be worth waiting for.
+    pub fn data_frame_arriving(&self, limit: u64) -> bool {
+        if !self.data_frame_pending() {
+            return false;
+        }
+        match FrameHead::parse(&self.buf) {
+            Ok(Some(head)) => head.len <= limit,
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+
     /// Whether a whole unfragmented binary message is at the front of the buffer:
     /// [`next`](Self::next) returns it without reading the socket.
     pub fn binary_message_buffered(&self) -> bool {

@@ -95,8 +95,8 @@ async fn a_buffered_binary_message_is_only_a_whole_unfragmented_one() {
     wire.extend(masked(0x81, b"t"));
     wire.extend(masked(0x02, b"frag"));
     wire.extend(masked(0x80, b"ment"));
-    // Half of one more message.
-    wire.extend_from_slice(&masked(0x82, b"xyz")[..5]);
+    // The head and one byte of one more message.
+    wire.extend_from_slice(&masked(0x82, b"xyz")[..7]);
     client.write_all(&wire).await.unwrap();
     assert_eq!(
         rd.next().await.unwrap().unwrap(),
@@ -113,6 +113,8 @@ async fn a_buffered_binary_message_is_only_a_whole_unfragmented_one() {
     );
     assert!(rd.data_frame_pending());
     assert!(!rd.binary_message_buffered(), "only half a message is here");
+    assert!(rd.data_frame_arriving(3));
+    assert!(!rd.data_frame_arriving(2), "longer than the limit");
 }
 
 #[tokio::test]
