@@ -8,11 +8,8 @@
 
 use bytes::BytesMut;
 
-use super::wire::{put_with_block, split_fixed};
-use super::{ControlType, FrameError, HeaderBlock, StreamId, FLAG_FIN};
-
-/// Bytes before the header block.
-const FIXED_LEN: usize = 4;
+use super::stream_headers;
+use super::{ControlType, FrameError, HeaderBlock, StreamId};
 
 /// A HEADERS frame with its header block decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,15 +31,12 @@ impl Headers {
         payload: &[u8],
         decode_block: impl FnOnce(&[u8]) -> Result<HeaderBlock, FrameError>,
     ) -> Result<Headers, FrameError> {
-        let (fixed, block) = split_fixed(Self::NAME, payload, FIXED_LEN)?;
-        let stream_id = StreamId::read(fixed);
-        if stream_id.is_zero() {
-            return Err(FrameError::ZeroStreamId(Self::NAME));
-        }
+        let (stream_id, fin, headers) =
+            stream_headers::decode(Self::NAME, flags, payload, decode_block)?;
         Ok(Headers {
             stream_id,
-            fin: flags & FLAG_FIN != 0,
-            headers: decode_block(block)?,
+            fin,
+            headers,
         })
     }
 
@@ -52,17 +46,11 @@ impl Headers {
         dst: &mut BytesMut,
         encode_block: impl FnOnce(&HeaderBlock, &mut BytesMut) -> Result<(), FrameError>,
     ) -> Result<(), FrameError> {
-        if self.stream_id.is_zero() {
-            return Err(FrameError::ZeroStreamId(Self::NAME));
-        }
-        let flags = if self.fin { FLAG_FIN } else { 0 };
-        let fixed = self.stream_id.get().to_be_bytes();
-        put_with_block(
-            dst,
+        stream_headers::encode(
             ControlType::Headers,
-            flags,
-            &fixed,
-            &self.headers,
+            Self::NAME,
+            (self.stream_id, self.fin, &self.headers),
+            dst,
             encode_block,
         )
     }

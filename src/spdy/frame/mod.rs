@@ -11,6 +11,7 @@ mod headers;
 mod ping;
 mod rst_stream;
 mod settings;
+mod stream_headers;
 mod stream_id;
 mod syn_reply;
 mod syn_stream;
