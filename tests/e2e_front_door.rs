@@ -33,6 +33,8 @@ const PROXY_TOKEN_ROTATED: &str = "proxy-token-2-44c3";
 const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
 /// The proxy's identity when it authenticates upstream with a client certificate.
 const PROXY_CERT_USER: &str = "kube-ws-proxy-cert";
+/// The same, from the certificate it is rotated to.
+const PROXY_CERT_USER_ROTATED: &str = "kube-ws-proxy-cert-2";
 /// The CN of the front-proxy client certificate the cluster trusts.
 const FRONT_PROXY_CN: &str = "kube-ws-proxy";
 
@@ -74,7 +76,11 @@ impl Door {
                 user(PROXY_TOKEN, PROXY_USER, &["system:serviceaccounts"]),
                 user(PROXY_TOKEN_ROTATED, PROXY_USER, &["system:serviceaccounts"]),
             ],
-            impersonators: vec![PROXY_USER.to_owned(), PROXY_CERT_USER.to_owned()],
+            impersonators: vec![
+                PROXY_USER.to_owned(),
+                PROXY_CERT_USER.to_owned(),
+                PROXY_CERT_USER_ROTATED.to_owned(),
+            ],
             front_proxy: Some(front_proxy),
             ..SimConfig::default()
         };
@@ -777,6 +783,74 @@ async fn upstream_from_in_cluster_with_token_rotation_and_from_kubeconfig() {
     );
     let o = kubectl(&k, &kc, cwd, &["exec", "web", "--", "true"]).await;
     assert!(!o.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_upstream_client_certificate_is_used_without_a_restart() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let door = Door::new().await;
+    let cwd = door.dir.path();
+    let (cert, key) = door
+        .cluster_ca
+        .client(PROXY_CERT_USER, None)
+        .write(cwd, "own-client");
+    let mut args = door.upstream_args();
+    args.extend([
+        "--auth-mode".to_owned(),
+        "impersonate".to_owned(),
+        "--upstream-client-cert-file".to_owned(),
+        cert.display().to_string(),
+        "--upstream-client-key-file".to_owned(),
+        key.display().to_string(),
+    ]);
+    let proxy = door.proxy(&args, &[]);
+    let kc = door.caller("tina", &proxy, Some(TINA), None);
+    // Every exec is a new upstream connection, so a new TLS handshake.
+    let exec = || {
+        ok(
+            &k,
+            &kc,
+            cwd,
+            &["exec", "web", "--", "sh", "-c", "echo $SIM_USER"],
+        )
+    };
+    let proxy_identity = |since: usize| -> Vec<String> {
+        door.requests_since(since)
+            .iter()
+            .filter(|r| r.path.ends_with("/exec"))
+            .filter_map(|r| r.authenticated_user.as_ref().map(|u| u.name.clone()))
+            .collect()
+    };
+    let before = door.sim.requests().len();
+    assert_eq!(exec().await, "tina\n");
+    assert_eq!(proxy_identity(before), vec![PROXY_CERT_USER.to_owned()]);
+
+    // Rotated in place, the way cert-manager or a kubelet-style rotation does it.
+    door.cluster_ca
+        .client(PROXY_CERT_USER_ROTATED, None)
+        .write(cwd, "own-client");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = door.sim.requests().len();
+        assert_eq!(exec().await, "tina\n");
+        let seen = proxy_identity(before);
+        if seen == vec![PROXY_CERT_USER_ROTATED.to_owned()] {
+            break;
+        }
+        assert_eq!(seen, vec![PROXY_CERT_USER.to_owned()]);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rotated certificate was never presented; the proxy logged: {:#?}",
+            proxy.log_lines()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(proxy
+        .log_lines()
+        .iter()
+        .any(|l| l.contains("upstream client certificate reloaded")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,5 +17,6 @@ pub mod state;
 pub mod status_response;
 pub mod tunnel_handler;
 pub mod upstream;
+pub mod upstream_client_cert;
 pub mod upstream_source;
 pub mod websocket;

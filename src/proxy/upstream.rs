@@ -14,7 +14,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -22,6 +22,7 @@ use tokio_rustls::TlsConnector;
 use tracing::warn;
 
 use super::forward::ProxyBody;
+use super::upstream_client_cert::ReloadingClientCert;
 
 /// The pooled client for plain (non-upgrade) requests.
 pub type HttpClient = Client<UpstreamConnector, ProxyBody>;
@@ -46,7 +47,8 @@ pub enum UpstreamError {
 /// PEM material: a file, or inline bytes (a kubeconfig's `*-data` fields).
 #[derive(Clone, PartialEq, Eq)]
 pub enum Pem {
-    /// Read from this file when the connector is built.
+    /// Read from this file when the connector is built (a client certificate and key also
+    /// whenever they change).
     File(PathBuf),
     /// Given inline.
     Data(Vec<u8>),
@@ -63,14 +65,14 @@ impl std::fmt::Debug for Pem {
 }
 
 impl Pem {
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Pem::File(p) => p.display().to_string(),
             Pem::Data(_) => "inline PEM data".to_owned(),
         }
     }
 
-    fn bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, UpstreamError> {
+    pub(crate) fn bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, UpstreamError> {
         match self {
             Pem::File(path) => std::fs::read(path)
                 .map(std::borrow::Cow::Owned)
@@ -287,12 +289,11 @@ fn client_config(
     };
     let mut config = match &tls.client_cert {
         Some((cert, key)) => {
-            let chain = read_certs(cert)?;
-            let key = PrivateKeyDer::from_pem_slice(&key.bytes()?)
-                .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", key.describe())))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| UpstreamError::TlsConfig(e.to_string()))?
+            let pair = Arc::new(ReloadingClientCert::new(cert.clone(), key.clone())?);
+            let mut config = builder.with_client_cert_resolver(pair.clone());
+            // Also the session store: see the module's doc.
+            config.resumption = rustls::client::Resumption::store(pair);
+            config
         }
         None => builder.with_no_client_auth(),
     };
