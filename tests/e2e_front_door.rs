@@ -851,6 +851,20 @@ async fn a_rotated_upstream_client_certificate_is_used_without_a_restart() {
         .log_lines()
         .iter()
         .any(|l| l.contains("upstream client certificate reloaded")));
+    // Plain requests too: the pooled connections made with the old certificate (kubectl's
+    // GET of the pod before each exec) are replaced.
+    let before = door.sim.requests().len();
+    assert_eq!(whoami(&k, &kc, cwd).await, "tina");
+    let pooled: Vec<_> = door
+        .requests_since(before)
+        .iter()
+        .filter_map(|r| r.authenticated_user.as_ref().map(|u| u.name.clone()))
+        .collect();
+    assert!(!pooled.is_empty());
+    assert!(
+        pooled.iter().all(|u| u == PROXY_CERT_USER_ROTATED),
+        "{pooled:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

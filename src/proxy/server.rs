@@ -198,7 +198,7 @@ async fn route_authenticated(
             let started = Instant::now();
             let resp = forward(
                 &state.upstream,
-                &state.client,
+                &state.client.get(),
                 req,
                 peer,
                 &state.auth,

@@ -6,14 +6,14 @@ use std::time::Duration;
 use super::auth::Authenticator;
 use super::metrics::Metrics;
 use super::sessions::Sessions;
-use super::upstream::{HttpClient, Upstream};
+use super::upstream::{PooledClient, Upstream};
 use crate::translate::remote_command::SessionLimits;
 
 /// Shared, read-only proxy state.
 pub struct ProxyState {
     pub upstream: Upstream,
     /// Pooled client for plain (non-upgrade) requests.
-    pub client: HttpClient,
+    pub client: PooledClient,
     pub session_limits: SessionLimits,
     /// Largest WebSocket message accepted from a client.
     pub max_message_size: usize,
@@ -39,7 +39,7 @@ pub struct ProxyState {
 impl ProxyState {
     /// State with default limits for `upstream`.
     pub fn new(upstream: Upstream) -> Self {
-        let client = upstream.http_client();
+        let client = upstream.pooled_client();
         ProxyState {
             upstream,
             client,

@@ -108,6 +108,8 @@ pub struct Upstream {
     tls: Option<(TlsConnector, ServerName<'static>)>,
     /// TLS with ALPN `h2` and `http/1.1` for the pooled client's plain requests.
     pooled_tls: Option<TlsConnector>,
+    /// The proxy's own client certificate, if it presents one.
+    client_cert: Option<Arc<ReloadingClientCert>>,
     dial_timeout: Duration,
 }
 
@@ -153,23 +155,25 @@ impl Upstream {
             });
             let server_name = ServerName::try_from(name.clone())
                 .map_err(|e| UpstreamError::TlsConfig(format!("server name {name:?}: {e}")))?;
-            let config = client_config(&tls, vec![b"http/1.1".to_vec()])?;
+            let (config, client_cert) = client_config(&tls, vec![b"http/1.1".to_vec()])?;
             let mut pooled = config.clone();
             pooled.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
             (
                 Some((TlsConnector::from(Arc::new(config)), server_name)),
                 Some(TlsConnector::from(Arc::new(pooled))),
+                client_cert,
             )
         } else {
-            (None, None)
+            (None, None, None)
         };
-        let (tls, pooled_tls) = tls;
+        let (tls, pooled_tls, client_cert) = tls;
         Ok(Upstream {
             host,
             port,
             base_path,
             tls,
             pooled_tls,
+            client_cert,
             dial_timeout: Duration::from_secs(10),
         })
     }
@@ -248,7 +252,7 @@ impl Upstream {
             .map_err(|_| UpstreamError::Timeout(addr.clone()))?
     }
 
-    /// A pooled HTTP/1.1 client for plain requests to this upstream.
+    /// A pooled client for plain requests to this upstream.
     pub fn http_client(&self) -> HttpClient {
         Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
@@ -256,13 +260,58 @@ impl Upstream {
                 upstream: Arc::new(self.clone()),
             })
     }
+
+    /// A pooled client that is replaced, with its connections, when the proxy's client
+    /// certificate is: a busy HTTP/2 connection would otherwise present the old certificate
+    /// for as long as it lives (and the API server checks a certificate's validity on every
+    /// request).
+    pub fn pooled_client(&self) -> PooledClient {
+        PooledClient {
+            current: std::sync::RwLock::new((self.credentials_generation(), self.http_client())),
+            upstream: self.clone(),
+        }
+    }
+
+    /// Changes whenever the proxy's client certificate was replaced (0 without one).
+    fn credentials_generation(&self) -> u64 {
+        self.client_cert.as_ref().map_or(0, |c| c.generation())
+    }
 }
 
-/// Builds the rustls client configuration (ring provider, chosen explicitly).
+/// The pooled client of [`Upstream::pooled_client`].
+#[derive(Debug)]
+pub struct PooledClient {
+    upstream: Upstream,
+    /// The client, and the certificate generation its connections were made with.
+    current: std::sync::RwLock<(u64, HttpClient)>,
+}
+
+impl PooledClient {
+    /// The client to send a request with (a cheap handle on the shared pool).
+    pub fn get(&self) -> HttpClient {
+        let generation = self.upstream.credentials_generation();
+        {
+            // Locks are held for these few lines only, never across an await.
+            let current = self.current.read().unwrap_or_else(|e| e.into_inner());
+            if current.0 == generation {
+                return current.1.clone();
+            }
+        }
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if current.0 != generation {
+            // Requests in flight finish on the old connections, which close when they are done.
+            *current = (generation, self.upstream.http_client());
+        }
+        current.1.clone()
+    }
+}
+
+/// Builds the rustls client configuration (ring provider, chosen explicitly), and the reloading
+/// client certificate in it, if any.
 fn client_config(
     tls: &UpstreamTls,
     alpn: Vec<Vec<u8>>,
-) -> Result<rustls::ClientConfig, UpstreamError> {
+) -> Result<(rustls::ClientConfig, Option<Arc<ReloadingClientCert>>), UpstreamError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -287,18 +336,18 @@ fn client_config(
         }
         builder.with_root_certificates(roots)
     };
-    let mut config = match &tls.client_cert {
+    let (mut config, client_cert) = match &tls.client_cert {
         Some((cert, key)) => {
             let pair = Arc::new(ReloadingClientCert::new(cert.clone(), key.clone())?);
             let mut config = builder.with_client_cert_resolver(pair.clone());
             // Also the session store: see the module's doc.
-            config.resumption = rustls::client::Resumption::store(pair);
-            config
+            config.resumption = rustls::client::Resumption::store(pair.clone());
+            (config, Some(pair))
         }
-        None => builder.with_no_client_auth(),
+        None => (builder.with_no_client_auth(), None),
     };
     config.alpn_protocols = alpn;
-    Ok(config)
+    Ok((config, client_cert))
 }
 
 fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {

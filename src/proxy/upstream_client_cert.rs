@@ -1,7 +1,8 @@
 //! The proxy's own client certificate to the upstream (`--upstream-client-cert-file`, the
 //! front-proxy certificate, a kubeconfig's `client-certificate`), re-read when its files change
 //! so a rotated certificate is used by the next connection without a restart. Connections
-//! already open keep the certificate they were made with.
+//! already open keep the certificate they were made with; the pooled client watches
+//! [`ReloadingClientCert::generation`] to replace its own.
 //!
 //! A resumed TLS session carries the identity of the handshake it resumes, without sending the
 //! certificate again, and rustls asks for a certificate only on a full handshake. So the same
@@ -9,6 +10,7 @@
 //! where the files are checked, and the tickets are forgotten when the certificate changes.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,6 +41,8 @@ pub struct ReloadingClientCert {
     check_every: Duration,
     /// Session tickets from handshakes made with the current pair.
     tickets: RwLock<Arc<ClientSessionMemoryCache>>,
+    /// How many times the pair was replaced.
+    generation: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -73,7 +77,15 @@ impl ReloadingClientCert {
             }),
             check_every,
             tickets: RwLock::new(Arc::new(ClientSessionMemoryCache::new(SESSIONS))),
+            generation: AtomicU64::new(0),
         })
+    }
+
+    /// How many times the pair was replaced so far, after looking for a new one: a pool of
+    /// long-lived connections made with an older pair should be replaced.
+    pub fn generation(&self) -> u64 {
+        self.refresh();
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Re-reads the pair if its files changed since the last look (at most one look per
@@ -92,6 +104,7 @@ impl ReloadingClientCert {
                         state.seen = now;
                         *self.tickets.write().unwrap_or_else(|e| e.into_inner()) =
                             Arc::new(ClientSessionMemoryCache::new(SESSIONS));
+                        self.generation.fetch_add(1, Ordering::AcqRel);
                         info!(cert = %self.cert.describe(), "upstream client certificate reloaded");
                     }
                     Err(e) => warn!(error = %e, "upstream client certificate not reloaded"),
@@ -253,10 +266,12 @@ mod tests {
         let r = ReloadingClientCert::with_check_interval(cert.clone(), key.clone(), Duration::ZERO)
             .unwrap();
         assert_eq!(presented(&r), der(&first.0));
+        assert_eq!(r.generation(), 0);
         let second = leaf("proxy-b");
         write(dir.path(), &second);
         touch_later(&cert, &key, 5);
         assert_eq!(presented(&r), der(&second.0));
+        assert_eq!(r.generation(), 1);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tracing::warn;
 
 use super::identity::Identity;
 use super::token_source::TokenSource;
-use crate::proxy::upstream::{HttpClient, Upstream};
+use crate::proxy::upstream::{PooledClient, Upstream};
 
 /// Where TokenReviews are posted.
 const TOKEN_REVIEW_PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
@@ -49,7 +49,7 @@ pub enum Review {
 /// Reviews bearer tokens with the upstream.
 pub struct TokenReviewer {
     upstream: Upstream,
-    client: HttpClient,
+    client: PooledClient,
     credentials: Option<Arc<TokenSource>>,
     ttl: Duration,
     cache: Mutex<HashMap<String, (Review, Instant)>>,
@@ -94,7 +94,7 @@ impl TokenReviewer {
     /// A reviewer posting to `upstream` (whose TLS carries the proxy's client certificate, if
     /// any) with `credentials` as its bearer token; answers are cached for `ttl`.
     pub fn new(upstream: Upstream, credentials: Option<Arc<TokenSource>>, ttl: Duration) -> Self {
-        let client = upstream.http_client();
+        let client = upstream.pooled_client();
         TokenReviewer {
             upstream,
             client,
@@ -170,6 +170,7 @@ impl TokenReviewer {
         }
         let resp = self
             .client
+            .get()
             .request(req)
             .await
             .map_err(|e| ReviewError::Request(e.to_string()))?;
