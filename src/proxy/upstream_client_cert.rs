@@ -31,6 +31,10 @@ use super::upstream::{Pem, UpstreamError};
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Sessions remembered for resumption (rustls' default).
 const SESSIONS: usize = 256;
+/// After a new pair is loaded, no session is remembered for this long: a handshake that began
+/// with the old pair may still finish, and its ticket would resume the old identity. Longer
+/// than any dial timeout in practice (the default is 10 s).
+const NO_TICKETS_AFTER_RELOAD: Duration = Duration::from_secs(60);
 
 /// A certificate chain and key from PEM files or inline data; file-backed ones follow changes.
 #[derive(Debug)]
@@ -51,6 +55,8 @@ struct State {
     /// Modification times of the files the current pair was read from.
     seen: Option<(SystemTime, SystemTime)>,
     checked: Instant,
+    /// When the current pair replaced an earlier one.
+    reloaded: Option<Instant>,
 }
 
 impl ReloadingClientCert {
@@ -74,6 +80,7 @@ impl ReloadingClientCert {
                 current,
                 seen,
                 checked: Instant::now(),
+                reloaded: None,
             }),
             check_every,
             tickets: RwLock::new(Arc::new(ClientSessionMemoryCache::new(SESSIONS))),
@@ -102,6 +109,7 @@ impl ReloadingClientCert {
                     Ok(pair) => {
                         state.current = pair;
                         state.seen = now;
+                        state.reloaded = Some(Instant::now());
                         *self.tickets.write().unwrap_or_else(|e| e.into_inner()) =
                             Arc::new(ClientSessionMemoryCache::new(SESSIONS));
                         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -121,6 +129,15 @@ impl ReloadingClientCert {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Whether a session a handshake just brought may be kept: not right after a reload, when
+    /// it may come from a handshake made with the old pair.
+    fn keeps_sessions(&self) -> bool {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state
+            .reloaded
+            .is_none_or(|at| at.elapsed() >= NO_TICKETS_AFTER_RELOAD)
     }
 
     /// The tickets of the current pair, for storing what a handshake brought.
@@ -157,7 +174,9 @@ impl ClientSessionStore for ReloadingClientCert {
     }
 
     fn set_tls12_session(&self, server_name: ServerName<'static>, value: Tls12ClientSessionValue) {
-        self.current_tickets().set_tls12_session(server_name, value)
+        if self.keeps_sessions() {
+            self.current_tickets().set_tls12_session(server_name, value)
+        }
     }
 
     fn tls12_session(&self, server_name: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
@@ -173,8 +192,10 @@ impl ClientSessionStore for ReloadingClientCert {
         server_name: ServerName<'static>,
         value: Tls13ClientSessionValue,
     ) {
-        self.current_tickets()
-            .insert_tls13_ticket(server_name, value)
+        if self.keeps_sessions() {
+            self.current_tickets()
+                .insert_tls13_ticket(server_name, value)
+        }
     }
 
     fn take_tls13_ticket(
@@ -297,6 +318,7 @@ mod tests {
         let (cert, key) = write(dir.path(), &leaf("proxy-a"));
         let r = ReloadingClientCert::with_check_interval(cert.clone(), key.clone(), Duration::ZERO)
             .unwrap();
+        assert!(r.keeps_sessions());
         let name = ServerName::try_from("cluster.example").unwrap();
         r.set_kx_hint(name.clone(), NamedGroup::X25519);
         assert_eq!(r.kx_hint(&name), Some(NamedGroup::X25519));
@@ -304,6 +326,10 @@ mod tests {
         write(dir.path(), &second);
         touch_later(&cert, &key, 5);
         assert_eq!(r.kx_hint(&name), None, "remembered from the old pair");
+        assert!(
+            !r.keeps_sessions(),
+            "a session now may be from the old pair"
+        );
         let state = r.state.lock().unwrap();
         assert_eq!(state.current.cert[0].to_vec(), der(&second.0));
     }
