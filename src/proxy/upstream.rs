@@ -350,7 +350,8 @@ fn client_config(
     Ok((config, client_cert))
 }
 
-fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {
+/// The certificates in `pem`; none at all is an error.
+pub(crate) fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {
     let bytes = pem.bytes()?;
     let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&bytes).collect();
     let certs = certs.map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", pem.describe())))?;

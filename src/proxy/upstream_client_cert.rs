@@ -19,12 +19,12 @@ use rustls::client::{
     Tls13ClientSessionValue,
 };
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{PrivateKeyDer, ServerName};
 use rustls::sign::CertifiedKey;
 use rustls::{NamedGroup, SignatureScheme};
 use tracing::{info, warn};
 
-use super::upstream::{Pem, UpstreamError};
+use super::upstream::{read_certs, Pem, UpstreamError};
 
 /// Checking the files costs two `stat` calls; done at most this often, when a connection is
 /// being made.
@@ -221,15 +221,7 @@ fn modified(cert: &Pem, key: &Pem) -> Option<(SystemTime, SystemTime)> {
 }
 
 fn load(cert: &Pem, key: &Pem) -> Result<Arc<CertifiedKey>, UpstreamError> {
-    let chain = CertificateDer::pem_slice_iter(&cert.bytes()?)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", cert.describe())))?;
-    if chain.is_empty() {
-        return Err(UpstreamError::TlsConfig(format!(
-            "{}: no certificate",
-            cert.describe()
-        )));
-    }
+    let chain = read_certs(cert)?;
     let key_der = PrivateKeyDer::from_pem_slice(&key.bytes()?)
         .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", key.describe())))?;
     let provider = rustls::crypto::ring::default_provider();
@@ -241,6 +233,8 @@ fn load(cert: &Pem, key: &Pem) -> Result<Arc<CertifiedKey>, UpstreamError> {
 
 #[cfg(test)]
 mod tests {
+    use rustls::pki_types::CertificateDer;
+
     use super::*;
 
     fn leaf(cn: &str) -> (String, String) {

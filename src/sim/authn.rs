@@ -225,20 +225,10 @@ fn unescape_key(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::identity::test_support::headers;
     use crate::sim::identity::{SimUser, AUTHENTICATED_GROUP};
     use crate::sim::peer_cert::CertSubject;
     use crate::sim::SimTls;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (n, v) in pairs {
-            h.append(
-                http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
-        }
-        h
-    }
 
     fn config() -> SimConfig {
         SimConfig {

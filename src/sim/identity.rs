@@ -132,6 +132,24 @@ impl FromStr for SimUser {
     }
 }
 
+/// Header maps for the simulated cluster's unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use http::HeaderMap;
+
+    /// A header map with `pairs` appended in order.
+    pub(crate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (n, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

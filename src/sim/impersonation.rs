@@ -79,18 +79,8 @@ pub(crate) fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::identity::test_support::headers;
     use crate::sim::identity::AUTHENTICATED_GROUP;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (n, v) in pairs {
-            h.append(
-                http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
-        }
-        h
-    }
 
     fn bob() -> SimIdentity {
         SimIdentity::authenticated("bob", Vec::new(), Default::default())
