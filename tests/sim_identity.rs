@@ -12,6 +12,7 @@ use base64::Engine;
 use bytes::Bytes;
 use common::clients::require_kubectl;
 use common::harness::{run, stderr, stdout};
+use common::pki::{Ca, Leaf};
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use kube_ws_proxy::sim::{
@@ -21,10 +22,6 @@ use kube_ws_proxy::sim::{
 use kube_ws_proxy::spdy::frame::HeaderBlock;
 use kube_ws_proxy::spdy::proto::{Config, Connection, RecvStream};
 use kube_ws_proxy::spdy::upgrade::{read_body, read_response_head, upgrade, UpgradeRequest};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{json, Value};
@@ -37,74 +34,6 @@ use tokio_tungstenite::tungstenite::Message;
 const T: Duration = Duration::from_secs(60);
 const TINA: &str = "tina-token-3c9e";
 const ADMIN: &str = "admin-token-81fa";
-/// The OID of `organizationName`: rcgen keeps one attribute per type, so a second O is added
-/// under its raw OID.
-const O_OID: [u64; 4] = [2, 5, 4, 10];
-
-// ---------------------------------------------------------------------------------------------
-// Certificates.
-
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-/// A certificate and its key, PEM.
-struct Leaf {
-    cert_pem: String,
-    key_pem: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("{name} CA"));
-        let cert = params.self_signed(&key).unwrap();
-        Ca { cert, key }
-    }
-
-    fn pem(&self) -> String {
-        self.cert.pem()
-    }
-
-    fn server(&self) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.sign(params, key)
-    }
-
-    /// A client certificate with this CN and these O values.
-    fn client(&self, cn: &str, orgs: &[&str]) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.distinguished_name.push(DnType::CommonName, cn);
-        for (i, o) in orgs.iter().enumerate() {
-            let ty = if i == 0 {
-                DnType::OrganizationName
-            } else {
-                DnType::CustomDnType(O_OID.to_vec())
-            };
-            params.distinguished_name.push(ty, *o);
-        }
-        self.sign(params, key)
-    }
-
-    fn sign(&self, params: CertificateParams, key: KeyPair) -> Leaf {
-        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-}
 
 /// The cluster's CAs and a cluster that trusts them.
 struct Setup {
@@ -123,7 +52,7 @@ async fn setup() -> Setup {
         tls: Some(SimTls {
             cert_chain_pem: serving.cert_pem,
             private_key_pem: serving.key_pem,
-            client_ca_pem: Some(client_ca.pem()),
+            client_ca_pem: Some(client_ca.pem.clone()),
         }),
         users: vec![
             SimUser {
@@ -140,7 +69,7 @@ async fn setup() -> Setup {
         impersonators: vec!["admin".into()],
         front_proxy: Some(SimFrontProxy {
             allowed_names: vec!["front-proxy".into()],
-            ..SimFrontProxy::new(front_proxy_ca.pem())
+            ..SimFrontProxy::new(front_proxy_ca.pem.clone())
         }),
         ..SimConfig::default()
     };
@@ -163,7 +92,7 @@ async fn tls(
 ) -> std::io::Result<TlsStream<TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     roots
-        .add(CertificateDer::from_pem_slice(s.server_ca.pem().as_bytes()).unwrap())
+        .add(CertificateDer::from_pem_slice(s.server_ca.pem.clone().as_bytes()).unwrap())
         .unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
@@ -290,7 +219,7 @@ async fn https_with_client_certificates_and_an_untrusted_one() {
     );
 
     // A client certificate of the client CA: user = CN, groups = O.
-    let carol = s.client_ca.client("carol", &["dev", "ops"]);
+    let carol = s.client_ca.client_in_groups("carol", &["dev", "ops"]);
     let (code, info) = whoami(&s, Some(&carol), &[]).await;
     assert_eq!(code, 201, "{info}");
     assert_eq!(info["username"], "carol");
@@ -311,7 +240,7 @@ async fn https_with_client_certificates_and_an_untrusted_one() {
     assert_eq!(code, 200);
 
     // A certificate from a CA the cluster does not know fails the handshake: no answer.
-    let rogue = Ca::new("rogue").client("carol", &["dev"]);
+    let rogue = Ca::new("rogue").client_in_groups("carol", &["dev"]);
     let refused = request(&s, Some(&rogue), "GET", "/version", &[], "").await;
     assert!(refused.is_err(), "{refused:?}");
 
@@ -330,7 +259,7 @@ async fn front_proxy_headers_count_only_with_the_front_proxy_certificate() {
         ("X-Remote-Extra-Acme.com%2FTeam", "blue"),
     ];
 
-    let front = s.front_proxy_ca.client("front-proxy", &[]);
+    let front = s.front_proxy_ca.client_in_groups("front-proxy", &[]);
     let (code, info) = whoami(&s, Some(&front), &remote).await;
     assert_eq!(code, 201, "{info}");
     assert_eq!(info["username"], "fp-alice");
@@ -365,7 +294,7 @@ async fn front_proxy_headers_count_only_with_the_front_proxy_certificate() {
     assert_eq!(info["groups"], json!(["dev", AUTHENTICATED_GROUP]));
     assert!(info.get("extra").is_none(), "{info}");
     // ... a client-CA certificate (even one named like the front proxy) ...
-    let lookalike = s.client_ca.client("front-proxy", &[]);
+    let lookalike = s.client_ca.client_in_groups("front-proxy", &[]);
     let (code, info) = whoami(&s, Some(&lookalike), &remote).await;
     assert_eq!(
         (code, info["username"].as_str()),
@@ -376,7 +305,7 @@ async fn front_proxy_headers_count_only_with_the_front_proxy_certificate() {
     assert_eq!(code, 401);
 
     // A front-proxy CA certificate whose CN is not allowed is not trusted.
-    let intruder = s.front_proxy_ca.client("intruder", &[]);
+    let intruder = s.front_proxy_ca.client_in_groups("intruder", &[]);
     let (code, _) = whoami(&s, Some(&intruder), &remote).await;
     assert_eq!(code, 401);
     s.sim.shutdown().await;
@@ -508,7 +437,7 @@ async fn tokens_impersonation_and_token_reviews() {
 #[tokio::test]
 async fn configuration_errors() {
     let fp = SimConfig {
-        front_proxy: Some(SimFrontProxy::new(Ca::new("fp").pem())),
+        front_proxy: Some(SimFrontProxy::new(Ca::new("fp").pem.clone())),
         ..SimConfig::default()
     };
     assert!(matches!(
@@ -585,7 +514,7 @@ async fn exec_and_port_forward_over_tls_carry_the_identity() {
     let script = "echo \"$SIM_USER|$SIM_GROUPS\"";
 
     // SPDY, client certificate.
-    let carol = s.client_ca.client("carol", &["dev", "ops"]);
+    let carol = s.client_ca.client_in_groups("carol", &["dev", "ops"]);
     let (out, status) = spdy_exec(&s, Some(&carol), &[], script).await;
     assert_eq!(out, "carol|dev,ops,system:authenticated\n");
     assert_eq!(status["status"], "Success");
@@ -681,7 +610,7 @@ async fn kubectl_1_33_whoami_and_exec_over_tls() {
     };
     let s = setup().await;
     let dir = tempfile::tempdir().unwrap();
-    let ca = base64::engine::general_purpose::STANDARD.encode(s.server_ca.pem());
+    let ca = base64::engine::general_purpose::STANDARD.encode(s.server_ca.pem.clone());
     let cfg = dir.path().join("kubeconfig");
     std::fs::write(
         &cfg,

@@ -66,12 +66,17 @@ impl Ca {
 
     /// A client certificate for user `cn` in group `org`.
     pub fn client(&self, cn: &str, org: Option<&str>) -> Leaf {
-        self.sign(client_params(cn, org))
+        self.client_in_groups(cn, org.as_slice())
+    }
+
+    /// A client certificate for user `cn` in these groups (one O each).
+    pub fn client_in_groups(&self, cn: &str, groups: &[&str]) -> Leaf {
+        self.sign(client_params(cn, groups))
     }
 
     /// A client certificate for `cn` that expired in 2020.
     pub fn expired_client(&self, cn: &str) -> Leaf {
-        let mut params = client_params(cn, None);
+        let mut params = client_params(cn, &[]);
         params.not_before = rcgen::date_time_ymd(2019, 1, 1);
         params.not_after = rcgen::date_time_ymd(2020, 1, 1);
         self.sign(params)
@@ -87,13 +92,20 @@ impl Ca {
     }
 }
 
-fn client_params(cn: &str, org: Option<&str>) -> CertificateParams {
+/// The OID of `organizationName`: rcgen keeps one attribute per type, so every O after the first
+/// is added under its raw OID.
+const O_OID: [u64; 4] = [2, 5, 4, 10];
+
+fn client_params(cn: &str, groups: &[&str]) -> CertificateParams {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name.push(DnType::CommonName, cn);
-    if let Some(org) = org {
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, org);
+    for (i, group) in groups.iter().enumerate() {
+        let ty = if i == 0 {
+            DnType::OrganizationName
+        } else {
+            DnType::CustomDnType(O_OID.to_vec())
+        };
+        params.distinguished_name.push(ty, *group);
     }
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params
