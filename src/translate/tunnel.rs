@@ -128,12 +128,7 @@ where
             match msg {
                 Ok(Incoming::Binary(data)) => {
                     batch.push(data);
-                    while !batch.is_full() && reader.binary_message_buffered() {
-                        match reader.next().await {
-                            Some(Ok(Incoming::Binary(data))) => batch.push(data),
-                            _ => unreachable!("a whole binary message was buffered"),
-                        }
-                    }
+                    // A message already read is "arriving" too: `next` returns it at once.
                     if !batch.is_full() && reader.data_frame_arriving(BATCH_BYTES as u64) {
                         continue;
                     }

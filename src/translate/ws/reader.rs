@@ -116,24 +116,6 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
         }
     }
 
-    /// Whether a whole unfragmented binary message is at the front of the buffer:
-    /// [`next`](Self::next) returns it without reading the socket.
-    pub fn binary_message_buffered(&self) -> bool {
-        if self.fragmented.is_some() {
-            return false;
-        }
-        match FrameHead::parse(&self.buf) {
-            Ok(Some(head)) => {
-                head.fin
-                    && head.opcode == OpCode::Binary
-                    && head.mask.is_some()
-                    && head.len <= self.max_message as u64
-                    && (self.buf.len() as u64) >= head.head_len as u64 + head.len
-            }
-            _ => false,
-        }
-    }
-
     /// Takes frames off the buffer until one completes a message, or more bytes are needed.
     fn decode(&mut self) -> Result<Option<Incoming>, Error> {
         loop {

@@ -87,12 +87,12 @@ async fn a_pending_data_frame_is_told_apart_from_a_control_frame() {
 }
 
 #[tokio::test]
-async fn a_buffered_binary_message_is_only_a_whole_unfragmented_one() {
+async fn a_data_frame_arriving_is_one_begun_and_no_longer_than_the_limit() {
     let (mut client, mut rd, _wr) = pair(4096, 1024);
-    assert!(!rd.binary_message_buffered());
+    assert!(!rd.data_frame_arriving(1024), "nothing is here");
     let mut wire = masked(0x82, b"a");
     wire.extend(masked(0x82, b"bc"));
-    wire.extend(masked(0x81, b"t"));
+    wire.extend(masked(0x89, b"p"));
     wire.extend(masked(0x02, b"frag"));
     wire.extend(masked(0x80, b"ment"));
     // The head and one byte of one more message.
@@ -102,19 +102,30 @@ async fn a_buffered_binary_message_is_only_a_whole_unfragmented_one() {
         rd.next().await.unwrap().unwrap(),
         Incoming::Binary(Bytes::from_static(b"a"))
     );
-    assert!(rd.binary_message_buffered());
+    assert!(rd.data_frame_arriving(2));
+    assert!(!rd.data_frame_arriving(1), "longer than the limit");
     rd.next().await.unwrap().unwrap();
-    assert!(!rd.binary_message_buffered(), "text is next");
-    rd.next().await.unwrap().unwrap();
-    assert!(!rd.binary_message_buffered(), "a fragment is next");
+    assert!(!rd.data_frame_arriving(1024), "a ping is next");
     assert_eq!(
         rd.next().await.unwrap().unwrap(),
         Incoming::Binary(Bytes::from_static(b"fragment"))
     );
     assert!(rd.data_frame_pending());
-    assert!(!rd.binary_message_buffered(), "only half a message is here");
-    assert!(rd.data_frame_arriving(3));
+    assert!(rd.data_frame_arriving(3), "only half a message is here");
     assert!(!rd.data_frame_arriving(2), "longer than the limit");
+}
+
+#[tokio::test]
+async fn a_frame_whose_length_is_not_here_yet_counts_as_arriving() {
+    let (mut client, mut rd, _wr) = pair(4096, 1024);
+    let mut wire = masked(0x82, b"a");
+    wire.push(0x82);
+    client.write_all(&wire).await.unwrap();
+    assert_eq!(
+        rd.next().await.unwrap().unwrap(),
+        Incoming::Binary(Bytes::from_static(b"a"))
+    );
+    assert!(rd.data_frame_arriving(0));
 }
 
 #[tokio::test]
