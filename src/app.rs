@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cli::ServeArgs;
-use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, TokenReviewer};
+use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
 use crate::proxy::state::ProxyState;
 use crate::proxy::upstream::{Pem, Upstream, UpstreamTls};
 use crate::proxy::upstream_source;
@@ -143,6 +143,12 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
                     build(source.client_cert.clone())?,
                     source.token.clone(),
                     args.authentication_cache_ttl,
+                    args.handshake_timeout,
+                    ReviewLimits {
+                        per_second: args.token_review_rate,
+                        burst: args.token_review_burst,
+                        in_flight: args.token_review_max_in_flight,
+                    },
                 ))
             } else {
                 warn!("no credentials of the proxy's own: bearer tokens cannot be reviewed, only client certificates authenticate callers");
@@ -179,6 +185,8 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         )?);
     }
     state.request_header_timeout = args.request_header_timeout;
+    state.idle_connection_timeout = args.idle_connection_timeout;
+    state.trust_forwarded_for = args.trust_x_forwarded_for;
     state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
     let state = Arc::new(state);
 

@@ -212,15 +212,46 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_DIAL_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub upstream_dial_timeout: Duration,
 
-    /// Longest wait for the upstream's answer to an upgrade (SPDY or relayed), and for a
-    /// client's WebSocket upgrade to complete after the proxy accepted it.
+    /// Longest wait for the upstream's answer to an upgrade (SPDY or relayed, and the exec
+    /// streams it opens), for a TokenReview, for the body of a client's upgrade request, and for
+    /// a client's WebSocket upgrade to complete after the proxy accepted it.
     #[arg(long, env = "KUBE_WS_PROXY_HANDSHAKE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
 
-    /// Longest time a client may take to send a complete request head; slower connections are
-    /// closed.
+    /// Longest time from a client's connection (TLS handshake included) to its first complete
+    /// request head, and for every later request head; slower connections are closed.
     #[arg(long, env = "KUBE_WS_PROXY_REQUEST_HEADER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub request_header_timeout: Duration,
+
+    /// How long a client connection (HTTP/1.1 keep-alive or HTTP/2) with no request in flight
+    /// stays open. A watch or followed log is a request in flight, however quiet.
+    #[arg(long, env = "KUBE_WS_PROXY_IDLE_CONNECTION_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
+    pub idle_connection_timeout: Duration,
+
+    /// The proxy sits behind a proxy or load balancer it trusts that sets `X-Forwarded-For`:
+    /// keep the client's `X-Forwarded-For` and append the peer's address to it, and charge
+    /// TokenReviews to the last address in it. Without it (the default), a caller's own
+    /// `X-Forwarded-For` is replaced by its address, so it cannot choose what the API server
+    /// records as the request's source.
+    #[arg(long, env = "KUBE_WS_PROXY_TRUST_X_FORWARDED_FOR")]
+    pub trust_x_forwarded_for: bool,
+
+    /// TokenReviews one caller address may cause per second, sustained (impersonate and
+    /// front-proxy modes). Cached tokens cost nothing; beyond it callers get 429.
+    #[arg(long, env = "KUBE_WS_PROXY_TOKEN_REVIEW_RATE", default_value_t = 10.0)]
+    pub token_review_rate: f64,
+
+    /// TokenReviews one caller address may cause in a burst above `--token-review-rate`.
+    #[arg(long, env = "KUBE_WS_PROXY_TOKEN_REVIEW_BURST", default_value_t = 50)]
+    pub token_review_burst: u32,
+
+    /// TokenReviews of one caller address in flight at once.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_TOKEN_REVIEW_MAX_IN_FLIGHT",
+        default_value_t = 8
+    )]
+    pub token_review_max_in_flight: usize,
 
     /// Largest request head (request line and headers) accepted from a client, in bytes;
     /// larger ones are refused with 431. At least 8192.

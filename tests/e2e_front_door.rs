@@ -9,7 +9,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::clients::require_kubectl;
@@ -17,11 +16,10 @@ use common::harness::{run, stderr, stdout};
 use common::pki::{kubeconfig, Ca, Leaf};
 use common::pod_server::PodServer;
 use common::proxy_process::ProxyProcess;
+use common::tls_client::raw_https;
 use kube_ws_proxy::sim::{
     AuthenticatedBy, SeenRequest, SimCluster, SimConfig, SimFrontProxy, SimTls, SimUser,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const T: Duration = Duration::from_secs(60);
@@ -250,45 +248,6 @@ fn sessions(metrics: &str, kind: &str) -> u64 {
         .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
-}
-
-/// One HTTP/1.1 request over TLS to the proxy, trusting `ca_pem`, optionally with a client
-/// certificate; the whole answer as text, or `Err` if the handshake fails.
-async fn raw_https(
-    addr: std::net::SocketAddr,
-    ca_pem: &str,
-    client: Option<&Leaf>,
-    request: &str,
-) -> Result<String, std::io::Error> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut config = match client {
-        Some(leaf) => {
-            let chain: Vec<_> = CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
-                .map(Result::unwrap)
-                .collect();
-            let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let name = ServerName::try_from("127.0.0.1").unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await?;
-    tls.write_all(request.as_bytes()).await?;
-    let mut answer = Vec::new();
-    tls.read_to_end(&mut answer).await?;
-    Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
 /// Whether the proxy refused the TLS session (an error, or no HTTP answer at all).

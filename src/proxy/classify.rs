@@ -31,8 +31,12 @@ pub enum Class {
         protocols: Vec<String>,
         bearer: Option<BearerToken>,
     },
-    /// Relay the upgrade byte for byte.
-    Relay(RelayKind),
+    /// Relay the upgrade byte for byte; `bearer` is a subprotocol token (passthrough mode turns
+    /// it into `Authorization`).
+    Relay {
+        kind: RelayKind,
+        bearer: Option<BearerToken>,
+    },
     /// No upgrade: reverse proxy.
     Forward,
     /// A request we must refuse before doing anything (e.g. a malformed bearer subprotocol).
@@ -49,6 +53,12 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
 
 /// Classifies one request.
 pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
+    // Checked on every request, upgrade or not: a malformed offer (a bad bearer entry, a line
+    // that is not visible ASCII) is refused outright, so nothing is forwarded on its behalf.
+    let mut offered = match OfferedProtocols::from_headers(headers) {
+        Ok(o) => o,
+        Err(e) => return Class::BadRequest(format!("invalid WebSocket subprotocol: {e}")),
+    };
     let Some(upgrade) = headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()) else {
         return Class::Forward;
     };
@@ -57,20 +67,18 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
         return Class::Forward;
     }
     let upgrade = upgrade.trim();
+    let relay = |kind, offered: &mut OfferedProtocols| Class::Relay {
+        kind,
+        bearer: offered.take_bearer(),
+    };
     if upgrade.len() >= 4 && upgrade[..4].eq_ignore_ascii_case("spdy") {
-        return Class::Relay(RelayKind::Spdy);
+        return relay(RelayKind::Spdy, &mut offered);
     }
     if !upgrade.eq_ignore_ascii_case("websocket") {
-        return Class::Relay(RelayKind::Other);
+        return relay(RelayKind::Other, &mut offered);
     }
-    let offered = match OfferedProtocols::from_headers(headers) {
-        Ok(o) => o,
-        // A malformed bearer entry is refused outright: nothing is forwarded on its behalf.
-        Err(e) => return Class::BadRequest(format!("invalid WebSocket subprotocol: {e}")),
-    };
     let tunnel = offered.tunnel_protocols();
     if !tunnel.is_empty() {
-        let mut offered = offered;
         return Class::Tunnel {
             protocols: tunnel,
             bearer: offered.take_bearer(),
@@ -80,14 +88,13 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
     if let Some(target) = parse_pod_subresource(path) {
         let exec_like = matches!(target.subresource, Subresource::Exec | Subresource::Attach);
         if exec_like && offered.contains(ChannelProtocol::V5.name()) {
-            let mut offered = offered;
             return Class::Translate {
                 subresource: target.subresource,
                 bearer: offered.take_bearer(),
             };
         }
     }
-    Class::Relay(RelayKind::WebSocket)
+    relay(RelayKind::WebSocket, &mut offered)
 }
 
 #[cfg(test)]
@@ -110,11 +117,24 @@ mod tests {
         h
     }
 
+    fn ws_header_only(protocols: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, protocols.parse().unwrap());
+        h
+    }
+
     fn spdy() -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(header::UPGRADE, "SPDY/3.1".parse().unwrap());
         h.insert(header::CONNECTION, "Upgrade".parse().unwrap());
         h
+    }
+
+    fn ws_relay() -> Class {
+        Class::Relay {
+            kind: RelayKind::WebSocket,
+            bearer: None,
+        }
     }
 
     fn translate(sub: Subresource) -> Class {
@@ -134,19 +154,19 @@ mod tests {
             ("kubectl attach", Method::GET, ATTACH, ws(&["v5.channel.k8s.io"]), translate(Subresource::Attach)),
             ("v5 after v4", Method::GET, EXEC, ws(&["v4.channel.k8s.io, v5.channel.k8s.io"]), translate(Subresource::Exec)),
             ("v5 on a second header line", Method::GET, EXEC, ws(&["v4.channel.k8s.io", "v5.channel.k8s.io"]), translate(Subresource::Exec)),
-            ("v4 exec is relayed", Method::GET, EXEC, ws(&["v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
-            ("v1 exec is relayed", Method::GET, EXEC, ws(&["channel.k8s.io"]), Relay(RelayKind::WebSocket)),
-            ("base64 exec is relayed", Method::GET, EXEC, ws(&["base64.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
-            ("no subprotocol is relayed", Method::GET, EXEC, ws(&[]), Relay(RelayKind::WebSocket)),
-            ("only v3 is relayed (upstream refuses)", Method::GET, EXEC, ws(&["v3.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("v4 exec is relayed", Method::GET, EXEC, ws(&["v4.channel.k8s.io"]), ws_relay()),
+            ("v1 exec is relayed", Method::GET, EXEC, ws(&["channel.k8s.io"]), ws_relay()),
+            ("base64 exec is relayed", Method::GET, EXEC, ws(&["base64.channel.k8s.io"]), ws_relay()),
+            ("no subprotocol is relayed", Method::GET, EXEC, ws(&[]), ws_relay()),
+            ("only v3 is relayed (upstream refuses)", Method::GET, EXEC, ws(&["v3.channel.k8s.io"]), ws_relay()),
             ("tunnel", Method::GET, PF, ws(&["SPDY/3.1+portforward.k8s.io"]), Tunnel { protocols: vec!["portforward.k8s.io".into()], bearer: None }),
-            ("python offers v5,v4 on portforward", Method::GET, PF, ws(&["v5.channel.k8s.io, v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
-            ("legacy portforward", Method::GET, PF, ws(&["v4.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
-            ("log over websocket", Method::GET, LOG, ws(&["binary.k8s.io"]), Relay(RelayKind::WebSocket)),
-            ("v5 on a log is relayed", Method::GET, LOG, ws(&["v5.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
-            ("kubectl SPDY exec", Method::POST, EXEC, spdy(), Relay(RelayKind::Spdy)),
-            ("kubectl SPDY portforward", Method::POST, PF, spdy(), Relay(RelayKind::Spdy)),
-            ("h2c or other upgrade", Method::GET, "/api", { let mut h = HeaderMap::new(); h.insert(header::UPGRADE, "h2c".parse().unwrap()); h.insert(header::CONNECTION, "Upgrade, HTTP2-Settings".parse().unwrap()); h }, Relay(RelayKind::Other)),
+            ("python offers v5,v4 on portforward", Method::GET, PF, ws(&["v5.channel.k8s.io, v4.channel.k8s.io"]), ws_relay()),
+            ("legacy portforward", Method::GET, PF, ws(&["v4.channel.k8s.io"]), ws_relay()),
+            ("log over websocket", Method::GET, LOG, ws(&["binary.k8s.io"]), ws_relay()),
+            ("v5 on a log is relayed", Method::GET, LOG, ws(&["v5.channel.k8s.io"]), ws_relay()),
+            ("kubectl SPDY exec", Method::POST, EXEC, spdy(), Relay { kind: RelayKind::Spdy, bearer: None }),
+            ("kubectl SPDY portforward", Method::POST, PF, spdy(), Relay { kind: RelayKind::Spdy, bearer: None }),
+            ("h2c or other upgrade", Method::GET, "/api", { let mut h = HeaderMap::new(); h.insert(header::UPGRADE, "h2c".parse().unwrap()); h.insert(header::CONNECTION, "Upgrade, HTTP2-Settings".parse().unwrap()); h }, Relay { kind: RelayKind::Other, bearer: None }),
             ("plain GET", Method::GET, "/api/v1/pods", HeaderMap::new(), Forward),
             ("watch", Method::GET, "/api/v1/pods?watch=true", HeaderMap::new(), Forward),
             ("POST create", Method::POST, "/api/v1/namespaces/default/pods", HeaderMap::new(), Forward),
@@ -155,7 +175,11 @@ mod tests {
             ("bearer + v5", Method::GET, EXEC, ws(&[&token_v5]), Translate { subresource: Subresource::Exec, bearer: OfferedProtocols::parse([token_v5.as_str()]).unwrap().take_bearer() }),
             ("bearer alone", Method::GET, EXEC, ws(&[&token]), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
             ("bearer alone on a relayed log", Method::GET, LOG, ws(&[&token]), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
-            ("pods list is not a subresource", Method::GET, "/api/v1/namespaces/default/pods/exec", ws(&["v5.channel.k8s.io"]), Relay(RelayKind::WebSocket)),
+            ("bearer + v4 relayed", Method::GET, EXEC, ws(&[&format!("{token}, v4.channel.k8s.io")]), Relay { kind: RelayKind::WebSocket, bearer: OfferedProtocols::parse([token_v5.as_str()]).unwrap().take_bearer() }),
+            ("bearer on a SPDY upgrade", Method::POST, EXEC, { let mut h = spdy(); h.insert(header::SEC_WEBSOCKET_PROTOCOL, token_v5.parse().unwrap()); h }, Relay { kind: RelayKind::Spdy, bearer: OfferedProtocols::parse([token_v5.as_str()]).unwrap().take_bearer() }),
+            ("non-ASCII subprotocol line", Method::GET, EXEC, { let mut h = ws(&["v5.channel.k8s.io"]); h.append(header::SEC_WEBSOCKET_PROTOCOL, http::HeaderValue::from_bytes(format!("{token}, v4.channel.k8s.io\u{e9}").as_bytes()).unwrap()); h }, BadRequest("invalid WebSocket subprotocol: a Sec-WebSocket-Protocol line is not visible ASCII".into())),
+            ("malformed bearer on a plain request", Method::GET, "/api/v1/pods", ws_header_only(&token), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
+            ("pods list is not a subresource", Method::GET, "/api/v1/namespaces/default/pods/exec", ws(&["v5.channel.k8s.io"]), ws_relay()),
         ];
         for (name, method, path, headers, want) in cases {
             assert_eq!(classify(&method, path, &headers), want, "case: {name}");

@@ -4,8 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http::Response;
 use tracing::{info, warn};
 
 use super::auth::Caller;
@@ -15,6 +14,7 @@ use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
+use super::upgrade_request::UpgradeRequest;
 use super::websocket::{socket_config, switching_protocols, upgraded, validate};
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
 use crate::spdy::upgrade::UpgradeError;
@@ -27,31 +27,21 @@ use crate::translate::status_mapping::from_upgrade_refusal;
 /// Handles a request the classifier marked for translation; `slot` is its admission.
 pub async fn handle(
     state: Arc<ProxyState>,
-    mut req: Request<Incoming>,
+    req: UpgradeRequest,
     peer: SocketAddr,
     caller: Caller,
     subresource: Subresource,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
-    let accept = match validate(&req) {
+    let accept = match validate(&req.parts.method, &req.parts.headers) {
         Ok(accept) => accept,
         Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
     };
-    let options = ExecOptions::from_query(req.uri().query().unwrap_or(""));
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map(|pq| pq.as_str().to_owned())
-        .unwrap_or_else(|| req.uri().path().to_owned());
-    let mut headers = upstream_headers(req.headers(), peer);
+    let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
+    let path_and_query = req.path_and_query();
+    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
     state.auth.apply(&caller, &mut headers);
-    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "connection cannot be upgraded",
-        );
-    };
+    let on_upgrade = req.on_upgrade;
 
     let kind = match subresource {
         Subresource::Attach => SessionKind::Attach,
@@ -162,12 +152,25 @@ async fn setup_upstream(
         ..SpdyConfig::default()
     };
     let conn = Connection::client(upgraded.io, upgraded.leftover, spdy_config);
-    match remote_command::open_streams(conn.clone(), version, options).await {
-        Ok(streams) => Ok(streams),
-        Err(e) => {
+    // Each stream waits for the upstream's SYN_REPLY: bounded like the rest of the handshake.
+    let opened = tokio::time::timeout(
+        state.handshake_timeout,
+        remote_command::open_streams(conn.clone(), version, options),
+    )
+    .await;
+    match opened {
+        Ok(Ok(streams)) => Ok(streams),
+        Ok(Err(e)) => {
             conn.close().await;
             Err(Status::internal_error(&format!(
                 "error creating upstream streams: {e}"
+            )))
+        }
+        Err(_) => {
+            conn.close().await;
+            Err(Status::internal_error(&format!(
+                "the upstream did not open the exec streams within {:?}",
+                state.handshake_timeout
             )))
         }
     }

@@ -10,23 +10,23 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tracing::debug;
 
-use super::auth::{Authenticator, Caller};
-use super::headers::{append_x_forwarded_for, remove_hop_by_hop};
+use super::auth::Caller;
+use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
+use super::state::ProxyState;
 use super::status_response::failure;
-use super::upstream::{HttpClient, Upstream};
 
 /// The body type of every response the proxy sends.
 pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// Forwards one request and streams the answer back.
 pub async fn forward(
-    upstream: &Upstream,
-    client: &HttpClient,
+    state: &ProxyState,
     req: Request<Incoming>,
     peer: SocketAddr,
-    auth: &Authenticator,
     caller: &Caller,
 ) -> Response<ProxyBody> {
+    let upstream = &state.upstream;
+    let client = state.client.get();
     let (mut parts, body) = req.into_parts();
     let pq = parts
         .uri
@@ -40,8 +40,8 @@ pub async fn forward(
     // The upstream connection is HTTP/1.1 whatever the client spoke.
     parts.version = http::Version::HTTP_11;
     remove_hop_by_hop(&mut parts.headers);
-    append_x_forwarded_for(&mut parts.headers, peer.ip());
-    auth.apply(caller, &mut parts.headers);
+    set_x_forwarded_for(&mut parts.headers, peer.ip(), state.trust_forwarded_for);
+    state.auth.apply(caller, &mut parts.headers);
     if let Ok(host) = HeaderValue::from_str(&upstream.authority()) {
         parts.headers.insert(header::HOST, host);
     }

@@ -1,4 +1,8 @@
 //! Hop-by-hop headers (RFC 9110 §7.6.1) and `X-Forwarded-For`.
+//!
+//! `X-Forwarded-For` is only as good as whoever wrote it: the API server records its first
+//! address as the request's source in its audit log. Unless the proxy is told it sits behind
+//! a proxy it trusts, a caller's own value is thrown away.
 
 use std::net::IpAddr;
 
@@ -39,8 +43,37 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Sets `X-Forwarded-For` for the upstream: the client's address alone, or, when the client
+/// is a proxy we trust (`trust_prior`), appended to what it sent (one line, comma-joined).
+pub fn set_x_forwarded_for(headers: &mut HeaderMap, client: IpAddr, trust_prior: bool) {
+    if !trust_prior {
+        headers.insert(
+            HeaderName::from_static("x-forwarded-for"),
+            HeaderValue::from_str(&client.to_string()).expect("an IP address is a header value"),
+        );
+        return;
+    }
+    append_x_forwarded_for(headers, client);
+}
+
+/// The address a request comes from: the peer's, or behind a trusted proxy (`trust_prior`) the
+/// last address that proxy wrote in `X-Forwarded-For`.
+pub fn caller_address(headers: &HeaderMap, peer: IpAddr, trust_prior: bool) -> IpAddr {
+    if !trust_prior {
+        return peer;
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+        .next_back()
+        .unwrap_or(peer)
+}
+
 /// Appends the client's address to `X-Forwarded-For` (one line, comma-joined).
-pub fn append_x_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
+fn append_x_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
     let name = HeaderName::from_static("x-forwarded-for");
     let prior: Vec<String> = headers
         .get_all(&name)
@@ -74,6 +107,35 @@ mod tests {
         remove_hop_by_hop(&mut h);
         let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, ["authorization", "impersonate-user"]);
+    }
+
+    #[test]
+    fn forwarded_for_is_replaced_unless_trusted() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
+        h.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
+        set_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap(), false);
+        assert_eq!(
+            h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
+            ["10.0.0.1"]
+        );
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
+        set_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap(), true);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "1.2.3.4, 10.0.0.1");
+    }
+
+    #[test]
+    fn the_caller_is_the_peer_unless_a_trusted_proxy_says_otherwise() {
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "1.2.3.4, 5.6.7.8".parse().unwrap());
+        assert_eq!(caller_address(&h, peer, false), peer);
+        assert_eq!(
+            caller_address(&h, peer, true),
+            "5.6.7.8".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(caller_address(&HeaderMap::new(), peer, true), peer);
     }
 
     #[test]

@@ -75,6 +75,28 @@ impl HandshakeRejection {
     }
 }
 
+/// Why the proxy closed a client connection on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionShed {
+    /// No complete request head within `--request-header-timeout` of the accept.
+    RequestHeaderTimeout,
+    /// No request in flight for `--idle-connection-timeout`.
+    IdleTimeout,
+    /// The TLS handshake failed.
+    TlsHandshakeFailed,
+}
+
+impl ConnectionShed {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectionShed::RequestHeaderTimeout => "request_header_timeout",
+            ConnectionShed::IdleTimeout => "idle_timeout",
+            ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
+        }
+    }
+}
+
 /// All metric families of one proxy.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -86,6 +108,7 @@ pub struct Metrics {
     upstream_upgrade_failures: IntCounterVec,
     handshake_rejections: IntCounterVec,
     auth_rejections: IntCounterVec,
+    connections_shed: IntCounterVec,
     requests_total: IntCounterVec,
     request_duration: HistogramVec,
 }
@@ -163,6 +186,11 @@ impl Metrics {
                  by reason.",
                 &["reason"],
             ),
+            connections_shed: counter(
+                "kube_ws_proxy_client_connections_closed_total",
+                "Client connections the proxy closed on its own, by reason.",
+                &["reason"],
+            ),
             requests_total: counter(
                 "kube_ws_proxy_http_requests_total",
                 "Plain (non-streaming) requests proxied, by method and status code.",
@@ -208,6 +236,13 @@ impl Metrics {
     /// Counts a request refused by authentication; `reason` is a fixed label.
     pub fn auth_rejected(&self, reason: &'static str) {
         self.auth_rejections.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a client connection the proxy closed on its own.
+    pub fn connection_shed(&self, reason: ConnectionShed) {
+        self.connections_shed
+            .with_label_values(&[reason.label()])
+            .inc();
     }
 
     /// Counts a plain proxied request.

@@ -1,32 +1,31 @@
 //! Byte-for-byte relay of upgrades the upstream serves natively: SPDY/3.1 (kubectl ≤ 1.30 and
 //! kubectl's fallback), legacy WebSocket exec/port-forward and log streaming. The upstream
 //! decides; we pass its answer through and then copy bytes both ways.
+//!
+//! Every wait on the upstream is bounded (`--upstream-dial-timeout`, then
+//! `--handshake-timeout` for its answer), and an answer other than 101 is not a session: the
+//! slot is given back at once and the answer streamed to the client as it comes (it may be a
+//! followed log or a watch that never ends).
 
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use http::{header, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
-use super::auth::{Authenticator, Caller};
+use super::auth::Caller;
 use super::classify::RelayKind;
 use super::forward::ProxyBody;
-use super::headers::{append_x_forwarded_for, is_hop_by_hop};
+use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
 use super::status_response::failure;
-use super::upstream::Upstream;
-use crate::spdy::upgrade::{read_body, read_response_head};
-
-/// Largest request body relayed with an upgrade request (they normally have none).
-const MAX_REQUEST_BODY: usize = 1024 * 1024;
-/// Largest refusal body passed back.
-const MAX_RESPONSE_BODY: usize = 1024 * 1024;
+use super::upgrade_request::UpgradeRequest;
+use super::websocket::is_valid_key;
 
 /// Bytes moved by one relayed connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -35,104 +34,103 @@ pub struct RelayStats {
     pub upstream_to_client: u64,
 }
 
+/// Why the upstream's answer to a relayed upgrade never came.
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    #[error("error dialing the upstream: {0}")]
+    Dial(#[from] super::upstream::UpstreamError),
+    #[error("error talking to the upstream: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("the upstream did not answer the upgrade within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("invalid upgrade request: {0}")]
+    Request(String),
+}
+
+impl RelayError {
+    fn response(&self) -> Response<ProxyBody> {
+        let (code, reason) = match self {
+            RelayError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
+            RelayError::Request(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+            _ => (StatusCode::BAD_GATEWAY, "ServiceUnavailable"),
+        };
+        failure(code, reason, self.to_string())
+    }
+}
+
 /// Relays one upgrade request; `slot` is its admission as a streaming session.
 pub async fn relay(
     state: &ProxyState,
-    mut req: Request<Incoming>,
+    req: UpgradeRequest,
     peer: SocketAddr,
     kind: RelayKind,
     slot: SessionSlot,
     caller: &Caller,
 ) -> Response<ProxyBody> {
+    if kind == RelayKind::WebSocket
+        && !req
+            .parts
+            .headers
+            .get(header::SEC_WEBSOCKET_KEY)
+            .is_some_and(|k| is_valid_key(k.as_bytes()))
+    {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "missing or invalid Sec-WebSocket-Key",
+        );
+    }
     let kind = match kind {
         RelayKind::Spdy => SessionKind::SpdyRelay,
         RelayKind::WebSocket | RelayKind::Other => SessionKind::WebSocketRelay,
     };
-    let upstream = &state.upstream;
-    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "connection cannot be upgraded",
-        );
-    };
-    let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_REQUEST_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return failure(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                "upgrade request body too large",
-            )
-        }
-    };
     // From here on a failure is the upstream's (an unfinished guard counts as upstream_error).
     let guard = state.metrics.session(kind);
-    let pq = parts
-        .uri
-        .path_and_query()
-        .map(|pq| pq.as_str())
-        .unwrap_or("/");
-    let head = request_head(upstream, &state.auth, caller, &parts, pq, peer, body.len());
-
-    let mut io = match upstream.connect_raw().await {
-        Ok(io) => io,
-        Err(e) => {
-            return failure(
-                StatusCode::BAD_GATEWAY,
-                "ServiceUnavailable",
-                format!("error dialing the upstream: {e}"),
-            )
-        }
+    let path = req.parts.uri.path().to_owned();
+    let on_upgrade = req.on_upgrade;
+    let upstream_req = match upstream_request(state, &req.parts, req.body, peer, caller) {
+        Ok(r) => r,
+        Err(e) => return e.response(),
     };
-    let sent = async {
-        io.write_all(&head).await?;
-        if !body.is_empty() {
-            io.write_all(&body).await?;
-        }
-        io.flush().await
-    };
-    if let Err(e) = sent.await {
-        return failure(StatusCode::BAD_GATEWAY, "ServiceUnavailable", e.to_string());
-    }
-    let (resp_head, leftover) = match read_response_head(&mut io).await {
-        Ok(h) => h,
+    let mut resp = match ask_upstream(state, upstream_req).await {
+        Ok(resp) => resp,
         Err(e) => {
-            return failure(
-                StatusCode::BAD_GATEWAY,
-                "ServiceUnavailable",
-                format!("invalid upstream response: {e}"),
-            )
+            state.metrics.upstream_upgrade_failure(0);
+            return e.response();
         }
     };
 
-    if resp_head.status != StatusCode::SWITCHING_PROTOCOLS {
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // Not a session: the slot goes back now, the answer streams through as it comes.
+        drop(slot);
         state
             .metrics
-            .upstream_upgrade_failure(resp_head.status.as_u16());
+            .upstream_upgrade_failure(resp.status().as_u16());
         guard.finish(SessionOutcome::UpstreamError, 0, 0);
-        let body = read_body(&mut io, &resp_head.headers, leftover, MAX_RESPONSE_BODY)
-            .await
-            .unwrap_or_default();
-        let mut resp = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
-        *resp.status_mut() = resp_head.status;
-        for (name, value) in &resp_head.headers {
-            if !is_hop_by_hop(name) && name != header::CONTENT_LENGTH {
-                resp.headers_mut().append(name.clone(), value.clone());
-            }
-        }
-        return resp;
+        let (mut parts, body) = resp.into_parts();
+        remove_hop_by_hop(&mut parts.headers);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, body.boxed());
     }
 
-    let path = parts.uri.path().to_owned();
-    let leftover = leftover.freeze();
+    let handshake_timeout = state.handshake_timeout;
+    let upstream_io =
+        match tokio::time::timeout(handshake_timeout, hyper::upgrade::on(&mut resp)).await {
+            Ok(Ok(io)) => io,
+            Ok(Err(e)) => return RelayError::Http(e).response(),
+            Err(_) => return RelayError::Timeout(handshake_timeout).response(),
+        };
     let user = caller.user().map(str::to_owned);
     tokio::spawn(async move {
-        let client = match on_upgrade.await {
-            Ok(u) => u,
-            Err(e) => {
+        let client = match tokio::time::timeout(handshake_timeout, on_upgrade).await {
+            Ok(Ok(u)) => u,
+            Ok(Err(e)) => {
                 debug!(error = %e, "client upgrade failed");
+                guard.finish(SessionOutcome::ClientGone, 0, 0);
+                return;
+            }
+            Err(_) => {
+                debug!("client upgrade timed out");
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
@@ -140,7 +138,7 @@ pub async fn relay(
         let started = std::time::Instant::now();
         // A relay carries a protocol we do not parse: on shutdown it can only be cut.
         let (stats, outcome) = tokio::select! {
-            stats = pump(TokioIo::new(client), io, leftover) => (stats, SessionOutcome::Success),
+            stats = pump(TokioIo::new(client), TokioIo::new(upstream_io)) => (stats, SessionOutcome::Success),
             _ = slot.stop_token().cancelled_owned() => (RelayStats::default(), SessionOutcome::Drained),
         };
         drop(slot);
@@ -157,63 +155,83 @@ pub async fn relay(
             "relayed upgrade finished"
         );
     });
-    let mut resp = Response::new(
+    // The upstream's 101 headers verbatim: Upgrade, Sec-WebSocket-Accept/-Protocol,
+    // X-Stream-Protocol-Version … belong to the protocol the two ends agreed on.
+    let mut answer = Response::new(
         Full::new(Bytes::new())
             .map_err(|never| match never {})
             .boxed(),
     );
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    // The upstream's 101 headers verbatim: Upgrade, Sec-WebSocket-Accept/-Protocol,
-    // X-Stream-Protocol-Version … belong to the protocol the two ends agreed on.
-    *resp.headers_mut() = resp_head.headers;
-    resp
+    *answer.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    *answer.headers_mut() = std::mem::take(resp.headers_mut());
+    answer
 }
 
-/// The request head for the upstream: the client's headers minus hop-by-hop ones (but keeping
-/// the upgrade), the upstream's Host, and X-Forwarded-For.
-fn request_head(
-    upstream: &Upstream,
-    auth: &Authenticator,
-    caller: &Caller,
+/// Dials the upstream (`--upstream-dial-timeout`) and sends the request; its answer's head
+/// must arrive within `--handshake-timeout`.
+async fn ask_upstream(
+    state: &ProxyState,
+    req: Request<Full<Bytes>>,
+) -> Result<Response<hyper::body::Incoming>, RelayError> {
+    let io = state.upstream.connect_raw().await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    // Drives the connection: the response body (if it is not a 101) or the upgrade hand-over.
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            debug!(error = %e, "relayed upstream connection ended with an error");
+        }
+    });
+    let timeout = state.handshake_timeout;
+    match tokio::time::timeout(timeout, sender.send_request(req)).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(RelayError::Timeout(timeout)),
+    }
+}
+
+/// The request for the upstream: the client's headers minus hop-by-hop ones (but keeping the
+/// upgrade), the upstream's Host, `X-Forwarded-For` and what the auth mode says.
+fn upstream_request(
+    state: &ProxyState,
     parts: &http::request::Parts,
-    pq: &str,
+    body: Bytes,
     peer: SocketAddr,
-    body_len: usize,
-) -> Vec<u8> {
+    caller: &Caller,
+) -> Result<Request<Full<Bytes>>, RelayError> {
+    let upstream = &state.upstream;
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/");
+    let uri: Uri = upstream
+        .join_path(pq)
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| RelayError::Request(e.to_string()))?;
     let mut headers = parts.headers.clone();
     let upgrade = headers.get(header::UPGRADE).cloned();
-    headers.remove(header::HOST);
     headers.remove(header::CONTENT_LENGTH);
-    super::headers::remove_hop_by_hop(&mut headers);
-    append_x_forwarded_for(&mut headers, peer.ip());
-    auth.apply(caller, &mut headers);
-    let mut out = Vec::with_capacity(1024);
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(upstream.join_path(pq).as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-    out.extend_from_slice(upstream.authority().as_bytes());
-    out.extend_from_slice(b"\r\nConnection: Upgrade\r\n");
+    remove_hop_by_hop(&mut headers);
+    set_x_forwarded_for(&mut headers, peer.ip(), state.trust_forwarded_for);
+    state.auth.apply(caller, &mut headers);
+    let host = HeaderValue::from_str(&upstream.authority())
+        .map_err(|e| RelayError::Request(e.to_string()))?;
+    headers.insert(header::HOST, host);
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     if let Some(u) = upgrade {
-        out.extend_from_slice(b"Upgrade: ");
-        out.extend_from_slice(u.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        headers.insert(header::UPGRADE, u);
     }
-    if body_len > 0 || parts.method == http::Method::POST {
-        out.extend_from_slice(format!("Content-Length: {body_len}\r\n").as_bytes());
+    if !body.is_empty() || parts.method == http::Method::POST {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
-    for (name, value) in &headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    Ok(req)
 }
 
 /// Copies both ways until both directions end; a finished direction half-closes the other side.
-pub async fn pump<C, U>(client: C, upstream: U, leftover: Bytes) -> RelayStats
+pub async fn pump<C, U>(client: C, upstream: U) -> RelayStats
 where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -221,11 +239,7 @@ where
     let (mut cr, mut cw) = tokio::io::split(client);
     let (mut ur, mut uw) = tokio::io::split(upstream);
     let down = async {
-        let mut n = leftover.len() as u64;
-        if !leftover.is_empty() && cw.write_all(&leftover).await.is_err() {
-            return n;
-        }
-        n += copy(&mut ur, &mut cw).await;
+        let n = copy(&mut ur, &mut cw).await;
         let _ = cw.shutdown().await;
         n
     };

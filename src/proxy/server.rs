@@ -1,5 +1,6 @@
-//! The main listener: one HTTP/1.1 connection per client, each request classified once and
-//! handed to the translator, the tunnel, the relay or the reverse proxy.
+//! The main listener: client connections (HTTP/1.1 or HTTP/2, plain or TLS) within their
+//! clocks, each request classified once and handed to the translator, the tunnel, the relay
+//! or the reverse proxy.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,22 +10,28 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use std::time::Instant;
 
-use super::auth::{identity_from_certificate, Caller, Identity, Rejection};
-use super::classify::{classify, Class};
+use super::auth::{Caller, PeerCertificate, Rejection};
+use super::classify::{classify, Class, RelayKind};
+use super::connection_deadline::{Activity, Expiry, InFlightBody};
 use super::forward::{forward, ProxyBody};
+use super::headers::caller_address;
+use super::maybe_tls::MaybeTls;
+use super::metrics::ConnectionShed;
 use super::metrics::HandshakeRejection;
 use super::relay::relay;
 use super::sessions::Refusal;
 use super::state::ProxyState;
 use super::status_response::failure;
+use super::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
 use super::{exec_handler, tunnel_handler};
-use crate::translate::subprotocol::{BearerToken, OfferedProtocols};
+use crate::translate::exec_options::Subresource;
+use crate::translate::subprotocol::BearerToken;
 
 /// Serves `listener` until `shutdown` turns true; running connections finish on their own.
 pub async fn serve(
@@ -47,88 +54,137 @@ pub async fn serve(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let state = state.clone();
-        let header_timeout = state.request_header_timeout;
-        let max_head = state.max_request_header_bytes;
-        let tls = state.tls.clone();
-        tokio::spawn(async move {
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .max_buf_size(max_head);
-            let service = |conn: Arc<Connection>| {
-                service_fn(move |req| {
-                    let state = state.clone();
-                    let conn = conn.clone();
-                    async move { Ok::<_, Infallible>(route(state, req, &conn).await) }
-                })
-            };
-            let result = match tls {
-                None => {
-                    let conn = Arc::new(Connection {
-                        peer,
-                        certificate: None,
-                    });
-                    builder
-                        .serve_connection_with_upgrades(TokioIo::new(tcp), service(conn))
-                        .await
-                }
-                Some(acceptor) => {
-                    // The TLS handshake counts against the request-head timeout.
-                    let accepted = tokio::time::timeout(header_timeout, acceptor.accept(tcp)).await;
-                    match accepted {
-                        Ok(Ok(stream)) => {
-                            let conn = Arc::new(Connection {
-                                peer,
-                                certificate: certificate_identity(&stream, peer),
-                            });
-                            builder
-                                .serve_connection_with_upgrades(TokioIo::new(stream), service(conn))
-                                .await
-                        }
-                        Ok(Err(e)) => {
-                            debug!(error = %e, %peer, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    }
-                }
-            };
-            if let Err(e) = result {
-                debug!(error = %e, %peer, "client connection ended with an error");
-            }
-        });
+        tokio::spawn(serve_connection(tcp, peer, state.clone()));
     }
 }
+
+/// One client connection: the TLS handshake (if any), then HTTP/1.1 or HTTP/2, within the
+/// connection's clocks ([`connection_deadline`](super::connection_deadline)).
+async fn serve_connection(tcp: TcpStream, peer: SocketAddr, state: Arc<ProxyState>) {
+    // The request-header clock starts at the accept: the TLS handshake counts against it.
+    let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
+    let (io, certificate) = match &state.tls {
+        None => (ClientIo::Plain(tcp), PeerCertificate::None),
+        Some(acceptor) => {
+            match tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => {
+                    let certificate = peer_certificate(&stream, peer);
+                    (ClientIo::Tls(Box::new(stream)), certificate)
+                }
+                Ok(Err(e)) => {
+                    debug!(error = %e, %peer, "TLS handshake failed");
+                    state
+                        .metrics
+                        .connection_shed(ConnectionShed::TlsHandshakeFailed);
+                    return;
+                }
+                Err(_) => {
+                    debug!(%peer, "TLS handshake timed out");
+                    state
+                        .metrics
+                        .connection_shed(ConnectionShed::RequestHeaderTimeout);
+                    return;
+                }
+            }
+        }
+    };
+    let conn = Arc::new(Connection { peer, certificate });
+    let activity = Activity::new();
+    let service = {
+        let activity = activity.clone();
+        let state = state.clone();
+        service_fn(move |req| {
+            let in_flight = activity.request_started();
+            let state = state.clone();
+            let conn = conn.clone();
+            async move {
+                let resp = route(state, req, &conn).await;
+                Ok::<_, Infallible>(resp.map(|body| InFlightBody::new(body, in_flight)))
+            }
+        })
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(state.request_header_timeout)
+        .max_buf_size(state.max_request_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(state.max_request_header_bytes).unwrap_or(u32::MAX));
+    let served = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(served);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            result = served.as_mut() => {
+                if let Err(e) = result {
+                    // hyper's own header timer may beat ours to a slow request head.
+                    let header_timeout = e
+                        .downcast_ref::<hyper::Error>()
+                        .is_some_and(hyper::Error::is_timeout);
+                    if header_timeout {
+                        state.metrics.connection_shed(ConnectionShed::RequestHeaderTimeout);
+                    }
+                    debug!(error = %e, %peer, "client connection ended with an error");
+                }
+                return;
+            }
+            expiry = activity.expired(first_request_by, state.idle_connection_timeout) => {
+                if closing {
+                    // Told to close a whole idle period ago and still there: cut.
+                    return;
+                }
+                debug!(%peer, reason = expiry.label(), "closing the client connection");
+                state.metrics.connection_shed(match expiry {
+                    Expiry::FirstRequest => ConnectionShed::RequestHeaderTimeout,
+                    Expiry::Idle => ConnectionShed::IdleTimeout,
+                });
+                if expiry == Expiry::FirstRequest {
+                    // Nothing to say to a peer that never asked anything.
+                    return;
+                }
+                // HTTP/2 gets a GOAWAY, an idle HTTP/1.1 connection is closed; a request that
+                // slipped in meanwhile still finishes.
+                served.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+}
+
+/// The client's side of a connection: plain TCP or TLS.
+pub type ClientIo = MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
 
 /// One client connection, as every request on it sees it.
 #[derive(Debug)]
 pub struct Connection {
     /// The client's address.
     pub peer: SocketAddr,
-    /// The identity of the client certificate the TLS layer verified, if one was presented.
-    pub certificate: Option<Arc<Identity>>,
+    /// What the verified client certificate says, if one was presented.
+    pub certificate: PeerCertificate,
 }
 
-/// The identity in a verified client certificate (`--client-ca-file`). One without a usable
-/// subject authenticates nobody; the caller may still present a token.
-fn certificate_identity(
-    stream: &tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+/// What the verified client certificate (`--client-ca-file`) of a connection says. A refused
+/// one is logged here, once per connection; each request on it is then refused with 401.
+fn peer_certificate(
+    stream: &tokio_rustls::server::TlsStream<TcpStream>,
     peer: SocketAddr,
-) -> Option<Arc<Identity>> {
-    let leaf = stream.get_ref().1.peer_certificates()?.first()?;
-    match identity_from_certificate(leaf) {
-        Ok(id) => Some(Arc::new(id)),
-        Err(e) => {
-            debug!(error = %e, %peer, "client certificate identifies nobody");
-            None
-        }
+) -> PeerCertificate {
+    let Some(leaf) = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+    else {
+        return PeerCertificate::None;
+    };
+    let certificate = PeerCertificate::from_leaf(leaf);
+    if let PeerCertificate::Refused(why) = &certificate {
+        warn!(%peer, error = %why, "client certificate refused: its requests get 401");
     }
+    certificate
 }
 
 /// Classifies a request, authenticates its caller (`--auth-mode`) and runs its handler.
@@ -151,67 +207,63 @@ async fn route_authenticated(
     conn: &Connection,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
     let peer = conn.peer;
-    let auth = |bearer| authenticate(&state, req.headers(), bearer, conn);
-    // A streaming session needs a slot; refused ones are answered at once.
-    let answer = match classify(req.method(), req.uri().path(), req.headers()) {
-        Class::Translate {
-            bearer,
-            subresource,
-        } => {
-            let caller = auth(bearer).await?;
-            match state.sessions.admit() {
-                Ok(slot) => {
-                    exec_handler::handle(state.clone(), req, peer, caller, subresource, slot).await
-                }
-                Err(refusal) => refuse(&state, refusal),
-            }
-        }
-        Class::Tunnel { bearer, protocols } => {
-            let caller = auth(bearer).await?;
-            match state.sessions.admit() {
-                Ok(slot) => {
-                    tunnel_handler::handle(state.clone(), req, peer, caller, protocols, slot).await
-                }
-                Err(refusal) => refuse(&state, refusal),
-            }
-        }
-        Class::Relay(kind) => {
-            // Classification already refused a malformed bearer entry.
-            let bearer = OfferedProtocols::from_headers(req.headers())
-                .ok()
-                .and_then(|mut o| o.take_bearer());
-            let caller = auth(bearer).await?;
-            match state.sessions.admit() {
-                Ok(slot) => relay(&state, req, peer, kind, slot, &caller).await,
-                Err(refusal) => refuse(&state, refusal),
-            }
-        }
+    let (bearer, session) = match classify(req.method(), req.uri().path(), req.headers()) {
         Class::BadRequest(reason) => {
             state
                 .metrics
                 .handshake_rejected(HandshakeRejection::BadRequest);
-            failure(StatusCode::BAD_REQUEST, "BadRequest", reason)
+            return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", reason));
         }
         Class::Forward => {
-            let caller = auth(None).await?;
+            let caller = authenticate(&state, req.headers(), None, conn).await?;
             let method = req.method().clone();
             let started = Instant::now();
-            let resp = forward(
-                &state.upstream,
-                &state.client.get(),
-                req,
-                peer,
-                &state.auth,
-                &caller,
-            )
-            .await;
+            let resp = forward(&state, req, peer, &caller).await;
             state
                 .metrics
                 .request(&method, resp.status().as_u16(), started.elapsed());
-            resp
+            return Ok(resp);
+        }
+        Class::Translate {
+            bearer,
+            subresource,
+        } => (bearer, Session::Translate(subresource)),
+        Class::Tunnel { bearer, protocols } => (bearer, Session::Tunnel(protocols)),
+        Class::Relay { kind, bearer } => (bearer, Session::Relay(kind)),
+    };
+    // A streaming session: everything the request carries is read (within a time limit) and
+    // its caller authenticated before it may take one of the `--max-sessions` slots.
+    let req = match UpgradeRequest::read(req, MAX_UPGRADE_BODY, state.handshake_timeout).await {
+        Ok(req) => req,
+        Err(e) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            let (code, reason) = e.status();
+            return Ok(failure(code, reason, e.to_string()));
         }
     };
-    Ok(answer)
+    let caller = authenticate(&state, &req.parts.headers, bearer, conn).await?;
+    let slot = match state.sessions.admit() {
+        Ok(slot) => slot,
+        Err(refusal) => return Ok(refuse(&state, refusal)),
+    };
+    Ok(match session {
+        Session::Translate(subresource) => {
+            exec_handler::handle(state.clone(), req, peer, caller, subresource, slot).await
+        }
+        Session::Tunnel(protocols) => {
+            tunnel_handler::handle(state.clone(), req, peer, caller, protocols, slot).await
+        }
+        Session::Relay(kind) => relay(&state, req, peer, kind, slot, &caller).await,
+    })
+}
+
+/// The streaming handler a classified upgrade goes to.
+enum Session {
+    Translate(Subresource),
+    Tunnel(Vec<String>),
+    Relay(RelayKind),
 }
 
 /// Who the caller is, or the refusal to send (401, 403 or 503 with a Status).
@@ -223,7 +275,12 @@ async fn authenticate(
 ) -> Result<Caller, Response<ProxyBody>> {
     state
         .auth
-        .authenticate(headers, bearer, conn.certificate.as_ref())
+        .authenticate(
+            headers,
+            bearer,
+            &conn.certificate,
+            caller_address(headers, conn.peer.ip(), state.trust_forwarded_for),
+        )
         .await
         .map_err(|rejection| {
             state.metrics.auth_rejected(rejection.label());

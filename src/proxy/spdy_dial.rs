@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use http::{header, HeaderMap, HeaderName, Method};
 
-use super::headers::append_x_forwarded_for;
+use super::headers::set_x_forwarded_for;
 use super::upstream::{Upstream, UpstreamError, UpstreamIo};
 use crate::spdy::upgrade::{upgrade, UpgradeError, UpgradeRequest, Upgraded};
 
@@ -51,8 +51,13 @@ const NOT_FORWARDED: &[HeaderName] = &[
 
 /// The end-to-end headers to send upstream: everything the client sent except its connection
 /// and handshake headers (Authorization, Impersonate-*, User-Agent … pass unchanged here; the
-/// auth mode rewrites them next), and `X-Forwarded-For`.
-pub fn upstream_headers(client: &HeaderMap, peer: SocketAddr) -> HeaderMap {
+/// auth mode rewrites them next), and `X-Forwarded-For` (`trust_forwarded_for`: see
+/// [`set_x_forwarded_for`]).
+pub fn upstream_headers(
+    client: &HeaderMap,
+    peer: SocketAddr,
+    trust_forwarded_for: bool,
+) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(client.len() + 1);
     let named_in_connection: Vec<String> = client
         .get_all(header::CONNECTION)
@@ -74,7 +79,7 @@ pub fn upstream_headers(client: &HeaderMap, peer: SocketAddr) -> HeaderMap {
         }
         out.append(name.clone(), value.clone());
     }
-    append_x_forwarded_for(&mut out, peer.ip());
+    set_x_forwarded_for(&mut out, peer.ip(), trust_forwarded_for);
     out
 }
 

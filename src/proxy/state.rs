@@ -22,8 +22,14 @@ pub struct ProxyState {
     /// Longest wait for the upstream's answer to an upgrade, and for a client's upgrade to
     /// complete.
     pub handshake_timeout: Duration,
-    /// Longest time for a client to send a request head.
+    /// Longest time from a client's accept (TLS handshake included) to its first complete
+    /// request head, and for every later request head.
     pub request_header_timeout: Duration,
+    /// How long a client connection with no request in flight stays open.
+    pub idle_connection_timeout: Duration,
+    /// Whether the proxy sits behind a proxy it trusts to set `X-Forwarded-For`: the caller's
+    /// value is then kept and extended; otherwise it is replaced by the caller's address.
+    pub trust_forwarded_for: bool,
     /// Largest request head accepted from a client.
     pub max_request_header_bytes: usize,
     /// TLS for the main listener; plain HTTP when absent.
@@ -48,6 +54,8 @@ impl ProxyState {
             upstream_ping_interval: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(30),
             request_header_timeout: Duration::from_secs(30),
+            idle_connection_timeout: Duration::from_secs(90),
+            trust_forwarded_for: false,
             max_request_header_bytes: 64 * 1024,
             tls: None,
             metrics: Metrics::new(),

@@ -6,9 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use tracing::{info, warn};
 
 use super::auth::Caller;
@@ -18,6 +17,7 @@ use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
+use super::upgrade_request::UpgradeRequest;
 use super::websocket::{socket_config, switching_protocols, upgraded, validate};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::parse_pod_subresource;
@@ -27,13 +27,13 @@ use crate::translate::tunnel::{self, TunnelEnd};
 /// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names.
 pub async fn handle(
     state: Arc<ProxyState>,
-    mut req: Request<Incoming>,
+    req: UpgradeRequest,
     peer: SocketAddr,
     caller: Caller,
     protocols: Vec<String>,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
-    let accept = match validate(&req) {
+    let accept = match validate(&req.parts.method, &req.parts.headers) {
         Ok(accept) => accept,
         Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
     };
@@ -44,20 +44,10 @@ pub async fn handle(
             "unable to upgrade: no tunneling spdy protocols provided",
         );
     }
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map(|pq| pq.as_str().to_owned())
-        .unwrap_or_else(|| req.uri().path().to_owned());
-    let mut headers = upstream_headers(req.headers(), peer);
+    let path_and_query = req.path_and_query();
+    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
     state.auth.apply(&caller, &mut headers);
-    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "connection cannot be upgraded",
-        );
-    };
+    let on_upgrade = req.on_upgrade;
     let guard = state.metrics.session(SessionKind::PortForwardTunnel);
     let dialed = dial_spdy(
         &state.upstream,

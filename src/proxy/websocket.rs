@@ -2,7 +2,7 @@
 //! RFC 6455 validation, the 101 answer, and the [`WebSocket`] over hyper's upgraded
 //! connection.
 
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -35,23 +35,31 @@ impl HandshakeError {
 
 /// Checks the parts of the handshake the routing did not: method, version and key. Returns
 /// the `Sec-WebSocket-Accept` value.
-pub fn validate<B>(req: &Request<B>) -> Result<String, HandshakeError> {
-    if req.method() != Method::GET {
+pub fn validate(method: &Method, headers: &HeaderMap) -> Result<String, HandshakeError> {
+    if method != Method::GET {
         return Err(HandshakeError::Method);
     }
-    let version = req.headers().get(header::SEC_WEBSOCKET_VERSION);
+    let version = headers.get(header::SEC_WEBSOCKET_VERSION);
     if version.map(|v| v.as_bytes()) != Some(b"13") {
         return Err(HandshakeError::Version);
     }
-    let key = req
-        .headers()
+    let key = headers
         .get(header::SEC_WEBSOCKET_KEY)
         .ok_or(HandshakeError::Key)?;
-    // A key is 16 random bytes in base64: 24 characters.
-    if key.len() != 24 {
+    if !is_valid_key(key.as_bytes()) {
         return Err(HandshakeError::Key);
     }
     Ok(derive_accept_key(key.as_bytes()))
+}
+
+/// RFC 6455 §4.1: the key is 16 bytes in base64, padded: 24 characters.
+pub fn is_valid_key(key: &[u8]) -> bool {
+    use base64::Engine;
+    let mut decoded = [0u8; 18];
+    key.len() == 24
+        && base64::engine::general_purpose::STANDARD
+            .decode_slice(key, &mut decoded)
+            .is_ok_and(|n| n == 16)
 }
 
 /// The 101 answer choosing `protocol`.
@@ -101,14 +109,15 @@ pub async fn upgraded(
 mod tests {
     use super::*;
 
-    fn req(method: Method, version: &str, key: &str) -> Request<()> {
-        Request::builder()
-            .method(method)
-            .uri("/api/v1/namespaces/default/pods/p/exec")
-            .header("Sec-WebSocket-Version", version)
-            .header("Sec-WebSocket-Key", key)
-            .body(())
-            .unwrap()
+    fn req(method: Method, version: &str, key: &str) -> (Method, HeaderMap) {
+        let mut h = HeaderMap::new();
+        h.insert("Sec-WebSocket-Version", version.parse().unwrap());
+        h.insert("Sec-WebSocket-Key", key.parse().unwrap());
+        (method, h)
+    }
+
+    fn validate((method, headers): &(Method, HeaderMap)) -> Result<String, HandshakeError> {
+        super::validate(method, headers)
     }
 
     #[test]
@@ -128,5 +137,23 @@ mod tests {
         assert_eq!(validate(&v8).unwrap_err(), HandshakeError::Version);
         let nokey = req(Method::GET, "13", "short");
         assert_eq!(validate(&nokey).unwrap_err(), HandshakeError::Key);
+    }
+
+    #[test]
+    fn the_key_is_base64_of_16_bytes() {
+        // 24 characters, but not base64 / not 16 bytes / padding in the wrong place.
+        for bad in [
+            "!!!!!!!!!!!!!!!!!!!!!!==",
+            "AAAAAAAAAAAAAAAAAAAAAAAA",
+            "AAAAAAAAAAAAAAAAAAAAA===",
+            "AAAAAAAAAAAAAAAAAAAAAA=A",
+        ] {
+            assert_eq!(
+                validate(&req(Method::GET, "13", bad)).unwrap_err(),
+                HandshakeError::Key,
+                "{bad}"
+            );
+        }
+        assert!(is_valid_key(b"AAAAAAAAAAAAAAAAAAAAAA=="));
     }
 }

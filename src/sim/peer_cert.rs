@@ -14,7 +14,8 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 /// Subject fields kube-apiserver's authenticators read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct CertSubject {
-    /// The first CN (x509 user name, front-proxy allowed-name check).
+    /// The CN as Go's `pkix.Name` reads it: the last one when a subject has several (x509 user
+    /// name, front-proxy allowed-name check).
     pub common_name: Option<String>,
     /// Every O, in order (x509 groups).
     pub organizations: Vec<String>,
@@ -27,7 +28,7 @@ impl CertSubject {
         let subject = cert.subject();
         let common_name = subject
             .iter_common_name()
-            .next()
+            .last()
             .and_then(|cn| cn.as_str().ok())
             .map(str::to_owned);
         let organizations = subject
@@ -82,5 +83,32 @@ impl CaVerifiers {
             by_client_ca: verifies(&self.client),
             by_front_proxy_ca: verifies(&self.front_proxy),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, DnType, KeyPair};
+
+    #[test]
+    fn the_last_common_name_counts_as_in_go() {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "admin");
+        // rcgen keeps one attribute per type: the second CN goes in under its raw OID.
+        params
+            .distinguished_name
+            .push(DnType::CustomDnType(vec![2, 5, 4, 3]), "jdoe");
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "dev");
+        let der = params
+            .self_signed(&KeyPair::generate().unwrap())
+            .unwrap()
+            .der()
+            .to_vec();
+        let subject = CertSubject::parse(&der).unwrap();
+        assert_eq!(subject.common_name.as_deref(), Some("jdoe"));
+        assert_eq!(subject.organizations, ["dev"]);
     }
 }

@@ -39,6 +39,8 @@ pub enum SubprotocolError {
     EmptyToken,
     #[error("a bearer token subprotocol must be offered with at least one other subprotocol")]
     TokenAlone,
+    #[error("a Sec-WebSocket-Protocol line is not visible ASCII")]
+    NotVisibleAscii,
 }
 
 /// The offered subprotocols, in client order, without the bearer entry.
@@ -49,12 +51,19 @@ pub struct OfferedProtocols {
 }
 
 impl OfferedProtocols {
-    /// Parses all `Sec-WebSocket-Protocol` lines of `headers`.
+    /// Parses all `Sec-WebSocket-Protocol` lines of `headers`. A line with any byte that is not
+    /// visible ASCII, space or tab is refused as a whole: it cannot hold a valid token, and
+    /// skipping it would let a bearer entry in it travel on unexamined.
     pub fn from_headers(headers: &HeaderMap) -> Result<OfferedProtocols, SubprotocolError> {
-        let lines = headers
-            .get_all(SEC_WEBSOCKET_PROTOCOL)
-            .iter()
-            .filter_map(|v| v.to_str().ok());
+        let mut lines = Vec::new();
+        for value in headers.get_all(SEC_WEBSOCKET_PROTOCOL) {
+            // `to_str` accepts exactly visible ASCII, space and tab.
+            lines.push(
+                value
+                    .to_str()
+                    .map_err(|_| SubprotocolError::NotVisibleAscii)?,
+            );
+        }
         Self::parse(lines)
     }
 
@@ -199,6 +208,26 @@ mod tests {
             ]),
             Err(SubprotocolError::InvalidUtf8)
         );
+    }
+
+    #[test]
+    fn a_line_that_is_not_visible_ascii_is_refused() {
+        let mut h = HeaderMap::new();
+        h.append(SEC_WEBSOCKET_PROTOCOL, "v5.channel.k8s.io".parse().unwrap());
+        let line = format!("{}, v4.channel.k8s.io\u{e9}", bearer_entry("secret"));
+        h.append(
+            SEC_WEBSOCKET_PROTOCOL,
+            http::HeaderValue::from_bytes(line.as_bytes()).unwrap(),
+        );
+        assert_eq!(
+            OfferedProtocols::from_headers(&h),
+            Err(SubprotocolError::NotVisibleAscii)
+        );
+        // The same entries, all visible ASCII, are fine.
+        h.remove(SEC_WEBSOCKET_PROTOCOL);
+        let line = format!("{}, v4.channel.k8s.io", bearer_entry("secret"));
+        h.append(SEC_WEBSOCKET_PROTOCOL, line.parse().unwrap());
+        assert!(OfferedProtocols::from_headers(&h).is_ok());
     }
 
     #[test]

@@ -13,4 +13,5 @@ pub mod pki;
 pub mod pod_server;
 pub mod proxy_process;
 pub mod pty;
+pub mod tls_client;
 pub mod ws_client;

@@ -74,6 +74,18 @@ impl Ca {
         self.sign(client_params(cn, groups))
     }
 
+    /// A client certificate whose subject carries every one of `names` as a CN, in order (Go
+    /// reads such a subject as the last one).
+    pub fn client_with_common_names(&self, names: &[&str]) -> Leaf {
+        let mut params = client_params(names[0], &[]);
+        for name in &names[1..] {
+            params
+                .distinguished_name
+                .push(DnType::CustomDnType(CN_OID.to_vec()), *name);
+        }
+        self.sign(params)
+    }
+
     /// A client certificate for `cn` that expired in 2020.
     pub fn expired_client(&self, cn: &str) -> Leaf {
         let mut params = client_params(cn, &[]);
@@ -95,6 +107,8 @@ impl Ca {
 /// The OID of `organizationName`: rcgen keeps one attribute per type, so every O after the first
 /// is added under its raw OID.
 const O_OID: [u64; 4] = [2, 5, 4, 10];
+/// The OID of `commonName`, for a second CN (same reason).
+const CN_OID: [u64; 4] = [2, 5, 4, 3];
 
 fn client_params(cn: &str, groups: &[&str]) -> CertificateParams {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();

@@ -33,7 +33,33 @@ impl ProxyProcess {
     /// Starts the proxy with exactly `args` (the upstream source among them) and extra
     /// environment variables; listeners on free loopback ports, JSON logs.
     pub fn launch(args: &[&str], env: &[(&str, &str)]) -> ProxyProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+        Self::launch_with_fd_limit(args, env, None)
+    }
+
+    /// As [`ProxyProcess::launch`], with at most `nofile` open descriptors (RLIMIT_NOFILE).
+    pub fn launch_with_fd_limit(
+        args: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> ProxyProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"));
+        if let Some(limit) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let rl = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command
             .args([
                 "--listen",
                 "127.0.0.1:0",

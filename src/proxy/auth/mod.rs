@@ -10,17 +10,21 @@
 mod client_cert;
 mod identity;
 mod outbound;
+mod review_cache;
+mod review_limiter;
 mod token_review;
 mod token_source;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap};
 use http::{Response, StatusCode};
 
-pub use client_cert::{identity_from_certificate, ClientCertError};
+pub use client_cert::{identity_from_certificate, ClientCertError, PeerCertificate};
 pub use identity::{Identity, IdentityError, AUTHENTICATED_GROUP};
 pub use outbound::{is_impersonation_header, FrontProxyHeaders, Outbound};
+pub use review_limiter::ReviewLimits;
 pub use token_review::{Review, ReviewError, TokenReviewer};
 pub use token_source::TokenSource;
 
@@ -69,17 +73,32 @@ pub enum Rejection {
     ImpersonationHeaders,
     #[error("kube-ws-proxy cannot authenticate the request: {0}")]
     Unavailable(#[from] ReviewError),
+    /// The connection's client certificate names more than one user (several CNs).
+    #[error("Unauthorized: the client certificate's subject has more than one common name")]
+    AmbiguousCertificate,
 }
 
 impl Rejection {
     /// The Kubernetes Status answer.
     pub fn response(&self) -> Response<ProxyBody> {
         let (code, reason) = match self {
-            Rejection::Unauthenticated => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            Rejection::Unauthenticated | Rejection::AmbiguousCertificate => {
+                (StatusCode::UNAUTHORIZED, "Unauthorized")
+            }
             Rejection::ImpersonationHeaders => (StatusCode::FORBIDDEN, "Forbidden"),
+            Rejection::Unavailable(ReviewError::RateLimited) => {
+                (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
+            }
             Rejection::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
         };
-        failure(code, reason, self.to_string())
+        let mut resp = failure(code, reason, self.to_string());
+        if code == StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        resp
     }
 
     /// A bounded label for metrics.
@@ -87,7 +106,9 @@ impl Rejection {
         match self {
             Rejection::Unauthenticated => "unauthenticated",
             Rejection::ImpersonationHeaders => "impersonation_headers",
+            Rejection::Unavailable(ReviewError::RateLimited) => "token_review_rate_limited",
             Rejection::Unavailable(_) => "authentication_unavailable",
+            Rejection::AmbiguousCertificate => "ambiguous_client_certificate",
         }
     }
 }
@@ -143,13 +164,23 @@ impl Authenticator {
     }
 
     /// Decides who the caller is. `bearer` is the subprotocol token (WebSocket requests);
-    /// `certificate` the identity of a verified client certificate on this connection.
+    /// `certificate` what the verified client certificate on this connection says.
+    ///
+    /// A certificate whose identity is ambiguous is refused in every mode, passthrough
+    /// included: the proxy does not use it there, but nothing good comes from serving it.
+    /// `caller` is the address a TokenReview is charged to.
     pub async fn authenticate(
         &self,
         headers: &HeaderMap,
         bearer: Option<BearerToken>,
-        certificate: Option<&Arc<Identity>>,
+        certificate: &PeerCertificate,
+        caller: IpAddr,
     ) -> Result<Caller, Rejection> {
+        let certificate = match certificate {
+            PeerCertificate::Refused(_) => return Err(Rejection::AmbiguousCertificate),
+            PeerCertificate::Identified(id) => Some(id),
+            PeerCertificate::None => None,
+        };
         if self.mode == AuthMode::Passthrough {
             return Ok(Caller::Passthrough { bearer });
         }
@@ -169,7 +200,7 @@ impl Authenticator {
         let Some(reviewer) = &self.reviewer else {
             return Err(Rejection::Unauthenticated);
         };
-        match reviewer.review(token).await? {
+        match reviewer.review(token, caller).await? {
             Review::Authenticated(id) => Ok(Caller::Identified(Arc::new(id))),
             Review::Rejected => Err(Rejection::Unauthenticated),
         }
@@ -199,6 +230,12 @@ mod tests {
         Arc::new(Identity::new("alice", vec!["dev".into()], BTreeMap::new()).unwrap())
     }
 
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    fn identified() -> PeerCertificate {
+        PeerCertificate::Identified(alice())
+    }
+
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .build()
@@ -209,7 +246,9 @@ mod tests {
     #[test]
     fn passthrough_authenticates_nobody() {
         let auth = Authenticator::passthrough();
-        let caller = block_on(auth.authenticate(&HeaderMap::new(), None, None)).unwrap();
+        let caller =
+            block_on(auth.authenticate(&HeaderMap::new(), None, &PeerCertificate::None, LOCAL))
+                .unwrap();
         assert!(matches!(caller, Caller::Passthrough { bearer: None }));
     }
 
@@ -218,7 +257,7 @@ mod tests {
         for mode in [AuthMode::Impersonate, AuthMode::FrontProxy] {
             let auth = Authenticator::new(mode, None, None, FrontProxyHeaders::default());
             let caller =
-                block_on(auth.authenticate(&HeaderMap::new(), None, Some(&alice()))).unwrap();
+                block_on(auth.authenticate(&HeaderMap::new(), None, &identified(), LOCAL)).unwrap();
             assert_eq!(caller.user(), Some("alice"));
         }
     }
@@ -231,14 +270,16 @@ mod tests {
             None,
             FrontProxyHeaders::default(),
         );
-        let err = block_on(auth.authenticate(&HeaderMap::new(), None, None)).unwrap_err();
+        let err =
+            block_on(auth.authenticate(&HeaderMap::new(), None, &PeerCertificate::None, LOCAL))
+                .unwrap_err();
         assert!(matches!(err, Rejection::Unauthenticated));
         assert_eq!(err.response().status(), StatusCode::UNAUTHORIZED);
         // A token but no way to review it: still unauthenticated, never forwarded as is.
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
         assert!(matches!(
-            block_on(auth.authenticate(&h, None, None)),
+            block_on(auth.authenticate(&h, None, &PeerCertificate::None, LOCAL)),
             Err(Rejection::Unauthenticated)
         ));
     }
@@ -253,7 +294,7 @@ mod tests {
             None,
             FrontProxyHeaders::default(),
         );
-        let err = block_on(auth.authenticate(&h, None, Some(&alice()))).unwrap_err();
+        let err = block_on(auth.authenticate(&h, None, &identified(), LOCAL)).unwrap_err();
         assert_eq!(err.response().status(), StatusCode::FORBIDDEN);
         let auth = Authenticator::new(
             AuthMode::FrontProxy,
@@ -261,7 +302,34 @@ mod tests {
             None,
             FrontProxyHeaders::default(),
         );
-        assert!(block_on(auth.authenticate(&h, None, Some(&alice()))).is_ok());
+        assert!(block_on(auth.authenticate(&h, None, &identified(), LOCAL)).is_ok());
+    }
+
+    #[test]
+    fn an_ambiguous_certificate_is_refused_in_every_mode() {
+        let refused = PeerCertificate::Refused(ClientCertError::MultipleCommonNames(2));
+        for auth in [
+            Authenticator::passthrough(),
+            Authenticator::new(
+                AuthMode::Impersonate,
+                None,
+                None,
+                FrontProxyHeaders::default(),
+            ),
+            Authenticator::new(
+                AuthMode::FrontProxy,
+                None,
+                None,
+                FrontProxyHeaders::default(),
+            ),
+        ] {
+            // Even with a token beside it: the connection's identity is in doubt.
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+            let err = block_on(auth.authenticate(&h, None, &refused, LOCAL)).unwrap_err();
+            assert_eq!(err.label(), "ambiguous_client_certificate");
+            assert_eq!(err.response().status(), StatusCode::UNAUTHORIZED);
+        }
     }
 
     #[test]

@@ -164,23 +164,30 @@ fn escape_key(key: &str) -> String {
 }
 
 /// Drops bearer-token entries from `Sec-WebSocket-Protocol`, keeping the rest in order.
+/// Classification refuses lines that are not visible ASCII; should one get here anyway, it is
+/// dropped whole rather than passed on with whatever it carries.
 fn remove_bearer_subprotocol(headers: &mut HeaderMap) {
-    let lines: Vec<String> = headers
+    let prefix = BEARER_PREFIX.as_bytes();
+    let carries_token = headers
+        .get_all(SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .any(|v| v.as_bytes().windows(prefix.len()).any(|w| w == prefix));
+    if !carries_token {
+        return;
+    }
+    let kept: Vec<String> = headers
         .get_all(SEC_WEBSOCKET_PROTOCOL)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .collect();
-    if !lines.iter().any(|l| l.contains(BEARER_PREFIX)) {
-        return;
-    }
-    let kept: Vec<&str> = lines
-        .iter()
         .flat_map(|l| l.split(','))
         .map(str::trim)
         .filter(|e| !e.is_empty() && !e.starts_with(BEARER_PREFIX))
+        .map(str::to_owned)
         .collect();
     headers.remove(SEC_WEBSOCKET_PROTOCOL);
+    if kept.is_empty() {
+        return;
+    }
     if let Ok(v) = HeaderValue::from_str(&kept.join(", ")) {
         headers.insert(SEC_WEBSOCKET_PROTOCOL, v);
     }
@@ -237,6 +244,19 @@ mod tests {
             .iter()
             .map(|v| v.to_str().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn a_token_on_a_line_that_is_not_ascii_never_travels() {
+        let mut h = HeaderMap::new();
+        h.append(SEC_WEBSOCKET_PROTOCOL, "v5.channel.k8s.io".parse().unwrap());
+        let line = format!("{}, v4.channel.k8s.io\u{e9}", bearer_entry("secret"));
+        h.append(
+            SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_bytes(line.as_bytes()).unwrap(),
+        );
+        outbound(AuthMode::Passthrough, None).apply(&Caller::Passthrough { bearer: None }, &mut h);
+        assert_eq!(values(&h, "sec-websocket-protocol"), ["v5.channel.k8s.io"]);
     }
 
     #[test]

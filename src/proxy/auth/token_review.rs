@@ -1,18 +1,26 @@
 //! Bearer-token authentication for impersonate and front-proxy modes: a TokenReview against the
 //! upstream API server, made with the proxy's own credentials, with a short-lived cache so an
 //! interactive session's many requests cost one review.
+//!
+//! What a review may cost is bounded: requests with the same token wait for the one review in
+//! flight instead of each making their own, each caller address has a budget of reviews
+//! ([`ReviewLimiter`]), and the API server's answer must come within a time limit.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use serde::Deserialize;
+use tokio::sync::watch;
 use tracing::warn;
 
 use super::identity::Identity;
+use super::review_cache::ReviewCache;
+use super::review_limiter::{ReviewLimiter, ReviewLimits};
 use super::token_source::TokenSource;
 use crate::proxy::upstream::{PooledClient, Upstream};
 
@@ -20,15 +28,17 @@ use crate::proxy::upstream::{PooledClient, Upstream};
 const TOKEN_REVIEW_PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 /// Largest TokenReview answer read.
 const MAX_ANSWER: usize = 1024 * 1024;
-/// Most cached tokens; beyond it expired entries are dropped, then everything.
-const MAX_CACHED: usize = 10_000;
 /// How long a rejected token stays rejected without asking again (bounds the load a client
 /// hammering with a bad token can put on the API server).
 const NEGATIVE_TTL: Duration = Duration::from_secs(2);
 
 /// Why a token could not be reviewed (as opposed to being reviewed and rejected).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ReviewError {
+    #[error("too many token reviews from this address; try again shortly")]
+    RateLimited,
+    #[error("TokenReview did not answer within {0:?}")]
+    Timeout(Duration),
     #[error("TokenReview request failed: {0}")]
     Request(String),
     #[error("TokenReview answered {0}: the proxy's credentials may lack the permission to create tokenreviews")]
@@ -52,7 +62,23 @@ pub struct TokenReviewer {
     client: PooledClient,
     credentials: Option<Arc<TokenSource>>,
     ttl: Duration,
-    cache: Mutex<HashMap<String, (Review, Instant)>>,
+    timeout: Duration,
+    limiter: Arc<ReviewLimiter>,
+    state: Mutex<Reviews>,
+}
+
+/// Answers remembered and reviews in flight, by token.
+#[derive(Default)]
+struct Reviews {
+    cache: ReviewCache,
+    in_flight: HashMap<String, watch::Receiver<Option<Result<Review, ReviewError>>>>,
+}
+
+/// What a request with an uncached token does: wait for the review already in flight, or make
+/// it.
+enum Turn {
+    Wait(watch::Receiver<Option<Result<Review, ReviewError>>>),
+    Lead(watch::Sender<Option<Result<Review, ReviewError>>>),
 }
 
 impl std::fmt::Debug for TokenReviewer {
@@ -92,53 +118,85 @@ struct AnswerUser {
 
 impl TokenReviewer {
     /// A reviewer posting to `upstream` (whose TLS carries the proxy's client certificate, if
-    /// any) with `credentials` as its bearer token; answers are cached for `ttl`.
-    pub fn new(upstream: Upstream, credentials: Option<Arc<TokenSource>>, ttl: Duration) -> Self {
+    /// any) with `credentials` as its bearer token; answers are cached for `ttl`, each must
+    /// arrive within `timeout`, and each caller address gets the review budget `limits`.
+    pub fn new(
+        upstream: Upstream,
+        credentials: Option<Arc<TokenSource>>,
+        ttl: Duration,
+        timeout: Duration,
+        limits: ReviewLimits,
+    ) -> Self {
         let client = upstream.pooled_client();
         TokenReviewer {
             upstream,
             client,
             credentials,
             ttl,
-            cache: Mutex::new(HashMap::new()),
+            timeout,
+            limiter: ReviewLimiter::new(limits),
+            state: Mutex::new(Reviews::default()),
         }
     }
 
-    /// Who `token` belongs to, from the cache or the API server.
-    pub async fn review(&self, token: &str) -> Result<Review, ReviewError> {
-        if let Some(cached) = self.cached(token) {
-            return Ok(cached);
-        }
-        let review = self.ask(token).await?;
-        let ttl = match review {
-            Review::Authenticated(_) => self.ttl,
-            Review::Rejected => self.ttl.min(NEGATIVE_TTL),
-        };
-        self.remember(token, review.clone(), ttl);
-        Ok(review)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Reviews> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn cached(&self, token: &str) -> Option<Review> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache
-            .get(token)
-            .filter(|(_, until)| *until > Instant::now())
-            .map(|(review, _)| review.clone())
-    }
-
-    fn remember(&self, token: &str, review: Review, ttl: Duration) {
-        if ttl.is_zero() {
-            return;
-        }
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= MAX_CACHED {
-            let now = Instant::now();
-            cache.retain(|_, (_, until)| *until > now);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
+    /// Who `token` belongs to, from the cache, the review of it already in flight, or the API
+    /// server (charged to `caller`'s budget).
+    pub async fn review(&self, token: &str, caller: IpAddr) -> Result<Review, ReviewError> {
+        loop {
+            let turn = {
+                let mut state = self.lock();
+                if let Some(cached) = state.cache.get(token) {
+                    return Ok(cached);
+                }
+                match state.in_flight.get(token) {
+                    Some(rx) => Turn::Wait(rx.clone()),
+                    None => {
+                        let (tx, rx) = watch::channel(None);
+                        state.in_flight.insert(token.to_owned(), rx);
+                        Turn::Lead(tx)
+                    }
+                }
+            };
+            match turn {
+                Turn::Wait(mut rx) => {
+                    if let Ok(answer) = rx.wait_for(Option::is_some).await {
+                        return answer.clone().expect("waited for an answer");
+                    }
+                    // The request making the review went away before its answer: take over.
+                }
+                Turn::Lead(tx) => {
+                    let _in_flight = InFlight {
+                        reviewer: self,
+                        token,
+                    };
+                    let answer = self.review_now(token, caller).await;
+                    if let Ok(review) = &answer {
+                        let ttl = match review {
+                            Review::Authenticated(_) => self.ttl,
+                            Review::Rejected => self.ttl.min(NEGATIVE_TTL),
+                        };
+                        self.lock().cache.insert(token, review.clone(), ttl);
+                    }
+                    let _ = tx.send(Some(answer.clone()));
+                    return answer;
+                }
             }
         }
-        cache.insert(token.to_owned(), (review, Instant::now() + ttl));
+    }
+
+    /// Makes one review, within `caller`'s budget and the time limit.
+    async fn review_now(&self, token: &str, caller: IpAddr) -> Result<Review, ReviewError> {
+        let _permit = self
+            .limiter
+            .acquire(caller)
+            .map_err(|_| ReviewError::RateLimited)?;
+        tokio::time::timeout(self.timeout, self.ask(token))
+            .await
+            .map_err(|_| ReviewError::Timeout(self.timeout))?
     }
 
     async fn ask(&self, token: &str) -> Result<Review, ReviewError> {
@@ -184,6 +242,18 @@ impl TokenReviewer {
             .map_err(|e| ReviewError::Answer(e.to_string()))?
             .to_bytes();
         parse_answer(&bytes)
+    }
+}
+
+/// A review in flight: its entry goes when the review ends, however it ends.
+struct InFlight<'a> {
+    reviewer: &'a TokenReviewer,
+    token: &'a str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.reviewer.lock().in_flight.remove(self.token);
     }
 }
 

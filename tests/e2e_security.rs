@@ -1,0 +1,929 @@
+//! Attacks on the front door that kube-ws-proxy holds against, kept in CI (SECURITY.md lists
+//! them): each test is an attacker's move against the real binary over real sockets, and fails
+//! on a proxy without the defence.
+//!
+//! - a client certificate naming two users (several CNs);
+//! - connections that never send a byte: plain TCP, TLS (ALPN h2 or http/1.1), an h2c preface,
+//!   and enough of them to exhaust the proxy's descriptors; idle keep-alive and HTTP/2 ones;
+//! - upgrade requests that declare a body and never send it, to hold `--max-sessions` slots;
+//! - an upstream that never answers a relayed upgrade, or answers it with an endless stream;
+//! - a bearer subprotocol entry on a header line that is not visible ASCII;
+//! - a flood of distinct bogus tokens (each would cost a TokenReview);
+//! - a forged `X-Forwarded-For`;
+//! - WebSocket keys that are not 16 bytes of base64.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::bearer;
+use common::clients::require_kubectl;
+use common::harness::{run, stderr, stdout};
+use common::pki::{kubeconfig, Ca};
+use common::proxy_process::ProxyProcess;
+use common::tls_client;
+use common::ws_client::exec_path;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimTls, SimUser};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const T: Duration = Duration::from_secs(30);
+const EXEC: &str = "/api/v1/namespaces/default/pods/web/exec";
+const LOG: &str = "/api/v1/namespaces/default/pods/web/log";
+const PORTFORWARD: &str = "/api/v1/namespaces/default/pods/web/portforward";
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+
+async fn sim(config: SimConfig) -> SimCluster {
+    SimCluster::start(config).await.expect("start the cluster")
+}
+
+/// Reads an HTTP response head (up to the blank line) within `timeout`: its status code and
+/// the head as text. `None` if the connection closed first.
+async fn read_head<R: AsyncRead + Unpin>(r: &mut R, timeout: Duration) -> Option<(u16, String)> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(timeout, async {
+        while !head.ends_with(b"\r\n\r\n") {
+            match r.read(&mut byte).await {
+                Ok(1) => head.push(byte[0]),
+                _ => return None,
+            }
+        }
+        let text = String::from_utf8_lossy(&head).into_owned();
+        let code = text.split(' ').nth(1)?.parse().ok()?;
+        Some((code, text))
+    })
+    .await
+    .expect("no response head in time")
+}
+
+/// Sends `request` on a fresh connection to `addr`; the connection stays open.
+async fn send(addr: SocketAddr, request: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    s
+}
+
+/// How long until the peer closes `s` (EOF or reset), reading and dropping whatever it sends;
+/// `None` if it is still open after `limit`.
+async fn closed_after<R: AsyncRead + Unpin>(s: &mut R, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+fn websocket_get(path: &str, protocols: &[&[u8]], key: &str, extra: &str) -> Vec<u8> {
+    let mut r = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{extra}"
+    )
+    .into_bytes();
+    for p in protocols {
+        r.extend_from_slice(b"Sec-WebSocket-Protocol: ");
+        r.extend_from_slice(p);
+        r.extend_from_slice(b"\r\n");
+    }
+    r.extend_from_slice(b"\r\n");
+    r
+}
+
+fn spdy_post(path: &str, extra: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         X-Stream-Protocol-Version: v4.channel.k8s.io\r\n{extra}\r\n"
+    )
+    .into_bytes()
+}
+
+/// The value of one sample of a metric family, by its label text (`reason="x"`).
+fn metric(metrics: &str, family: &str, labels: &str) -> f64 {
+    let prefix = format!("{family}{{{labels}}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+/// Sum of all samples of a family (every label set).
+fn metric_sum(metrics: &str, family: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(family) && !l.starts_with('#'))
+        .filter(|l| l[family.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_naming_two_users_is_refused_where_kubernetes_would_read_the_last() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    const PROXY_TOKEN: &str = "proxy-token-5b1e";
+    const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
+    let cluster_ca = Ca::new("cluster");
+    let proxy_ca = Ca::new("proxy");
+    let serving = cluster_ca.server();
+    let cluster = sim(SimConfig {
+        tls: Some(SimTls {
+            cert_chain_pem: serving.cert_pem,
+            private_key_pem: serving.key_pem,
+            client_ca_pem: Some(cluster_ca.pem.clone()),
+        }),
+        users: vec![SimUser {
+            token: PROXY_TOKEN.into(),
+            name: PROXY_USER.into(),
+            groups: vec![],
+        }],
+        impersonators: vec![PROXY_USER.into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = cluster_ca.write(dir.path(), "cluster-ca");
+    let (cert, key) = proxy_ca.server().write(dir.path(), "proxy");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, PROXY_TOKEN).unwrap();
+    let proxy = ProxyProcess::launch(
+        &[
+            "--upstream",
+            &cluster.url(),
+            "--upstream-ca-file",
+            ca_file.to_str().unwrap(),
+            "--upstream-token-file",
+            token_file.to_str().unwrap(),
+            "--auth-mode",
+            "impersonate",
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-private-key-file",
+            key.to_str().unwrap(),
+            "--client-ca-file",
+            ca_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let whoami = |kc: std::path::PathBuf| {
+        let k = k.clone();
+        let home = dir.path().to_owned();
+        async move {
+            let mut c = std::process::Command::new(&k);
+            c.arg("--kubeconfig")
+                .arg(&kc)
+                .args([
+                    "auth",
+                    "whoami",
+                    "-o",
+                    "jsonpath={.status.userInfo.username}",
+                ])
+                .env("HOME", &home)
+                .env_remove("KUBECONFIG");
+            run(c, None, T).await
+        }
+    };
+    let via_proxy = format!("https://127.0.0.1:{}", proxy.addr.port());
+
+    // CN=admin, CN=jdoe: Kubernetes' x509 authenticator (Go's parser) reads the last CN.
+    let two_names = cluster_ca.client_with_common_names(&["admin", "jdoe"]);
+    let direct = whoami(kubeconfig(
+        &dir.path().join("direct"),
+        &cluster.url(),
+        &cluster_ca.pem,
+        None,
+        Some(&two_names),
+    ))
+    .await;
+    assert!(direct.status.success(), "{}", stderr(&direct));
+    assert_eq!(
+        stdout(&direct),
+        "jdoe",
+        "the simulated cluster reads CNs as kube-apiserver does"
+    );
+
+    // Through the proxy: refused, not impersonated as either name.
+    let reviews_before = cluster.requests().len();
+    let refused = whoami(kubeconfig(
+        &dir.path().join("two-names"),
+        &via_proxy,
+        &proxy_ca.pem,
+        None,
+        Some(&two_names),
+    ))
+    .await;
+    assert!(!refused.status.success(), "{}", stdout(&refused));
+    assert!(
+        stderr(&refused).contains("Unauthorized"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(
+        cluster.requests().len(),
+        reviews_before,
+        "nothing reached the cluster on behalf of the ambiguous certificate"
+    );
+    assert!(proxy
+        .wait_for_log("client certificate refused", T)
+        .is_some());
+    let metrics = proxy.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_auth_rejections_total",
+            "reason=\"ambiguous_client_certificate\""
+        ) >= 1.0,
+        "{metrics}"
+    );
+
+    // An ordinary certificate still works.
+    let alice = cluster_ca.client("alice", Some("dev"));
+    let ok = whoami(kubeconfig(
+        &dir.path().join("alice"),
+        &via_proxy,
+        &proxy_ca.pem,
+        None,
+        Some(&alice),
+    ))
+    .await;
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert_eq!(stdout(&ok), "alice");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections that hold descriptors
+// ---------------------------------------------------------------------------------------------
+
+/// A plain proxy and a TLS one, each with a 1 s request-header and 2 s idle timeout.
+struct Listeners {
+    _cluster: SimCluster,
+    plain: ProxyProcess,
+    tls: ProxyProcess,
+    ca: Ca,
+    _dir: tempfile::TempDir,
+}
+
+const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn listeners() -> Listeners {
+    let cluster = sim(SimConfig::default()).await;
+    let ca = Ca::new("proxy");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.server().write(dir.path(), "proxy");
+    let timeouts = [
+        "--request-header-timeout",
+        "1s",
+        "--idle-connection-timeout",
+        "2s",
+    ];
+    let plain = ProxyProcess::start(&cluster.url(), &timeouts);
+    let mut tls_args = timeouts.to_vec();
+    tls_args.extend([
+        "--tls-cert-file",
+        cert.to_str().unwrap(),
+        "--tls-private-key-file",
+        key.to_str().unwrap(),
+    ]);
+    let tls = ProxyProcess::start(&cluster.url(), &tls_args);
+    Listeners {
+        _cluster: cluster,
+        plain,
+        tls,
+        ca,
+        _dir: dir,
+    }
+}
+
+/// The proxy closed the connection about `expected` after it was made (not at once, not
+/// never).
+fn closed_in_time(what: &str, after: Option<Duration>, expected: Duration) {
+    let after = after.unwrap_or_else(|| panic!("{what}: still open"));
+    assert!(
+        after >= expected.mul_f64(0.8) && after < expected + Duration::from_secs(8),
+        "{what}: closed after {after:?}, expected about {expected:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_send_a_request_are_closed_whatever_they_speak() {
+    let l = listeners().await;
+    let limit = Duration::from_secs(15);
+
+    let mut tcp = TcpStream::connect(l.plain.addr).await.unwrap();
+    closed_in_time(
+        "plain TCP, silent",
+        closed_after(&mut tcp, limit).await,
+        HEADER_TIMEOUT,
+    );
+
+    let mut h2c = TcpStream::connect(l.plain.addr).await.unwrap();
+    // The HTTP/2 preface and an empty SETTINGS frame, then nothing.
+    h2c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    closed_in_time(
+        "h2c preface, then silence",
+        closed_after(&mut h2c, limit).await,
+        HEADER_TIMEOUT,
+    );
+
+    let mut partial = TcpStream::connect(l.plain.addr).await.unwrap();
+    partial.write_all(b"GET /api HTTP/1.1\r\nHo").await.unwrap();
+    closed_in_time(
+        "half a request head",
+        closed_after(&mut partial, limit).await,
+        HEADER_TIMEOUT,
+    );
+
+    for alpn in [&b"h2"[..], &b"http/1.1"[..]] {
+        let what = format!(
+            "TLS with ALPN {}, then silence",
+            String::from_utf8_lossy(alpn)
+        );
+        let started = Instant::now();
+        let mut tls = tls_client::connect(l.tls.addr, &l.ca.pem, None, &[alpn])
+            .await
+            .unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+        // The clock started at the accept, before the handshake.
+        closed_after(&mut tls, limit)
+            .await
+            .unwrap_or_else(|| panic!("{what}: still open"));
+        closed_in_time(&what, Some(started.elapsed()), HEADER_TIMEOUT);
+    }
+
+    // A TLS client that never starts its handshake.
+    let mut no_hello = TcpStream::connect(l.tls.addr).await.unwrap();
+    closed_in_time(
+        "TLS listener, no ClientHello",
+        closed_after(&mut no_hello, limit).await,
+        HEADER_TIMEOUT,
+    );
+
+    let shed = |p: &ProxyProcess| {
+        metric(
+            &p.metrics(),
+            "kube_ws_proxy_client_connections_closed_total",
+            "reason=\"request_header_timeout\"",
+        )
+    };
+    assert!(shed(&l.plain) >= 3.0, "{}", l.plain.metrics());
+    assert!(shed(&l.tls) >= 3.0, "{}", l.tls.metrics());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_and_http2_connections_are_closed_but_a_quiet_watch_is_not() {
+    let l = listeners().await;
+    let limit = Duration::from_secs(20);
+
+    // HTTP/1.1 keep-alive: one request, then nothing.
+    let mut h1 = send(
+        l.plain.addr,
+        b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+    let (code, _) = read_head(&mut h1, T).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        closed_after(&mut h1, limit).await.is_some(),
+        "idle keep-alive connection still open"
+    );
+
+    // HTTP/2 over TLS: one request, then an idle connection that gets a GOAWAY.
+    let tls = tls_client::connect(l.tls.addr, &l.ca.pem, None, &[b"h2"])
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Empty<bytes::Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    let conn = tokio::spawn(conn);
+    let started = Instant::now();
+    let resp = sender
+        .send_request(
+            http::Request::get("https://127.0.0.1/api/v1/namespaces/default/pods")
+                .body(Empty::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    tokio::time::timeout(limit, conn)
+        .await
+        .expect("idle HTTP/2 connection still open")
+        .unwrap()
+        .ok();
+    closed_in_time("idle HTTP/2", Some(started.elapsed()), IDLE_TIMEOUT);
+    let idle = metric(
+        &l.tls.metrics(),
+        "kube_ws_proxy_client_connections_closed_total",
+        "reason=\"idle_timeout\"",
+    );
+    assert!(idle >= 1.0);
+
+    // A followed log running longer than both clocks is a request in flight: never cut.
+    let mut watch = send(
+        l.plain.addr,
+        format!("GET {LOG}?follow=true HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await;
+    let (code, _) = read_head(&mut watch, T).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        closed_after(&mut watch, IDLE_TIMEOUT * 3).await.is_none(),
+        "a followed log was cut"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_cannot_starve_the_proxy_of_descriptors() {
+    let cluster = sim(SimConfig::default()).await;
+    // 256 descriptors, and more silent connections than that.
+    let proxy = ProxyProcess::launch_with_fd_limit(
+        &[
+            "--upstream",
+            &cluster.url(),
+            "--request-header-timeout",
+            "2s",
+        ],
+        &[],
+        Some(256),
+    );
+    let mut silent = Vec::new();
+    for _ in 0..400 {
+        silent.push(TcpStream::connect(proxy.addr).await.unwrap());
+    }
+    // A real caller, queued behind all of them, is served once they are shed.
+    let started = Instant::now();
+    let mut caller = send(
+        proxy.addr,
+        b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let answer = read_head(&mut caller, Duration::from_secs(60)).await;
+    assert_eq!(answer.map(|(c, _)| c), Some(200));
+    eprintln!("served after {:?}", started.elapsed());
+    // And every silent connection was closed by the proxy.
+    for (i, s) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_after(s, Duration::from_secs(30)).await.is_some(),
+            "silent connection {i} still open"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Session slots
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_requests_that_never_send_their_body_hold_no_session_slot() {
+    let Some(k) = require_kubectl("1.28") else {
+        return;
+    };
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &["--max-sessions", "3", "--handshake-timeout", "3s"],
+    );
+    // Three SPDY upgrades that promise a body and never send it, and a WebSocket one.
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        holders.push(send(proxy.addr, &spdy_post(EXEC, "Content-Length: 100\r\n")).await);
+    }
+    holders.push(
+        send(
+            proxy.addr,
+            &websocket_get(LOG, &[b"binary.k8s.io"], KEY, "Content-Length: 100\r\n"),
+        )
+        .await,
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every slot is still free: kubectl 1.28 (SPDY, relayed) runs.
+    let dir = tempfile::tempdir().unwrap();
+    let kc = common::clients::write_kubeconfig(dir.path(), &proxy.url(), None);
+    let mut c = std::process::Command::new(&k);
+    c.arg("--kubeconfig")
+        .arg(&kc)
+        .args(["exec", "web", "--", "echo", "admitted"])
+        .env("HOME", dir.path())
+        .env_remove("KUBECONFIG");
+    let o = run(c, None, T).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "admitted\n");
+    // The holders are answered 408 when their time is up.
+    for h in &mut holders {
+        let (code, head) = read_head(h, Duration::from_secs(20)).await.unwrap();
+        assert_eq!(code, 408, "{head}");
+    }
+    let metrics = proxy.metrics();
+    assert_eq!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_handshake_rejections_total",
+            "reason=\"too_many_sessions\""
+        ),
+        0.0,
+        "{metrics}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstreams that do not answer
+// ---------------------------------------------------------------------------------------------
+
+/// An upstream that accepts connections and reads them, but never answers.
+async fn silent_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+/// An upstream that answers every request with an endless chunked body, a line every 100 ms
+/// (an old API server answering a WebSocket log request with a plain followed log).
+async fn streaming_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if !matches!(s.read(&mut byte).await, Ok(1)) {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\
+                          Transfer-Encoding: chunked\r\n\r\n",
+                    )
+                    .await;
+                for i in 0.. {
+                    let line = format!("line {i}\n");
+                    let chunk = format!("{:x}\r\n{line}\r\n", line.len());
+                    if s.write_all(chunk.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_wait_on_a_silent_upstream_is_bounded() {
+    let upstream = silent_upstream().await;
+    let proxy = ProxyProcess::start(
+        &format!("http://{upstream}"),
+        &["--handshake-timeout", "1s"],
+    );
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("SPDY relay", spdy_post(EXEC, ""), 504),
+        (
+            "legacy WebSocket relay",
+            websocket_get(
+                &exec_path("web", &["true"], false, true, false),
+                &[b"v4.channel.k8s.io"],
+                KEY,
+                "",
+            ),
+            504,
+        ),
+        (
+            "port-forward tunnel",
+            websocket_get(PORTFORWARD, &[b"SPDY/3.1+portforward.k8s.io"], KEY, ""),
+            502,
+        ),
+    ];
+    for (what, request, want) in cases {
+        let started = Instant::now();
+        let mut s = send(proxy.addr, &request).await;
+        let (code, head) = read_head(&mut s, Duration::from_secs(15))
+            .await
+            .unwrap_or_else(|| panic!("{what}: closed without an answer"));
+        assert_eq!(code, want, "{what}: {head}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+            "{what}: answered after {took:?}"
+        );
+    }
+    // Translated exec answers inside the WebSocket (a Status on channel 3), also in time.
+    let started = Instant::now();
+    let (mut ws, _) = common::ws_client::connect(
+        proxy.addr,
+        &exec_path("web", &["true"], false, true, false),
+        "v5.channel.k8s.io",
+    )
+    .await
+    .unwrap();
+    let transcript = common::ws_client::read_to_close(&mut ws).await;
+    let status = String::from_utf8_lossy(&transcript.status).into_owned();
+    assert!(status.contains("Failure"), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    drop(ws);
+    assert!(
+        no_session_within(&proxy, Duration::from_secs(15)).await,
+        "{}",
+        proxy.metrics()
+    );
+}
+
+/// Whether the proxy's running-session gauge drops to 0 within `limit`.
+async fn no_session_within(proxy: &ProxyProcess, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if metric_sum(&proxy.metrics(), "kube_ws_proxy_sessions_active") == 0.0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_answer_to_a_relayed_upgrade_streams_through_and_frees_its_slot() {
+    let upstream = streaming_upstream().await;
+    let proxy = ProxyProcess::start(
+        &format!("http://{upstream}"),
+        &["--max-sessions", "1", "--handshake-timeout", "5s"],
+    );
+    let request = websocket_get(&format!("{LOG}?follow=true"), &[b"binary.k8s.io"], KEY, "");
+    let mut first = send(proxy.addr, &request).await;
+    let (code, head) = read_head(&mut first, Duration::from_secs(3)).await.unwrap();
+    assert_eq!(code, 200, "{head}");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    tokio::time::timeout(Duration::from_secs(3), async {
+        while !String::from_utf8_lossy(&seen).contains("line 2\n") {
+            let n = first.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the stream ended");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("the answer streams as it comes");
+    // While it goes on, the one session slot is free: a second request is served too.
+    let mut second = send(proxy.addr, &request).await;
+    let (code, head) = read_head(&mut second, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{head}");
+    let metrics = proxy.metrics();
+    assert_eq!(
+        metric_sum(&metrics, "kube_ws_proxy_sessions_active"),
+        0.0,
+        "{metrics}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request smuggling through headers
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subprotocol_line_that_is_not_visible_ascii_is_refused_before_anything_is_forwarded() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    let mut bad_line = bearer::entry("stolen-token").into_bytes();
+    bad_line.extend_from_slice(b", v4.channel.k8s.io\xe9");
+    let v5_exec = exec_path("web", &["true"], false, true, false);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "translated exec",
+            websocket_get(&v5_exec, &[b"v5.channel.k8s.io", &bad_line], KEY, ""),
+        ),
+        (
+            "tunnel",
+            websocket_get(
+                PORTFORWARD,
+                &[b"SPDY/3.1+portforward.k8s.io", &bad_line],
+                KEY,
+                "",
+            ),
+        ),
+        (
+            "WebSocket relay",
+            websocket_get(LOG, &[b"binary.k8s.io", &bad_line], KEY, ""),
+        ),
+        ("SPDY relay", {
+            let mut r = spdy_post(EXEC, "");
+            r.truncate(r.len() - 2);
+            r.extend_from_slice(b"Sec-WebSocket-Protocol: ");
+            r.extend_from_slice(&bad_line);
+            r.extend_from_slice(b"\r\n\r\n");
+            r
+        }),
+    ];
+    for (what, request) in cases {
+        let mut s = send(proxy.addr, &request).await;
+        let (code, head) = read_head(&mut s, T).await.unwrap();
+        assert_eq!(code, 400, "{what}: {head}");
+        assert!(!head.contains("stolen"), "{what}: {head}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        cluster.requests().is_empty(),
+        "forwarded: {:?}",
+        cluster.requests()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_key_must_be_16_bytes_of_base64() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    let v5_exec = exec_path("web", &["true"], false, true, false);
+    for key in [
+        "!!!!!!!!!!!!!!!!!!!!!!==",
+        "AAAAAAAAAAAAAAAAAAAAAAAA",
+        "short",
+    ] {
+        for (what, path, protocol) in [
+            (
+                "translated exec",
+                v5_exec.as_str(),
+                &b"v5.channel.k8s.io"[..],
+            ),
+            ("tunnel", PORTFORWARD, &b"SPDY/3.1+portforward.k8s.io"[..]),
+            ("relayed log", LOG, &b"binary.k8s.io"[..]),
+        ] {
+            let mut s = send(proxy.addr, &websocket_get(path, &[protocol], key, "")).await;
+            let (code, head) = read_head(&mut s, T).await.unwrap();
+            assert_eq!(code, 400, "{what} with key {key}: {head}");
+        }
+    }
+    assert!(cluster.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_own_x_forwarded_for_is_replaced_unless_the_proxy_is_told_to_trust_it() {
+    let cluster = sim(SimConfig::default()).await;
+    let forged = "X-Forwarded-For: 203.0.113.66\r\n";
+    let seen = |cluster: &SimCluster, path: &str| {
+        cluster
+            .requests()
+            .iter()
+            .rev()
+            .find(|r| r.path == path)
+            .and_then(|r| r.header("x-forwarded-for").map(str::to_owned))
+            .unwrap_or_default()
+    };
+    for (trust, want) in [(false, "127.0.0.1"), (true, "203.0.113.66, 127.0.0.1")] {
+        let flags: &[&str] = if trust {
+            &["--trust-x-forwarded-for"]
+        } else {
+            &[]
+        };
+        let proxy = ProxyProcess::start(&cluster.url(), flags);
+        // A plain request, a translated exec and a relayed log.
+        let mut s = send(
+            proxy.addr,
+            format!("GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{forged}\r\n")
+                .as_bytes(),
+        )
+        .await;
+        read_head(&mut s, T).await.unwrap();
+        assert_eq!(seen(&cluster, "/api/v1/namespaces/default/pods"), want);
+        let exec = exec_path("web", &["true"], false, true, false);
+        let mut s = send(
+            proxy.addr,
+            &websocket_get(&exec, &[b"v5.channel.k8s.io"], KEY, forged),
+        )
+        .await;
+        assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
+        assert_eq!(seen(&cluster, EXEC), want);
+        let mut s = send(
+            proxy.addr,
+            &websocket_get(LOG, &[b"binary.k8s.io"], KEY, forged),
+        )
+        .await;
+        assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
+        assert_eq!(seen(&cluster, LOG), want);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TokenReview amplification
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_bogus_tokens_cost_a_bounded_number_of_reviews() {
+    const PROXY_TOKEN: &str = "proxy-token-77";
+    const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
+    const TINA: &str = "tina-token-0c4a";
+    let cluster = sim(SimConfig {
+        users: vec![
+            SimUser {
+                token: PROXY_TOKEN.into(),
+                name: PROXY_USER.into(),
+                groups: vec![],
+            },
+            SimUser {
+                token: TINA.into(),
+                name: "tina".into(),
+                groups: vec!["dev".into()],
+            },
+        ],
+        impersonators: vec![PROXY_USER.into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, PROXY_TOKEN).unwrap();
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--auth-mode",
+            "impersonate",
+            "--upstream-token-file",
+            token_file.to_str().unwrap(),
+            "--authentication-cache-ttl",
+            "60s",
+            "--token-review-rate",
+            "1",
+            "--token-review-burst",
+            "5",
+            "--token-review-max-in-flight",
+            "2",
+        ],
+    );
+    let addr = proxy.addr;
+    let get = move |token: String| async move {
+        let mut s = send(
+            addr,
+            format!(
+                "GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+                 Authorization: Bearer {token}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        read_head(&mut s, T).await.map(|(c, _)| c).unwrap_or(0)
+    };
+    // Twenty requests at once with one new token: one review.
+    let before = cluster.token_reviews();
+    let codes = futures_util::future::join_all((0..20).map(|_| get(TINA.to_owned()))).await;
+    assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
+    assert_eq!(
+        cluster.token_reviews() - before,
+        1,
+        "one review for one token"
+    );
+
+    // Sixty distinct bogus tokens from one address: the burst is reviewed, the rest refused.
+    let before = cluster.token_reviews();
+    let codes = futures_util::future::join_all((0..60).map(|i| get(format!("bogus-{i}")))).await;
+    let reviews = cluster.token_reviews() - before;
+    let limited = codes.iter().filter(|c| **c == 429).count();
+    let unauthorized = codes.iter().filter(|c| **c == 401).count();
+    assert!(reviews <= 10, "{reviews} reviews for 60 bogus tokens");
+    assert_eq!(limited + unauthorized, 60, "{codes:?}");
+    assert!(limited >= 45, "{codes:?}");
+    // Meanwhile the real caller's cached identity works, and costs nothing.
+    let before = cluster.token_reviews();
+    assert_eq!(get(TINA.to_owned()).await, 200);
+    assert_eq!(cluster.token_reviews(), before);
+    let metrics = proxy.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_auth_rejections_total",
+            "reason=\"token_review_rate_limited\""
+        ) >= 45.0,
+        "{metrics}"
+    );
+}
