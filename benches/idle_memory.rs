@@ -13,39 +13,11 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+
+#[path = "common/process.rs"]
+mod process;
+use process::{free_port, raise_fd_limit, rss_kib};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
-/// Raises the open-file limit (inherited by the proxies and clusters): to 262144 where allowed
-/// (root), else to the hard limit. This process holds one client socket per session.
-fn raise_fd_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: plain syscalls on a valid struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        let wanted = libc::rlimit {
-            rlim_cur: 262_144,
-            rlim_max: 262_144.max(lim.rlim_max),
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-    }
-    lim.rlim_cur
-}
 
 /// Each tty session holds a pty in the simulated cluster, and Linux allows 4,096 by default
 /// (`kernel.pty.max`): raises that limit where allowed (root) so `ptys` fit. Returns the limit.
@@ -58,14 +30,6 @@ fn raise_pty_limit(ptys: usize) -> Option<usize> {
         return Some(current);
     }
     Some(wanted)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;

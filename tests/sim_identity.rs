@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -22,8 +21,6 @@ use kube_ws_proxy::sim::{
 use kube_ws_proxy::spdy::frame::HeaderBlock;
 use kube_ws_proxy::spdy::proto::{Config, Connection, RecvStream};
 use kube_ws_proxy::spdy::upgrade::{read_body, read_response_head, upgrade, UpgradeRequest};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -84,35 +81,13 @@ async fn setup() -> Setup {
 // ---------------------------------------------------------------------------------------------
 // A raw HTTPS client.
 
-/// TLS to the cluster, trusting `ca`, offering `alpn`, presenting `client` if given.
+/// TLS to the cluster, trusting its CA, offering `alpn`, presenting `client` if given.
 async fn tls(
     s: &Setup,
     client: Option<&Leaf>,
     alpn: &[&[u8]],
 ) -> std::io::Result<TlsStream<TcpStream>> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(s.server_ca.pem.clone().as_bytes()).unwrap())
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut config = match client {
-        Some(leaf) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()],
-                PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let tcp = TcpStream::connect(s.sim.addr()).await?;
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-        .await
+    common::tls_client::connect(s.sim.addr(), &s.server_ca.pem, client, alpn).await
 }
 
 fn header_map(headers: &[(&str, &str)]) -> HeaderMap {
