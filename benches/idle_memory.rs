@@ -5,10 +5,15 @@
 //! runs, lets them sit, reads the proxies' RSS, then checks that every session still echoes a
 //! line.
 //!
-//!     cargo bench --bench idle_memory -- [SESSIONS ...]     (default: 1000)
+//!     cargo bench --bench idle_memory -- [SESSIONS ...] [--keepalive-both]   (default: 1000)
 //!
 //! Prints, per N: proxy RSS before/after and the growth per session, how many sessions answered
 //! and what the proxies logged. Not a timing benchmark.
+//!
+//! The proxies ping their clients every 2 s (so pings go out during the idle period) with a
+//! client timeout longer than the run (these clients only read, and so answer pings, when a
+//! line is typed). `--keepalive-both` measures every N twice, with client pings off and on,
+//! and prints what keepalive costs per session.
 
 use std::time::Duration;
 
@@ -87,8 +92,23 @@ struct Pair {
     log: std::path::PathBuf,
 }
 
+/// Client keepalive flags of the proxies.
+fn keepalive_flags(pings: bool) -> [&'static str; 4] {
+    if pings {
+        // Interval short enough to ping during the idle period; timeout beyond the run.
+        [
+            "--client-ping-interval",
+            "2s",
+            "--client-ping-timeout",
+            "1h",
+        ]
+    } else {
+        ["--client-ping-interval", "0", "--client-ping-timeout", "0"]
+    }
+}
+
 impl Pair {
-    async fn start(index: usize) -> Pair {
+    async fn start(index: usize, pings: bool) -> Pair {
         let bin = env!("CARGO_BIN_EXE_kube-ws-proxy");
         let sim_port = free_port();
         let sim = std::process::Command::new(bin)
@@ -113,6 +133,7 @@ impl Pair {
                 "--log-format",
                 "json",
             ])
+            .args(keepalive_flags(pings))
             .env("RUST_LOG", "warn")
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
@@ -193,11 +214,12 @@ async fn answers(ws: &mut Ws, i: usize) -> bool {
         .unwrap_or(false)
 }
 
-async fn measure(n: usize) {
+/// Measures `n` idle sessions; the proxy RSS growth per session, in KiB.
+async fn measure(n: usize, pings: bool) -> f64 {
     let pair_count = n.div_ceil(PER_PAIR);
     let mut pairs = Vec::new();
     for i in 0..pair_count {
-        pairs.push(Pair::start(i).await);
+        pairs.push(Pair::start(i, pings).await);
     }
     let mut warm = Vec::new();
     for (p, pair) in pairs.iter().enumerate() {
@@ -230,9 +252,10 @@ async fn measure(n: usize) {
         .await;
     let complaints: usize = pairs.iter().map(Pair::complaints).sum();
     println!(
-        "idle exec sessions: {n} over {pair_count} proxies (each with its own simulated cluster); \
-         upstream processes running: {started}; answering after the idle period: {alive}; \
-         warnings and errors in the proxy logs: {complaints}"
+        "idle exec sessions: {n} over {pair_count} proxies (each with its own simulated cluster), \
+         client pings {}; upstream processes running: {started}; answering after the idle \
+         period: {alive}; warnings and errors in the proxy logs: {complaints}",
+        if pings { "every 2 s" } else { "off" }
     );
     println!(
         "proxy RSS {before} KiB → {after} KiB in all; {per:.1} KiB per idle session \
@@ -259,6 +282,7 @@ async fn measure(n: usize) {
     for pair in pairs {
         pair.stop();
     }
+    per
 }
 
 fn main() {
@@ -282,7 +306,19 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let both = std::env::args().any(|a| a == "--keepalive-both");
     for n in counts {
-        rt.block_on(measure(n));
+        if both {
+            let off = rt.block_on(measure(n, false));
+            let on = rt.block_on(measure(n, true));
+            println!(
+                "client keepalive costs {:+.2} KiB per idle session at {n} sessions \
+                 (target ≤ +1 KiB: {})",
+                on - off,
+                if on - off <= 1.0 { "met" } else { "NOT met" }
+            );
+        } else {
+            rt.block_on(measure(n, true));
+        }
     }
 }

@@ -7,12 +7,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::ServeArgs;
+use crate::cli::{nonzero, ServeArgs};
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
 use crate::proxy::state::ProxyState;
 use crate::proxy::upstream::{Pem, Upstream, UpstreamTls};
 use crate::proxy::upstream_source;
 use crate::proxy::{admin, server};
+use crate::translate::ws::Keepalive;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +98,10 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
             ..source.tls.clone()
         };
         Upstream::from_url(&source.url, tls)
-            .map(|u| u.with_dial_timeout(args.upstream_dial_timeout))
+            .map(|u| {
+                u.with_dial_timeout(args.upstream_dial_timeout)
+                    .with_tcp_keepalive(nonzero(args.tcp_keepalive))
+            })
             .map_err(|e| StartError::Upstream(e.to_string()))
     };
     let proxied_cert = match mode {
@@ -171,7 +175,14 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     let mut state = ProxyState::new(upstream);
     state.auth = auth;
     state.max_message_size = args.max_message_size;
-    state.upstream_ping_interval = args.upstream_ping_interval;
+    state.upstream_ping_interval = nonzero(args.upstream_ping_interval);
+    state.upstream_ping_timeout = nonzero(args.upstream_ping_timeout);
+    state.client_keepalive = nonzero(args.client_ping_interval).map(|interval| Keepalive {
+        interval,
+        timeout: nonzero(args.client_ping_timeout),
+    });
+    state.stream_idle_timeout = nonzero(args.stream_idle_timeout);
+    state.tcp_keepalive = nonzero(args.tcp_keepalive);
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
     state.sessions = crate::proxy::sessions::Sessions::new(args.max_sessions);
     state.handshake_timeout = args.handshake_timeout;

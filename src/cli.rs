@@ -164,9 +164,39 @@ pub struct ServeArgs {
     pub max_message_size: usize,
 
     /// How often translated sessions send an SPDY PING upstream, so idle sessions survive
-    /// middleboxes between the proxy and the cluster.
+    /// middleboxes between the proxy and the cluster (0: never).
     #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_PING_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub upstream_ping_interval: Duration,
+
+    /// How long after a ping was due the upstream of a translated session may stay silent
+    /// before the session is ended with a Status saying the upstream stopped answering
+    /// (0: never).
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_PING_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub upstream_ping_timeout: Duration,
+
+    /// How often translated sessions and port-forward tunnels send a WebSocket ping to the
+    /// client, so gateways that cut idle connections see traffic (browsers never ping on their
+    /// own). 0: never.
+    #[arg(long, env = "KUBE_WS_PROXY_CLIENT_PING_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub client_ping_interval: Duration,
+
+    /// How long after a ping was due a client may stay silent before it counts as gone: its
+    /// session ends and the upstream streams are reset (0: never).
+    #[arg(long, env = "KUBE_WS_PROXY_CLIENT_PING_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub client_ping_timeout: Duration,
+
+    /// A streaming session (exec, attach, port-forward, relayed or translated) that carries no
+    /// data either way for this long is ended; pings do not count. Followed logs are exempt,
+    /// as in the kubelet's `--streaming-connection-idle-timeout`, the model. 0: never.
+    #[arg(long, env = "KUBE_WS_PROXY_STREAM_IDLE_TIMEOUT", default_value = "4h", value_parser = parse_duration)]
+    pub stream_idle_timeout: Duration,
+
+    /// TCP keepalive on client and upstream sockets: how long a connection may carry nothing
+    /// before the first probe; probes follow every third of it, and a peer that answers none of
+    /// three is dropped (after about twice this). The only liveness check byte relays have.
+    /// 0: off.
+    #[arg(long, env = "KUBE_WS_PROXY_TCP_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
+    pub tcp_keepalive: Duration,
 
     /// After a session's final status and Close, how long to wait for the client's Close
     /// before the connection is dropped (reading on prevents truncated output).
@@ -331,6 +361,11 @@ pub enum LogFormat {
 pub fn parse_header_name(s: &str) -> Result<http::HeaderName, String> {
     http::HeaderName::from_bytes(s.trim().as_bytes())
         .map_err(|_| format!("invalid header name {s:?}"))
+}
+
+/// `None` for a zero duration (a setting turned off).
+pub fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
 }
 
 /// Parses `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.

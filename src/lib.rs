@@ -6,6 +6,7 @@
 //! - [`proxy`]: the HTTP front door, routing, relaying and upstream connections.
 //! - [`sim`]: a simulated SPDY-only cluster for tests and the demo.
 
+pub mod activity_clock;
 pub mod app;
 pub mod cli;
 pub mod config_file;

@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
         io,
         Config {
             max_message_size: MAX_MESSAGE,
+            keepalive: None,
         },
     )
     .split();

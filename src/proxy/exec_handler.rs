@@ -55,8 +55,9 @@ pub async fn handle(
     let setup = setup_upstream(&state, &path_and_query, headers, &options).await;
     let ready = options.ready_channel();
     let tty = options.tty;
-    let limits = state.session_limits.clone();
-    let ws_config = socket_config(state.max_message_size);
+    let mut limits = state.session_limits.clone();
+    limits.idle_timeout = state.stream_idle_timeout;
+    let ws_config = socket_config(&state);
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
     tokio::spawn(async move {
@@ -101,7 +102,7 @@ pub async fn handle(
                 .as_ref()
                 .map(|s| s.summary())
                 .unwrap_or_default(),
-            close_reason = close_reason(outcome.end),
+            close_reason = outcome.end.describe(),
             "exec session finished"
         );
     });
@@ -148,7 +149,8 @@ async fn setup_upstream(
     };
     let version = UpstreamVersion::from_negotiated(upgraded.protocol.as_deref());
     let spdy_config = SpdyConfig {
-        ping_interval: Some(state.upstream_ping_interval),
+        ping_interval: state.upstream_ping_interval,
+        ping_timeout: state.upstream_ping_timeout,
         ..SpdyConfig::default()
     };
     let conn = Connection::client(upgraded.io, upgraded.leftover, spdy_config);
@@ -187,17 +189,9 @@ fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
         SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
         SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
         SessionEndKind::Drained => SessionOutcome::Drained,
-    }
-}
-
-/// The session log's `close_reason`.
-fn close_reason(end: SessionEndKind) -> &'static str {
-    match end {
-        SessionEndKind::Completed => "completed",
-        SessionEndKind::ClientGone => "client gone",
-        SessionEndKind::ClientViolation => "client protocol violation",
-        SessionEndKind::UpstreamRefused => "upstream refused",
-        SessionEndKind::Drained => "drained",
+        SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
+        SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
+        SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
     }
 }
 

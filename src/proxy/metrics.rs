@@ -38,6 +38,11 @@ pub enum SessionOutcome {
     NonZeroExit,
     UpstreamError,
     ClientGone,
+    /// The client stopped answering keepalive pings.
+    ClientUnresponsive,
+    /// The upstream stopped answering keepalive pings.
+    UpstreamUnresponsive,
+    /// No data either way for `--stream-idle-timeout`.
     IdleTimeout,
     Drained,
 }
@@ -50,6 +55,8 @@ impl SessionOutcome {
             SessionOutcome::NonZeroExit => "non_zero_exit",
             SessionOutcome::UpstreamError => "upstream_error",
             SessionOutcome::ClientGone => "client_gone",
+            SessionOutcome::ClientUnresponsive => "client_unresponsive",
+            SessionOutcome::UpstreamUnresponsive => "upstream_unresponsive",
             SessionOutcome::IdleTimeout => "idle_timeout",
             SessionOutcome::Drained => "drained",
         }

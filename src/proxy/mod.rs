@@ -17,6 +17,7 @@ pub mod sessions;
 pub mod spdy_dial;
 pub mod state;
 pub mod status_response;
+pub mod tcp_keepalive;
 pub mod tunnel_handler;
 pub mod upgrade_request;
 pub mod upstream;

@@ -6,8 +6,12 @@
 //! `--handshake-timeout` for its answer), and an answer other than 101 is not a session: the
 //! slot is given back at once and the answer streamed to the client as it comes (it may be a
 //! followed log or a watch that never ends).
+//!
+//! A relay cannot ping either side inside a protocol it does not parse: its liveness is TCP
+//! keepalive (`--tcp-keepalive`) and, except for followed logs, `--stream-idle-timeout`.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
@@ -26,6 +30,7 @@ use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::websocket::is_valid_key;
+use crate::activity_clock::ActivityClock;
 
 /// Bytes moved by one relayed connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -121,6 +126,10 @@ pub async fn relay(
             Err(_) => return RelayError::Timeout(handshake_timeout).response(),
         };
     let user = caller.user().map(str::to_owned);
+    // A followed log may rightly be quiet for hours; the kubelet's idle timeout spares it too.
+    let idle_timeout = state
+        .stream_idle_timeout
+        .filter(|_| !path.ends_with("/log"));
     tokio::spawn(async move {
         let client = match tokio::time::timeout(handshake_timeout, on_upgrade).await {
             Ok(Ok(u)) => u,
@@ -137,10 +146,20 @@ pub async fn relay(
         };
         let started = std::time::Instant::now();
         // A relay carries a protocol we do not parse: on shutdown it can only be cut.
-        let (stats, outcome) = tokio::select! {
-            stats = pump(TokioIo::new(client), TokioIo::new(upstream_io)) => (stats, SessionOutcome::Success),
-            _ = slot.stop_token().cancelled_owned() => (RelayStats::default(), SessionOutcome::Drained),
+        let counters = RelayCounters::default();
+        let activity = ActivityClock::new();
+        let idle = async {
+            match idle_timeout {
+                Some(limit) => activity.quiet_for(limit).await,
+                None => std::future::pending().await,
+            }
         };
+        let outcome = tokio::select! {
+            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity) => SessionOutcome::Success,
+            _ = slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
+            _ = idle => SessionOutcome::IdleTimeout,
+        };
+        let stats = counters.stats();
         drop(slot);
         guard.finish(outcome, stats.client_to_upstream, stats.upstream_to_client);
         info!(
@@ -230,8 +249,26 @@ fn upstream_request(
     Ok(req)
 }
 
+/// Bytes copied so far each way; readable even when the relay was cut short.
+#[derive(Debug, Default)]
+pub struct RelayCounters {
+    client_to_upstream: AtomicU64,
+    upstream_to_client: AtomicU64,
+}
+
+impl RelayCounters {
+    /// The counts now.
+    pub fn stats(&self) -> RelayStats {
+        RelayStats {
+            client_to_upstream: self.client_to_upstream.load(Ordering::Relaxed),
+            upstream_to_client: self.upstream_to_client.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Copies both ways until both directions end; a finished direction half-closes the other side.
-pub async fn pump<C, U>(client: C, upstream: U) -> RelayStats
+/// Bytes are counted on `counters` and every read is noted on `activity`.
+pub async fn pump<C, U>(client: C, upstream: U, counters: &RelayCounters, activity: &ActivityClock)
 where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -239,38 +276,32 @@ where
     let (mut cr, mut cw) = tokio::io::split(client);
     let (mut ur, mut uw) = tokio::io::split(upstream);
     let down = async {
-        let n = copy(&mut ur, &mut cw).await;
+        copy(&mut ur, &mut cw, &counters.upstream_to_client, activity).await;
         let _ = cw.shutdown().await;
-        n
     };
     let up = async {
-        let n = copy(&mut cr, &mut uw).await;
+        copy(&mut cr, &mut uw, &counters.client_to_upstream, activity).await;
         let _ = uw.shutdown().await;
-        n
     };
-    let (upstream_to_client, client_to_upstream) = tokio::join!(down, up);
-    RelayStats {
-        client_to_upstream,
-        upstream_to_client,
-    }
+    tokio::join!(down, up);
 }
 
-/// Copies until EOF or an error, with one bounded buffer; returns the bytes copied.
-async fn copy<R, W>(r: &mut R, w: &mut W) -> u64
+/// Copies until EOF or an error, with one bounded buffer, adding what was copied to `total`.
+async fn copy<R, W>(r: &mut R, w: &mut W, total: &AtomicU64, activity: &ActivityClock)
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; 32 * 1024];
-    let mut total = 0u64;
     loop {
         let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => return total,
+            Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        activity.touch();
         if w.write_all(&buf[..n]).await.is_err() {
-            return total;
+            return;
         }
-        total += n as u64;
+        total.fetch_add(n as u64, Ordering::Relaxed);
     }
 }

@@ -54,6 +54,9 @@ pub async fn serve(
             }
         };
         let _ = tcp.set_nodelay(true);
+        if let Some(idle) = state.tcp_keepalive {
+            super::tcp_keepalive::enable(&tcp, idle);
+        }
         tokio::spawn(serve_connection(tcp, peer, state.clone()));
     }
 }

@@ -8,6 +8,7 @@ use super::metrics::Metrics;
 use super::sessions::Sessions;
 use super::upstream::{PooledClient, Upstream};
 use crate::translate::remote_command::SessionLimits;
+use crate::translate::ws::Keepalive;
 
 /// Shared, read-only proxy state.
 pub struct ProxyState {
@@ -18,7 +19,16 @@ pub struct ProxyState {
     /// Largest WebSocket message accepted from a client.
     pub max_message_size: usize,
     /// How often translated sessions ping the upstream (keeps middleboxes from cutting them).
-    pub upstream_ping_interval: Duration,
+    pub upstream_ping_interval: Option<Duration>,
+    /// How long after a ping was due a translated session's upstream may stay silent.
+    pub upstream_ping_timeout: Option<Duration>,
+    /// Pings to the clients of translated sessions and tunnels, and how long they may stay
+    /// silent.
+    pub client_keepalive: Option<Keepalive>,
+    /// How long a streaming session may carry no data either way.
+    pub stream_idle_timeout: Option<Duration>,
+    /// TCP keepalive idle time on accepted client connections.
+    pub tcp_keepalive: Option<Duration>,
     /// Longest wait for the upstream's answer to an upgrade, and for a client's upgrade to
     /// complete.
     pub handshake_timeout: Duration,
@@ -51,7 +61,14 @@ impl ProxyState {
             client,
             session_limits: SessionLimits::default(),
             max_message_size: 32 * 1024 * 1024,
-            upstream_ping_interval: Duration::from_secs(5),
+            upstream_ping_interval: Some(Duration::from_secs(5)),
+            upstream_ping_timeout: Some(Duration::from_secs(30)),
+            client_keepalive: Some(Keepalive {
+                interval: Duration::from_secs(30),
+                timeout: Some(Duration::from_secs(30)),
+            }),
+            stream_idle_timeout: Some(Duration::from_secs(4 * 3600)),
+            tcp_keepalive: Some(Duration::from_secs(30)),
             handshake_timeout: Duration::from_secs(30),
             request_header_timeout: Duration::from_secs(30),
             idle_connection_timeout: Duration::from_secs(90),

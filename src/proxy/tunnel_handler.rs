@@ -70,7 +70,7 @@ pub async fn handle(
         .protocol
         .as_ref()
         .map(|p| format!("{TUNNEL_PREFIX}{p}"));
-    let ws_config = socket_config(state.max_message_size);
+    let ws_config = socket_config(&state);
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
     tokio::spawn(async move {
@@ -87,6 +87,7 @@ pub async fn handle(
             upgraded_upstream.io,
             upgraded_upstream.leftover,
             slot.stop_token(),
+            state.stream_idle_timeout,
         )
         .await;
         drop(slot);
@@ -94,6 +95,8 @@ pub async fn handle(
             TunnelEnd::Drained => SessionOutcome::Drained,
             TunnelEnd::Upstream => SessionOutcome::Success,
             TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
+            TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
+            TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
         };
         guard.finish(result, outcome.bytes_up, outcome.bytes_down);
         let path = path_and_query.split('?').next().unwrap_or("");
@@ -107,7 +110,7 @@ pub async fn handle(
             outcome = result.label(),
             bytes_up = outcome.bytes_up,
             bytes_down = outcome.bytes_down,
-            ended_by = ?outcome.ended_by,
+            ended_by = outcome.ended_by.describe(),
             duration_ms = outcome.duration.as_millis() as u64,
             "port-forward tunnel finished"
         );

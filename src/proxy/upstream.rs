@@ -111,6 +111,8 @@ pub struct Upstream {
     /// The proxy's own client certificate, if it presents one.
     client_cert: Option<Arc<ReloadingClientCert>>,
     dial_timeout: Duration,
+    /// TCP keepalive idle time on every connection (`--tcp-keepalive`).
+    tcp_keepalive: Option<Duration>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -175,7 +177,14 @@ impl Upstream {
             pooled_tls,
             client_cert,
             dial_timeout: Duration::from_secs(10),
+            tcp_keepalive: None,
         })
+    }
+
+    /// Turns TCP keepalive on for every connection to the upstream (`None`: off).
+    pub fn with_tcp_keepalive(mut self, idle: Option<Duration>) -> Self {
+        self.tcp_keepalive = idle;
+        self
     }
 
     /// Sets how long dialling (TCP and TLS) may take.
@@ -235,6 +244,9 @@ impl Upstream {
                     source,
                 })?;
             let _ = tcp.set_nodelay(true);
+            if let Some(idle) = self.tcp_keepalive {
+                super::tcp_keepalive::enable(&tcp, idle);
+            }
             match (connector, &self.tls) {
                 (Some(connector), Some((_, name))) => connector
                     .connect(name.clone(), tcp)

@@ -7,6 +7,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
+use super::state::ProxyState;
 use crate::translate::ws::{Config, WebSocket};
 
 /// The client's WebSocket once the 101 went out.
@@ -79,8 +80,11 @@ pub fn switching_protocols<B: Default>(accept: &str, protocol: Option<&str>) -> 
 }
 
 /// WebSocket settings for client connections (buffers size themselves to the traffic).
-pub fn socket_config(max_message_size: usize) -> Config {
-    Config { max_message_size }
+pub fn socket_config(state: &ProxyState) -> Config {
+    Config {
+        max_message_size: state.max_message_size,
+        keepalive: state.client_keepalive,
+    }
 }
 
 /// Why the client's side of an upgrade did not complete.

@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket};
+use crate::activity_clock::ActivityClock;
 
 /// Largest upstream read turned into one message. kube-apiserver's tunnel uses 32 KiB; 64 KiB
 /// halves the reads and writes here and the messages kubectl has to take apart, and kubectl's
@@ -46,16 +47,38 @@ pub enum TunnelEnd {
     ClientViolation,
     /// The proxy shut down (drain timeout passed).
     Drained,
+    /// The client stopped answering pings.
+    ClientUnresponsive,
+    /// No byte went either way for the idle timeout.
+    IdleTimeout,
+}
+
+impl TunnelEnd {
+    /// How the session log says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TunnelEnd::Client => "client",
+            TunnelEnd::Upstream => "upstream",
+            TunnelEnd::ClientViolation => "client protocol violation",
+            TunnelEnd::Drained => "drained",
+            TunnelEnd::ClientUnresponsive => "client unresponsive",
+            TunnelEnd::IdleTimeout => "idle timeout",
+        }
+    }
 }
 
 /// Relays until either side ends, then closes both: Close 1000 to the client, shutdown to the
 /// upstream. `leftover` are bytes the upstream sent right after its 101.
-/// `stop` ends the tunnel early (graceful shutdown), with Close 1001 to the client.
+/// `stop` ends the tunnel early (graceful shutdown), with Close 1001 to the client;
+/// `idle_timeout` ends a tunnel that carried no byte either way for that long (the client's
+/// pings do not count). A client that stops answering the WebSocket's keepalive pings ends it
+/// too, without a closing handshake.
 pub async fn run<S, U>(
     ws: WebSocket<S>,
     upstream: U,
     leftover: Bytes,
     stop: CancellationToken,
+    idle_timeout: Option<Duration>,
 ) -> TunnelOutcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -63,9 +86,12 @@ where
 {
     let started = Instant::now();
     let (mut reader, mut writer) = ws.split();
+    let liveness = reader.liveness();
     let (mut up_read, mut up_write) = tokio::io::split(upstream);
     let mut bytes_up = 0u64;
     let mut bytes_down = 0u64;
+    // When a byte last went either way.
+    let activity = ActivityClock::new();
 
     let downstream = async {
         if !leftover.is_empty() {
@@ -85,6 +111,7 @@ where
                     Ok(0) | Err(_) => return,
                     Ok(n) => {
                         bytes_down += n as u64;
+                        activity.touch();
                         read_size = if n >= read_size {
                             CHUNK
                         } else if n < IDLE_READ {
@@ -102,8 +129,8 @@ where
                         }
                     }
                 },
-                // Flushing sends the pong.
-                _ = writer.ping_received() => {
+                // Flushing sends the pong or the keepalive ping.
+                () = writer.control_due() => {
                     if writer.flush().await.is_err() {
                         return;
                     }
@@ -127,6 +154,7 @@ where
             };
             match msg {
                 Ok(Incoming::Binary(data)) => {
+                    activity.touch();
                     batch.push(data);
                     // A message already read is "arriving" too: `next` returns it at once.
                     if !batch.is_full() && reader.data_frame_arriving(BATCH_BYTES as u64) {
@@ -163,12 +191,29 @@ where
         }
         end
     };
+    let idle = async {
+        match idle_timeout {
+            Some(limit) => activity.quiet_for(limit).await,
+            None => std::future::pending().await,
+        }
+    };
     let ended_by = tokio::select! {
         _ = downstream => TunnelEnd::Upstream,
         end = upstream_dir => end,
         _ = stop.cancelled() => TunnelEnd::Drained,
+        _ = liveness.lost() => TunnelEnd::ClientUnresponsive,
+        _ = idle => TunnelEnd::IdleTimeout,
     };
     let _ = up_write.shutdown().await;
+    if ended_by == TunnelEnd::ClientUnresponsive {
+        // Nothing reaches a client that answers nothing: no closing handshake to wait for.
+        return TunnelOutcome {
+            bytes_up,
+            bytes_down,
+            ended_by,
+            duration: started.elapsed(),
+        };
+    }
     let close = match (client_close, violation, ended_by) {
         // The client closed: echoing its code completes the handshake, nothing to wait for.
         (Some(frame), ..) => {
@@ -180,6 +225,10 @@ where
         (None, None, TunnelEnd::Drained) => Some(CloseFrame::new(
             CloseCode::AWAY,
             "kube-ws-proxy is shutting down",
+        )),
+        (None, None, TunnelEnd::IdleTimeout) => Some(CloseFrame::new(
+            CloseCode::NORMAL,
+            "idle: no data either way for the stream idle timeout (kube-ws-proxy)",
         )),
         _ => Some(CloseFrame::new(CloseCode::NORMAL, "")),
     };
@@ -372,9 +421,10 @@ mod tests {
             server,
             Config {
                 max_message_size: 1 << 20,
+                keepalive: None,
             },
         );
-        let task = tokio::spawn(run(ws, ours, Bytes::new(), CancellationToken::new()));
+        let task = tokio::spawn(run(ws, ours, Bytes::new(), CancellationToken::new(), None));
         (client, upstream, task, writes)
     }
 

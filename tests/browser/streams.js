@@ -2,7 +2,8 @@
 // A browser cannot set `Authorization` on a WebSocket, so the token travels as the
 // `base64url.bearer.authorization.k8s.io.<token>` subprotocol entry (PROTOCOL.md §1.2).
 //
-// Query string: proxy=<host:port>, token=<bearer token>, scenario=<v5-exec|base64-exec|log>.
+// Query string: proxy=<host:port>, token=<bearer token>,
+// scenario=<v5-exec|base64-exec|log|idle-exec>, idle=<ms> (idle-exec).
 // The outcome is POSTed as JSON to /result: {scenario, ok: true, result} or {scenario, ok:
 // false, error}.
 'use strict';
@@ -169,7 +170,67 @@ async function followLog() {
   };
 }
 
-const scenarios = { 'v5-exec': v5Exec, 'base64-exec': base64Exec, log: followLog };
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Polls `done` every 50 ms; false if it is still not true after `ms`. */
+async function waitUntil(done, ms) {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > deadline) return false;
+    await sleep(50);
+  }
+  return true;
+}
+
+/**
+ * v5 exec of `cat` that sits idle (query `idle`, ms) between two lines of stdin: a line, its
+ * echo, silence, another line, the CLOSE signal. Reports whether the session was still open
+ * after the silence and what came back, rather than failing, so that the test can also show
+ * a session that did not survive.
+ */
+async function idleExec() {
+  const idleMs = Number(params.get('idle') || '10000');
+  const s = session(execUrl(['cat']), [bearerEntry(token), 'v5.channel.k8s.io']);
+  await s.opened;
+  const start = Date.now();
+  let closedAfterMs = null;
+  s.closed.then(() => {
+    closedAfterMs = Date.now() - start;
+  });
+  const channel = (n) =>
+    concat(s.messages.filter((m) => typeof m !== 'string' && m[0] === n).map((m) => m.subarray(1)));
+  s.ws.send(concat([Uint8Array.of(0), utf8.encode('before the silence\n')]));
+  const echoed = await waitUntil(
+    () => text.decode(channel(1)).includes('before the silence\n') || closedAfterMs !== null,
+    10000,
+  );
+  if (!echoed) throw new Error('the first line never came back');
+  await sleep(idleMs);
+  const openAfterIdle = s.ws.readyState === WebSocket.OPEN;
+  if (openAfterIdle) {
+    s.ws.send(concat([Uint8Array.of(0), utf8.encode('after the silence\n')]));
+    s.ws.send(Uint8Array.of(255, 0));
+  }
+  const close = await Promise.race([s.closed, sleep(10000).then(() => null)]);
+  const statusBytes = channel(3);
+  return {
+    protocol: s.ws.protocol,
+    openAfterIdle,
+    closedAfterMs,
+    stdout: text.decode(channel(1)),
+    status: statusBytes.length > 0 ? JSON.parse(text.decode(statusBytes)) : null,
+    close,
+  };
+}
+
+const scenarios = {
+  'v5-exec': v5Exec,
+  'base64-exec': base64Exec,
+  log: followLog,
+  'idle-exec': idleExec,
+};
 
 async function report(body) {
   log(JSON.stringify(body));

@@ -30,6 +30,10 @@ pub struct Config {
     /// Send a PING this often (client-go and the apiserver translator use 5 s; the
     /// port-forward tunnel uses 10 s). `None` disables our own pings; peer pings are always echoed.
     pub ping_interval: Option<Duration>,
+    /// How long after a ping was due the peer may stay silent (nothing at all read from it)
+    /// before the session ends with [`SessionEnd::PingTimeout`](super::SessionEnd). Only with
+    /// `ping_interval`; `None`: silence is never held against the peer.
+    pub ping_timeout: Option<Duration>,
     /// How long `open_stream` waits for the peer's SYN_REPLY (client-go: 30 s).
     pub syn_reply_timeout: Duration,
     /// Bytes of received DATA a stream may hold before the session stops reading the socket.
@@ -48,6 +52,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             ping_interval: Some(Duration::from_secs(5)),
+            ping_timeout: None,
             syn_reply_timeout: Duration::from_secs(30),
             stream_inbox_bytes: 256 * 1024,
             data_queue_frames: 4,

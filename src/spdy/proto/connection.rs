@@ -183,6 +183,8 @@ impl Connection {
             let st = self.shared.lock();
             if st.ended.is_some() {
                 drop(st);
+                // The writer stops by itself once the session has ended, even in the middle of
+                // a write the peer never takes; with the reader gone too the socket is released.
                 self.reader.abort();
                 return;
             }

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use crate::spdy::frame::{FrameError, GoAwayStatus, RstStatus};
 
 /// Errors of the SPDY session and its streams.
@@ -50,6 +52,9 @@ pub enum SessionEnd {
     /// The peer violated the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// Nothing came from the peer, not even the answer to a ping, for this long.
+    #[error("the peer stopped answering: nothing heard for {0:?}")]
+    PingTimeout(Duration),
 }
 
 impl SessionEnd {

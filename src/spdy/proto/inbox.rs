@@ -55,6 +55,18 @@ impl InboxSender {
         }
         self.tx.send(data).is_ok()
     }
+
+    /// Queues `data` if there is room now; gives it back if the inbox is full. `Ok(false)`: the
+    /// receiver is gone and the data was discarded.
+    pub(crate) fn try_deliver(&self, data: Bytes) -> Result<bool, Bytes> {
+        let n = permits_for(data.len(), self.capacity);
+        match self.room.try_acquire_many(n) {
+            Ok(permit) => permit.forget(),
+            Err(tokio::sync::TryAcquireError::Closed) => return Ok(false),
+            Err(tokio::sync::TryAcquireError::NoPermits) => return Err(data),
+        }
+        Ok(self.tx.send(data).is_ok())
+    }
 }
 
 impl InboxReceiver {

@@ -1,12 +1,19 @@
 //! The reader task: decodes frames from the socket and dispatches them. It is the only place
 //! that blocks on a full stream inbox, which is how a slow stream reader slows the peer.
+//!
+//! It also decides whether the peer is still there (`Config::ping_timeout`): the writer pings
+//! every interval, so a live peer is heard from at least that often. Time spent parked on a
+//! full inbox does not count as the peer's silence: the peer's answers wait behind the data
+//! we have not read.
 
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
 
 use super::error::SessionEnd;
 use super::inbox::inbox;
@@ -28,6 +35,8 @@ pub(crate) struct Reader<R> {
     incoming: Option<mpsc::Sender<IncomingStream>>,
     /// How much the next read asks for.
     sizer: ReadSizer,
+    /// When the peer was last heard from (or the reader was last unparked).
+    last_heard: Instant,
 }
 
 impl<R: AsyncRead + Unpin> Reader<R> {
@@ -48,6 +57,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             shared,
             incoming,
             sizer: ReadSizer::new(FRAME_SLACK),
+            last_heard: Instant::now(),
         }
     }
 
@@ -57,6 +67,15 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     }
 
     async fn read_loop(&mut self) -> SessionEnd {
+        let config = &self.shared.config;
+        let allowed = config
+            .ping_interval
+            .zip(config.ping_timeout)
+            .map(|(i, t)| i + t);
+        // One timer for the session's life, moved forward only when it fires: no timer work
+        // per read.
+        let mut silence: Option<Pin<Box<Sleep>>> =
+            allowed.map(|a| Box::pin(tokio::time::sleep_until(self.last_heard + a)));
         loop {
             let mut releasing = !self.decoder.header_context_released();
             if releasing && self.shared.release_decoder.load(Ordering::Acquire) {
@@ -91,6 +110,17 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 read = self.io.read_buf(&mut limited) => read,
                 // Back to the top of the loop, which releases the context.
                 _ = self.shared.release_wake.notified(), if releasing => continue,
+                () = silent(&mut silence) => {
+                    let allowed = allowed.expect("a timer only with a limit");
+                    let deadline = self.last_heard + allowed;
+                    if Instant::now() >= deadline {
+                        return SessionEnd::PingTimeout(allowed);
+                    }
+                    if let Some(timer) = silence.as_mut() {
+                        timer.as_mut().reset(deadline);
+                    }
+                    continue;
+                }
             };
             match read {
                 Ok(0) => {
@@ -99,7 +129,10 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                         None => SessionEnd::Eof,
                     }
                 }
-                Ok(n) => self.sizer.observe(n, want, missing),
+                Ok(n) => {
+                    self.sizer.observe(n, want, missing);
+                    self.last_heard = Instant::now();
+                }
                 Err(e) => return SessionEnd::Io(e.to_string()),
             }
         }
@@ -160,7 +193,11 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         };
         if let Some(inbox) = target {
             if !data.payload.is_empty() {
-                inbox.deliver(data.payload).await;
+                if let Err(payload) = inbox.try_deliver(data.payload) {
+                    // Parked until the stream's reader makes room: not the peer's silence.
+                    inbox.deliver(payload).await;
+                    self.last_heard = Instant::now();
+                }
             }
         }
         Ok(())
@@ -258,5 +295,13 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             return Err(SessionEnd::Local);
         }
         Ok(())
+    }
+}
+
+/// Resolves when the silence timer fires (never without one).
+async fn silent(timer: &mut Option<Pin<Box<Sleep>>>) {
+    match timer {
+        Some(t) => t.as_mut().await,
+        None => std::future::pending().await,
     }
 }

@@ -423,3 +423,261 @@ async fn close_never_overtakes_data_already_sent() {
     assert_eq!(payload, b"status".repeat(16));
     let _ = id;
 }
+
+/// Pings every 5 s, and the peer may stay silent 10 s past a due ping: 15 s in all.
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+const ALLOWED_SILENCE: Duration = Duration::from_secs(15);
+
+fn liveness() -> Config {
+    Config {
+        ping_interval: Some(PING_INTERVAL),
+        ping_timeout: Some(PING_TIMEOUT),
+        ..Config::default()
+    }
+}
+
+/// Opens one stream against `peer`, which replies to it.
+async fn open_against(client: &Connection, peer: &mut RawPeer) -> Stream {
+    let open = tokio::spawn({
+        let c = client.clone();
+        async move { c.open_stream(headers("stdout")).await }
+    });
+    peer.accept().await;
+    open.await.unwrap().unwrap()
+}
+
+/// Whether the other end of `io` is gone: writing to a dropped duplex end fails.
+async fn other_end_dropped(io: &mut DuplexStream) -> bool {
+    match io.write_all(b"x").await {
+        Ok(()) => false,
+        Err(e) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe);
+            true
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn unanswered_pings_end_the_session_as_ping_timeout() {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let client = Connection::client(a, Bytes::new(), liveness());
+    let mut peer = RawPeer::new(b);
+    let (_tx, mut rx) = open_against(&client, &mut peer).await.split();
+    // The SYN_REPLY just written is the last thing the client hears.
+    let silent_since = tokio::time::Instant::now();
+    // The peer reads everything and answers nothing.
+    let drain = tokio::spawn(async move {
+        let mut pings = 0;
+        while let Some(frame) = peer.read().await {
+            if matches!(frame, Frame::Ping(_)) {
+                pings += 1;
+            }
+        }
+        pings
+    });
+    let end = client.closed().await;
+    let waited = silent_since.elapsed();
+    assert_eq!(end, SessionEnd::PingTimeout(ALLOWED_SILENCE));
+    assert!(!end.is_clean());
+    assert!(waited >= ALLOWED_SILENCE, "ended after {waited:?}");
+    assert!(
+        waited <= ALLOWED_SILENCE + Duration::from_millis(50),
+        "ended after {waited:?}"
+    );
+    // Open streams end as on a lost connection.
+    assert!(matches!(
+        rx.recv().await,
+        Some(Err(Error::SessionClosed(SessionEnd::PingTimeout(_))))
+    ));
+    assert!(rx.recv().await.is_none());
+    assert_eq!(
+        client.end_reason(),
+        Some(SessionEnd::PingTimeout(ALLOWED_SILENCE))
+    );
+    assert!(SessionEnd::PingTimeout(ALLOWED_SILENCE)
+        .to_string()
+        .contains("stopped answering"));
+    // The writer stops and shuts its half down: the peer sees EOF.
+    let pings = tokio::time::timeout(Duration::from_secs(1), drain)
+        .await
+        .expect("the peer sees EOF")
+        .unwrap();
+    assert!(pings >= 2, "the peer saw {pings} pings");
+}
+
+#[tokio::test(start_paused = true)]
+async fn answered_pings_keep_the_session_up() {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let client = Connection::client(a, Bytes::new(), liveness());
+    let mut peer = RawPeer::new(b);
+    let (_tx, _rx) = open_against(&client, &mut peer).await.split();
+    // The peer says nothing but the answers to our pings.
+    let answers = tokio::spawn(async move {
+        let mut answered = 0;
+        while let Some(frame) = peer.read().await {
+            if let Frame::Ping(ping) = frame {
+                peer.write(Frame::Ping(ping)).await;
+                answered += 1;
+            }
+        }
+        answered
+    });
+    tokio::time::sleep(10 * ALLOWED_SILENCE).await;
+    assert_eq!(client.end_reason(), None);
+    client.close().await;
+    let answered = answers.await.unwrap();
+    assert!(answered >= 29, "only {answered} pings answered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_ping_timeout_silence_is_not_held_against_the_peer() {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let config = Config {
+        ping_timeout: None,
+        ..liveness()
+    };
+    let client = Connection::client(a, Bytes::new(), config);
+    let mut peer = RawPeer::new(b);
+    let (_tx, _rx) = open_against(&client, &mut peer).await.split();
+    let drain = tokio::spawn(async move { while peer.read().await.is_some() {} });
+    tokio::time::sleep(20 * ALLOWED_SILENCE).await;
+    assert_eq!(client.end_reason(), None);
+    client.close().await;
+    drain.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_local_consumer_is_not_peer_silence() {
+    // The peer floods a stream and answers pings, but its answers queue behind DATA that the
+    // session cannot read while the stream's consumer sleeps: that is not the peer's silence.
+    let (a, b) = tokio::io::duplex(16 * 1024);
+    let config = Config {
+        stream_inbox_bytes: 64 * 1024,
+        ..liveness()
+    };
+    let client = Connection::client(a, Bytes::new(), config);
+    let mut peer = RawPeer::new(b);
+    let (_tx, mut rx) = open_against(&client, &mut peer).await.split();
+    let id = StreamId::new(1);
+    let RawPeer {
+        io,
+        mut buf,
+        mut dec,
+        mut enc,
+    } = peer;
+    let (mut peer_read, mut peer_write) = tokio::io::split(io);
+    // One writer for the peer: DATA and ping answers in the order they were queued.
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<Frame>(4);
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = out_rx.recv().await {
+            let mut out = BytesMut::new();
+            enc.encode(&frame, &mut out).unwrap();
+            if peer_write.write_all(&out).await.is_err() {
+                return;
+            }
+        }
+    });
+    let answers = tokio::spawn({
+        let out_tx = out_tx.clone();
+        async move {
+            let mut answered = 0;
+            loop {
+                while let Some(frame) = dec.decode(&mut buf).unwrap() {
+                    if let Frame::Ping(ping) = frame {
+                        let _ = out_tx.send(Frame::Ping(ping)).await;
+                        answered += 1;
+                    }
+                }
+                if peer_read.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                    return answered;
+                }
+            }
+        }
+    });
+    let chunk = Bytes::from(vec![3u8; 16 * 1024]);
+    let frames = 64;
+    let flood = tokio::spawn(async move {
+        for i in 0..frames {
+            let frame = Frame::Data(Data {
+                stream_id: id,
+                fin: i == frames - 1,
+                payload: chunk.clone(),
+            });
+            out_tx.send(frame).await.unwrap();
+        }
+    });
+    // Far longer than the allowed silence, with the session parked on the full inbox.
+    tokio::time::sleep(6 * ALLOWED_SILENCE).await;
+    assert_eq!(client.end_reason(), None);
+    let mut received = 0;
+    while let Some(chunk) = rx.recv().await {
+        received += chunk.unwrap().len();
+    }
+    assert_eq!(received, frames * 16 * 1024);
+    assert!(!rx.was_reset());
+    flood.await.unwrap();
+    // And the session lives on once the backlog is gone.
+    tokio::time::sleep(2 * ALLOWED_SILENCE).await;
+    assert_eq!(client.end_reason(), None);
+    client.close().await;
+    assert!(answers.await.unwrap() >= 6);
+    writer.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn ping_timeout_releases_a_writer_blocked_on_a_peer_that_stopped_reading() {
+    let (a, b) = tokio::io::duplex(4 * 1024);
+    let client = Connection::client(a, Bytes::new(), liveness());
+    let mut peer = RawPeer::new(b);
+    let (mut tx, _rx) = open_against(&client, &mut peer).await.split();
+    let silent_since = tokio::time::Instant::now();
+    // The peer now neither reads nor writes; our writer blocks on the full pipe.
+    let sender = tokio::spawn(async move {
+        let chunk = Bytes::from(vec![5u8; 16 * 1024]);
+        while tx.send(chunk.clone()).await.is_ok() {}
+    });
+    assert_eq!(
+        client.closed().await,
+        SessionEnd::PingTimeout(ALLOWED_SILENCE)
+    );
+    assert!(silent_since.elapsed() <= ALLOWED_SILENCE + Duration::from_millis(50));
+    tokio::time::timeout(Duration::from_millis(10), client.close())
+        .await
+        .expect("close returns at once on an ended session");
+    tokio::time::timeout(Duration::from_millis(10), sender)
+        .await
+        .expect("sends fail once the session ended")
+        .unwrap();
+    // Both socket tasks are gone, so the client's end of the pipe is dropped: writes to it
+    // fail, and the peer reads what was buffered, then EOF.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(other_end_dropped(&mut peer.io).await);
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_millis(10), peer.io.read_to_end(&mut rest))
+        .await
+        .expect("EOF after the buffered bytes")
+        .unwrap();
+    assert!(read > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_against_a_peer_that_stopped_reading_releases_the_socket() {
+    // Without pings: close itself gives up on the peer after its grace period.
+    let (a, b) = tokio::io::duplex(4 * 1024);
+    let client = Connection::client(a, Bytes::new(), quiet());
+    let mut peer = RawPeer::new(b);
+    let (mut tx, _rx) = open_against(&client, &mut peer).await.split();
+    tokio::spawn(async move {
+        let chunk = Bytes::from(vec![5u8; 16 * 1024]);
+        while tx.send(chunk.clone()).await.is_ok() {}
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = tokio::time::Instant::now();
+    client.close().await;
+    assert!(started.elapsed() <= Duration::from_secs(2));
+    assert_eq!(client.end_reason(), Some(SessionEnd::Local));
+    // The writer gives up its blocked write at once, the reader is aborted after the grace.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(other_end_dropped(&mut peer.io).await);
+}

@@ -5,10 +5,11 @@
 
 use std::io::IoSlice;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::error::SessionEnd;
 use super::shared::{Control, DataCmd, Shared};
@@ -20,6 +21,8 @@ use crate::spdy::frame::{Frame, GoAway, GoAwayStatus, Ping, PingId, RstStatus, R
 const COPY_LIMIT: usize = 4 * 1024;
 /// Stop coalescing once this much is buffered.
 const BATCH_BYTES: usize = 64 * 1024;
+/// How long the final shutdown of the write half may take.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 pub(crate) struct Writer<W> {
     io: W,
@@ -35,6 +38,13 @@ pub(crate) struct Writer<W> {
 enum Step {
     Continue,
     Stop,
+}
+
+/// What the main loop picked up for the next step.
+enum Work {
+    Control(Control),
+    Data(DataCmd),
+    Ping,
 }
 
 impl<W: AsyncWrite + Unpin> Writer<W> {
@@ -62,22 +72,38 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
             t
         });
         let mut end_rx = self.shared.subscribe_end();
+        // A step was given up half-way: the peer is not taking bytes, so shutdown would wait too.
+        let mut abandoned = false;
         loop {
-            let step = if let Some(close) = self.pending_close.take() {
-                self.control(close).await
+            let work = if let Some(close) = self.pending_close.take() {
+                Work::Control(close)
             } else {
                 tokio::select! {
+                    biased;
+                    cmd = self.control_rx.recv() => match cmd {
+                        Some(cmd) => Work::Control(cmd),
+                        None => break,
+                    },
+                    () = ended(&mut end_rx) => break,
+                    cmd = self.data_rx.recv() => match cmd {
+                        Some(cmd) => Work::Data(cmd),
+                        None => break,
+                    },
+                    () = tick(&mut ping_timer) => Work::Ping,
+                }
+            };
+            // A step waits for the socket. Once the session is over (ping timeout, close that
+            // timed out, ...) a peer that stopped reading would hold the task and the socket for
+            // ever, so the step is dropped then. It is polled first: what the socket takes at
+            // once still goes out, the hot path never polls the watch, and Close, which ends the
+            // session itself just before it returns (same poll, no await in between), is never
+            // cut short by its own end.
+            let step = tokio::select! {
                 biased;
-                cmd = self.control_rx.recv() => match cmd {
-                    Some(cmd) => self.control(cmd).await,
-                    None => Ok(Step::Stop),
-                },
-                _ = end_rx.changed() => Ok(Step::Stop),
-                cmd = self.data_rx.recv() => match cmd {
-                    Some(cmd) => self.data(cmd).await,
-                    None => Ok(Step::Stop),
-                },
-                _ = tick(&mut ping_timer) => self.ping().await,
+                step = self.step(work) => step,
+                () = ended(&mut end_rx) => {
+                    abandoned = true;
+                    Ok(Step::Stop)
                 }
             };
             match step {
@@ -89,7 +115,18 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                 }
             }
         }
-        let _ = self.io.shutdown().await;
+        if !abandoned {
+            // Bounded: a TLS shutdown writes close_notify, which a frozen peer never takes.
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.io.shutdown()).await;
+        }
+    }
+
+    async fn step(&mut self, work: Work) -> std::io::Result<Step> {
+        match work {
+            Work::Control(cmd) => self.control(cmd).await,
+            Work::Data(cmd) => self.data(cmd).await,
+            Work::Ping => self.ping().await,
+        }
     }
 
     fn encode(&mut self, frame: &Frame) -> std::io::Result<()> {
@@ -138,6 +175,8 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                 }))?;
                 let result = self.flush().await;
                 let _ = self.io.shutdown().await;
+                // No await from here on: `run` drops a step once the session has ended, and this
+                // end must not cut the close short.
                 self.shared.end(SessionEnd::Local);
                 let _ = done.send(());
                 result.map(|_| Step::Stop)
@@ -207,6 +246,12 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
         }
         self.io.flush().await
     }
+}
+
+/// Resolves once the session has ended (at once if it already has).
+async fn ended(rx: &mut watch::Receiver<Option<SessionEnd>>) {
+    // An error means the sender is gone, which only happens with the session itself.
+    let _ = rx.wait_for(Option::is_some).await;
 }
 
 async fn tick(timer: &mut Option<tokio::time::Interval>) {

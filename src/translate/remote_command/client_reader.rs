@@ -10,6 +10,7 @@ use tokio::io::AsyncRead;
 use tokio::sync::{mpsc, watch};
 
 use super::stdin_pump::StdinItem;
+use crate::activity_clock::ActivityClock;
 use crate::translate::channel::Channel;
 use crate::translate::close_signal::{CloseSignal, CLOSE_SIGNAL_BYTE};
 use crate::translate::resize::{ResizeDecoder, TerminalSize};
@@ -22,6 +23,8 @@ pub(crate) enum ClientEnd {
     Closed(Option<CloseFrame>),
     /// The connection ended without a Close frame (or failed).
     Gone,
+    /// The client stopped answering pings (decided by the session, not the reader).
+    Unresponsive,
     /// The client broke the protocol; close with this code and reason.
     Violation(CloseCode, String),
 }
@@ -34,21 +37,23 @@ pub(crate) struct ClientSinks {
 }
 
 /// Reads until the client closes, goes away or breaks the protocol. The sinks are dropped when
-/// it returns, which is what tells the stdin pump that no more stdin will come.
+/// it returns, which is what tells the stdin pump that no more stdin will come. Every data
+/// message is noted on `data` (the session's idle clock).
 pub(crate) async fn read_client<R>(
     reader: &mut WsReader<R>,
     mut sinks: ClientSinks,
     bytes_in: &AtomicU64,
+    data: &ActivityClock,
 ) -> ClientEnd
 where
     R: AsyncRead + Unpin,
 {
     let mut resize = ResizeDecoder::new();
     while let Some(msg) = reader.next().await {
-        let data = match msg {
+        let message = match msg {
             // The reference server reads text frames as bytes too (x/net `Message.Receive`),
             // and the Python client sends string stdin as text: same channel framing.
-            Ok(Incoming::Binary(data) | Incoming::Text(data)) => data,
+            Ok(Incoming::Binary(message) | Incoming::Text(message)) => message,
             Ok(Incoming::Close(frame)) => return ClientEnd::Closed(frame),
             Err(e) => {
                 return match e.close_code() {
@@ -57,7 +62,8 @@ where
                 }
             }
         };
-        if let Some(end) = dispatch(data, &mut sinks, &mut resize, bytes_in).await {
+        data.touch();
+        if let Some(end) = dispatch(message, &mut sinks, &mut resize, bytes_in).await {
             return end;
         }
     }

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
+use crate::activity_clock::ActivityClock;
 use crate::spdy::proto::RecvStream;
 use crate::translate::channel::Channel;
 use crate::translate::ws::WsWriter;
@@ -23,12 +24,14 @@ pub(crate) enum OutputEnd {
     ClientGone,
 }
 
-/// Pumps until both outputs ended. Returns the bytes forwarded.
+/// Pumps until both outputs ended, counting the bytes forwarded in `bytes_out` and noting
+/// each output on `activity` (the session's idle clock).
 pub(crate) async fn pump_output<W>(
     writer: &mut WsWriter<W>,
     mut stdout: Option<RecvStream>,
     mut stderr: Option<RecvStream>,
     bytes_out: &mut u64,
+    activity: &ActivityClock,
 ) -> OutputEnd
 where
     W: AsyncWrite + Unpin,
@@ -37,8 +40,8 @@ where
         let (channel, next) = tokio::select! {
             next = recv_opt(&mut stdout), if stdout.is_some() => (Channel::Stdout, next),
             next = recv_opt(&mut stderr), if stderr.is_some() => (Channel::Stderr, next),
-            // Flushing sends the pong.
-            _ = writer.ping_received(), if stdout.is_some() || stderr.is_some() => {
+            // Flushing sends the pong or the keepalive ping.
+            () = writer.control_due(), if stdout.is_some() || stderr.is_some() => {
                 if writer.flush().await.is_err() {
                     return OutputEnd::ClientGone;
                 }
@@ -58,6 +61,7 @@ where
             }
         };
         *bytes_out += data.len() as u64;
+        activity.touch();
         if queue(writer, channel, data).is_err() {
             return OutputEnd::ClientGone;
         }

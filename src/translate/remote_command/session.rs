@@ -13,7 +13,8 @@ use super::error_reader::read_error_stream;
 use super::output_pump::{pump_output, OutputEnd};
 use super::setup::ExecStreams;
 use super::stdin_pump::pump_stdin;
-use crate::spdy::proto::SendStream;
+use crate::activity_clock::ActivityClock;
+use crate::spdy::proto::{SendStream, SessionEnd};
 use crate::translate::channel::Channel;
 use crate::translate::resize::TerminalSize;
 use crate::translate::status::Status;
@@ -30,6 +31,9 @@ pub struct SessionLimits {
     pub stdin_queue_messages: usize,
     /// After our Close, how long to wait for the client's Close before dropping the socket.
     pub close_drain_timeout: Duration,
+    /// A session that carries no data either way (stdin, resize, stdout, stderr; pings do not
+    /// count) for this long is ended with a Status (`--stream-idle-timeout`).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for SessionLimits {
@@ -37,6 +41,7 @@ impl Default for SessionLimits {
         SessionLimits {
             stdin_queue_messages: 16,
             close_drain_timeout: Duration::from_secs(10),
+            idle_timeout: None,
         }
     }
 }
@@ -68,6 +73,28 @@ pub enum SessionEndKind {
     UpstreamRefused,
     /// The proxy shut down before the command finished; a Failure Status said so.
     Drained,
+    /// The client stopped answering pings; the upstream session was torn down.
+    ClientUnresponsive,
+    /// The upstream stopped answering pings; a Failure Status said so.
+    UpstreamUnresponsive,
+    /// No data either way for the idle timeout; a Failure Status said so.
+    IdleTimeout,
+}
+
+impl SessionEndKind {
+    /// How the session log says it (`close_reason`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            SessionEndKind::Completed => "completed",
+            SessionEndKind::ClientGone => "client gone",
+            SessionEndKind::ClientViolation => "client protocol violation",
+            SessionEndKind::UpstreamRefused => "upstream refused",
+            SessionEndKind::Drained => "drained",
+            SessionEndKind::ClientUnresponsive => "client unresponsive",
+            SessionEndKind::UpstreamUnresponsive => "upstream unresponsive",
+            SessionEndKind::IdleTimeout => "idle timeout",
+        }
+    }
 }
 
 /// Runs a translated session on an accepted `v5.channel.k8s.io` WebSocket.
@@ -93,7 +120,10 @@ where
         resize,
     } = upstream;
     let (mut reader, mut writer) = ws.split();
+    let liveness = reader.liveness();
     let mut bytes_out = 0u64;
+    // When data last went either way (`--stream-idle-timeout`).
+    let data = ActivityClock::new();
 
     // Ready message: an empty payload on the lowest writable channel.
     if writer
@@ -124,10 +154,10 @@ where
     }
 
     // Phase 1: until the command is over (outputs and the error stream ended) or the client left.
-    let client = read_client(&mut reader, sinks, &bytes_in);
+    let client = read_client(&mut reader, sinks, &bytes_in, &data);
     tokio::pin!(client);
     let upstream_done = async {
-        let out = pump_output(&mut writer, stdout, stderr, &mut bytes_out).await;
+        let out = pump_output(&mut writer, stdout, stderr, &mut bytes_out, &data).await;
         if let OutputEnd::ClientGone = out {
             return None;
         }
@@ -139,17 +169,49 @@ where
                 .unwrap_or_default(),
         )
     };
+    let idle = async {
+        match limits.idle_timeout {
+            Some(limit) => data.quiet_for(limit).await,
+            None => std::future::pending().await,
+        }
+    };
     // Either the session ends with a Status (the command's, or the shutdown's), or the client
     // ended it first.
     let ended = tokio::select! {
-        result = upstream_done => match result {
-            Some(result) => Ok((
+        result = upstream_done => match (result, conn.end_reason()) {
+            // The outputs ended because the upstream stopped answering pings, not because the
+            // command finished: say so, rather than the generic "connection lost" status.
+            (Some(_), Some(SessionEnd::PingTimeout(silent))) => Ok((
+                Status::failure(
+                    504,
+                    "Timeout",
+                    format!(
+                        "the upstream stopped answering: no reply to SPDY pings for {silent:?} \
+                         (kube-ws-proxy --upstream-ping-timeout); the session was ended"
+                    ),
+                ),
+                SessionEndKind::UpstreamUnresponsive,
+            )),
+            (Some(result), _) => Ok((
                 from_upstream_error_stream(version, &result.bytes, result.ended_cleanly),
                 SessionEndKind::Completed,
             )),
-            None => Err(ClientEnd::Gone),
+            (None, _) => Err(ClientEnd::Gone),
         },
         end = &mut client => Err(end),
+        // A client that answers nothing cannot be told anything either.
+        _ = liveness.lost() => Err(ClientEnd::Unresponsive),
+        quiet = idle => Ok((
+            Status::failure(
+                504,
+                "Timeout",
+                format!(
+                    "kube-ws-proxy ended the session: idle for {quiet:?}, no data either way \
+                     (--stream-idle-timeout)"
+                ),
+            ),
+            SessionEndKind::IdleTimeout,
+        )),
         // Shutdown: the command is still running; say so rather than cutting the socket.
         _ = stop.cancelled() => Ok((
             Status::failure(
@@ -189,6 +251,7 @@ where
             Some(frame.map(|f| CloseFrame::new(f.code, ""))),
         ),
         ClientEnd::Gone => (SessionEndKind::ClientGone, None),
+        ClientEnd::Unresponsive => (SessionEndKind::ClientUnresponsive, None),
     };
     if let Some(frame) = answer {
         let _ = tokio::time::timeout(limits.close_drain_timeout, writer.close(frame)).await;

@@ -7,17 +7,20 @@
 //!
 //! [`WebSocket::split`] gives a [`WsReader`] and a [`WsWriter`], which can be driven from the
 //! same task or different ones. Pings are answered by the writer: the reader passes the latest
-//! ping on, and the writer's owner selects on [`WsWriter::ping_received`] while it waits.
-//! No extensions are negotiated; a client's close frame is answered by whoever owns the writer
-//! (the session decides what to say).
+//! ping on, and the writer's owner selects on [`WsWriter::control_due`] while it waits, which
+//! is also when the writer's own keepalive pings go out ([`Keepalive`]). Whether the client is
+//! still there is [`WsReader::liveness`]. No extensions are negotiated; a client's close frame
+//! is answered by whoever owns the writer (the session decides what to say).
 
 mod close;
 pub(crate) mod frame;
+mod keepalive;
 mod mask;
 mod reader;
 mod writer;
 
 pub use close::{CloseCode, CloseFrame};
+pub use keepalive::{Keepalive, Liveness};
 pub use reader::{Incoming, WsReader};
 pub use writer::WsWriter;
 
@@ -57,11 +60,13 @@ impl Error {
     }
 }
 
-/// Limits of a client WebSocket.
+/// Limits and keepalive of a client WebSocket.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     /// Largest message (and frame) accepted from the client.
     pub max_message_size: usize,
+    /// Pings to the client, and how long it may stay silent; `None`: no pings, never lost.
+    pub keepalive: Option<Keepalive>,
 }
 
 /// An accepted WebSocket over `io`, before it is split.
@@ -80,9 +85,11 @@ impl<S: AsyncRead + AsyncWrite> WebSocket<S> {
     pub fn split(self) -> (WsReader<ReadHalf<S>>, WsWriter<WriteHalf<S>>) {
         let (rd, wr) = tokio::io::split(self.io);
         let (ping_tx, ping_rx) = watch::channel(None);
+        let keepalive = self.config.keepalive;
+        let liveness = Liveness::new(keepalive);
         (
-            WsReader::new(rd, self.config.max_message_size, ping_tx),
-            WsWriter::new(wr, ping_rx),
+            WsReader::new(rd, self.config.max_message_size, ping_tx, liveness),
+            WsWriter::new(wr, ping_rx, keepalive.map(|k| k.interval)),
         )
     }
 }

@@ -7,6 +7,7 @@ use tokio::sync::watch;
 
 use super::close::CloseFrame;
 use super::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
+use super::keepalive::Liveness;
 use super::mask::apply_mask;
 use super::Error;
 use crate::read_sizer::ReadSizer;
@@ -45,12 +46,19 @@ pub struct WsReader<R> {
     fragmented: Option<Fragmented>,
     /// The latest ping's payload, for the writer to answer.
     pings: watch::Sender<Option<Bytes>>,
+    /// Notes every read from the client.
+    liveness: Liveness,
     /// A close frame, an error or the end of the stream was returned: nothing more to read.
     done: bool,
 }
 
 impl<R: AsyncRead + Unpin> WsReader<R> {
-    pub(super) fn new(io: R, max_message: usize, pings: watch::Sender<Option<Bytes>>) -> Self {
+    pub(super) fn new(
+        io: R,
+        max_message: usize,
+        pings: watch::Sender<Option<Bytes>>,
+        liveness: Liveness,
+    ) -> Self {
         WsReader {
             io,
             buf: BytesMut::new(),
@@ -58,8 +66,14 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
             max_message,
             fragmented: None,
             pings,
+            liveness,
             done: false,
         }
+    }
+
+    /// Whether the client is still there: it is heard from whenever this reader reads.
+    pub fn liveness(&self) -> Liveness {
+        self.liveness.clone()
     }
 
     /// The next message. `None` once the stream ended (with or without a close frame), after
@@ -68,6 +82,12 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
         if self.done {
             return None;
         }
+        // Also when this future is dropped half way: nobody listens any more.
+        let _listening = self.liveness.listen();
+        self.read_message().await
+    }
+
+    async fn read_message(&mut self) -> Option<Result<Incoming, Error>> {
         loop {
             match self.decode() {
                 Ok(Some(msg)) => {
@@ -202,6 +222,9 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
         let want = self.sizer.prepare(&mut self.buf, missing);
         let n = self.io.read_buf(&mut (&mut self.buf).limit(want)).await?;
         self.sizer.observe(n, want, missing);
+        if n > 0 {
+            self.liveness.heard();
+        }
         Ok(n > 0)
     }
 }

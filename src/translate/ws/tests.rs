@@ -9,23 +9,108 @@ use super::frame::OpCode;
 use super::test_client::{masked, server_frames};
 use super::*;
 
-fn pair(
-    pipe: usize,
-    max: usize,
-) -> (
+type Pair = (
     DuplexStream,
     WsReader<ReadHalf<DuplexStream>>,
     WsWriter<WriteHalf<DuplexStream>>,
-) {
+);
+
+fn pair(pipe: usize, max: usize) -> Pair {
+    pair_with(pipe, max, None)
+}
+
+fn pair_with(pipe: usize, max: usize, keepalive: Option<Keepalive>) -> Pair {
     let (client, server) = tokio::io::duplex(pipe);
     let (rd, wr) = WebSocket::new(
         server,
         Config {
             max_message_size: max,
+            keepalive,
         },
     )
     .split();
     (client, rd, wr)
+}
+
+const KEEPALIVE: Keepalive = Keepalive {
+    interval: Duration::from_secs(30),
+    timeout: Some(Duration::from_secs(10)),
+};
+
+#[tokio::test(start_paused = true)]
+async fn a_keepalive_ping_is_due_every_interval() {
+    let (mut client, _rd, mut wr) = pair_with(4096, 1024, Some(KEEPALIVE));
+    let start = tokio::time::Instant::now();
+    for round in 1..=3u32 {
+        wr.control_due().await;
+        assert_eq!(start.elapsed(), KEEPALIVE.interval * round);
+        wr.flush().await.unwrap();
+        // An empty ping: 0x89 0x00.
+        assert_eq!(
+            server_frames(&mut client, 1).await,
+            vec![(OpCode::Ping, vec![])]
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keepalive_ping_goes_out_behind_queued_output() {
+    let (mut client, _rd, mut wr) = pair_with(4096, 1024, Some(KEEPALIVE));
+    wr.control_due().await;
+    wr.queue_binary(&[1], Bytes::from_static(b"out")).unwrap();
+    wr.flush().await.unwrap();
+    assert_eq!(
+        server_frames(&mut client, 2).await,
+        vec![
+            (OpCode::Binary, b"\x01out".to_vec()),
+            (OpCode::Ping, vec![])
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_answers_is_not_lost_and_one_that_stops_is() {
+    let (mut client, mut rd, mut wr) = pair_with(1 << 16, 1024, Some(KEEPALIVE));
+    let liveness = rd.liveness();
+    let lost = tokio::spawn(async move { liveness.lost().await });
+    // The session's reader waits for the client all along.
+    tokio::spawn(async move { while let Some(Ok(_)) = rd.next().await {} });
+    let pinger = tokio::spawn(async move {
+        loop {
+            wr.control_due().await;
+            if wr.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    // Ten minutes of answered pings.
+    for _ in 0..20 {
+        let frames = server_frames(&mut client, 1).await;
+        assert_eq!(frames, vec![(OpCode::Ping, vec![])]);
+        client.write_all(&masked(0x8A, b"")).await.unwrap();
+    }
+    assert!(!lost.is_finished());
+    // Then the client stops answering (it stays connected).
+    let stopped = tokio::time::Instant::now();
+    let silent = lost.await.unwrap();
+    let allowed = KEEPALIVE.silence_allowed().unwrap();
+    assert!(silent >= allowed);
+    let took = stopped.elapsed();
+    assert!(
+        took > KEEPALIVE.timeout.unwrap() && took <= allowed,
+        "{took:?}"
+    );
+    pinger.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_keepalive_no_ping_is_ever_due() {
+    let (_client, _rd, mut wr) = pair(4096, 1024);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(24 * 3600), wr.control_due())
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -158,7 +243,7 @@ async fn fragments_are_reassembled_around_a_ping() {
         rd.next().await.unwrap().unwrap(),
         Incoming::Binary(Bytes::from_static(b"\x00fragmented"))
     );
-    tokio::time::timeout(Duration::from_secs(5), wr.ping_received())
+    tokio::time::timeout(Duration::from_secs(5), wr.control_due())
         .await
         .expect("the ping is reported");
     wr.flush().await.unwrap();
@@ -279,7 +364,7 @@ async fn no_pong_after_close() {
     client.write_all(&masked(0x88, b"")).await.unwrap();
     assert_eq!(rd.next().await.unwrap().unwrap(), Incoming::Close(None));
     assert!(
-        tokio::time::timeout(Duration::from_millis(50), wr.ping_received())
+        tokio::time::timeout(Duration::from_millis(50), wr.control_due())
             .await
             .is_err()
     );

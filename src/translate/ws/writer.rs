@@ -1,14 +1,17 @@
 //! The writing half: messages to the client. A message's head (and a prefix such as the channel
 //! byte) goes into a small buffer; a large payload is written from its own buffer with a
 //! vectored write, uncopied. Queued messages go out together in one write, and a pong for the
-//! latest ping goes out behind them.
+//! latest ping goes out behind them, as does a keepalive ping when one is due.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
+use std::pin::Pin;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
 
 use super::close::CloseFrame;
 use super::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
@@ -36,17 +39,32 @@ pub struct WsWriter<W> {
     pings: watch::Receiver<Option<Bytes>>,
     /// The payload of a ping seen and not yet answered.
     pong_due: Option<Bytes>,
+    /// The reader is gone: no more pings to answer.
+    reader_gone: bool,
+    /// Keepalive pings: when the next is due, and how often.
+    ping_timer: Option<(Pin<Box<Sleep>>, Duration)>,
+    /// A keepalive ping goes out with the next flush.
+    ping_due: bool,
     close_sent: bool,
 }
 
 impl<W: AsyncWrite + Unpin> WsWriter<W> {
-    pub(super) fn new(io: W, pings: watch::Receiver<Option<Bytes>>) -> Self {
+    /// A writer answering the pings `pings` brings, and pinging every `ping_every`.
+    pub(super) fn new(
+        io: W,
+        pings: watch::Receiver<Option<Bytes>>,
+        ping_every: Option<Duration>,
+    ) -> Self {
         WsWriter {
             io,
             small: BytesMut::new(),
             segments: VecDeque::new(),
             pings,
             pong_due: None,
+            reader_gone: false,
+            // One timer for the session's life, re-armed in place (no allocation per ping).
+            ping_timer: ping_every.map(|every| (Box::pin(tokio::time::sleep(every)), every)),
+            ping_due: false,
             close_sent: false,
         }
     }
@@ -78,37 +96,56 @@ impl<W: AsyncWrite + Unpin> WsWriter<W> {
         self.flush().await
     }
 
-    /// Resolves when a ping is waiting for its pong; a loop that waits on something else
-    /// selects on this and then calls [`flush`](Self::flush), which answers it.
-    pub async fn ping_received(&mut self) {
-        if self.close_sent || self.pings.changed().await.is_err() {
-            // After our close frame, or with the reader gone, no pong is due.
-            std::future::pending::<()>().await;
+    /// Resolves when a control frame is due: a pong for the client's ping, or a keepalive
+    /// ping. A loop that waits on something else selects on this and then calls
+    /// [`flush`](Self::flush), which sends it.
+    pub async fn control_due(&mut self) {
+        if self.close_sent {
+            // After our close frame nothing more is sent.
+            return std::future::pending().await;
         }
-        self.pong_due = self.pings.borrow_and_update().clone();
+        loop {
+            tokio::select! {
+                changed = self.pings.changed(), if !self.reader_gone => match changed {
+                    Ok(()) => {
+                        self.pong_due = self.pings.borrow_and_update().clone();
+                        return;
+                    }
+                    Err(_) => self.reader_gone = true,
+                },
+                () = next_ping(&mut self.ping_timer) => {
+                    self.ping_due = true;
+                    return;
+                }
+            }
+        }
     }
 
-    /// Waits for `fut`, answering pings meanwhile (clients such as kubectl close a connection
-    /// whose pings go unanswered).
+    /// Waits for `fut`, answering pings and sending keepalive pings meanwhile (clients such as
+    /// kubectl close a connection whose pings go unanswered).
     pub async fn answer_pings_until<F: std::future::Future>(&mut self, fut: F) -> F::Output {
         tokio::pin!(fut);
         loop {
             tokio::select! {
                 out = &mut fut => return out,
                 // A failed write means the client is gone; its reader will say so.
-                _ = self.ping_received() => { let _ = self.flush().await; }
+                () = self.control_due() => { let _ = self.flush().await; }
             }
         }
     }
 
-    /// Writes everything queued, with a pong for the latest unanswered ping behind it. If the
-    /// future is dropped part way, the rest goes out with the next flush: frames are never cut.
+    /// Writes everything queued, with a pong for the latest unanswered ping and a due keepalive
+    /// ping behind it. If the future is dropped part way, the rest goes out with the next flush:
+    /// frames are never cut.
     pub async fn flush(&mut self) -> Result<(), Error> {
         if self.pings.has_changed().unwrap_or(false) {
             self.pong_due = self.pings.borrow_and_update().clone();
         }
         if let Some(payload) = self.pong_due.take().filter(|_| !self.close_sent) {
             self.queue(OpCode::Pong, &[], payload);
+        }
+        if std::mem::take(&mut self.ping_due) && !self.close_sent {
+            self.queue(OpCode::Ping, &[], Bytes::new());
         }
         if !self.small.is_empty() {
             let small = self.small.split().freeze();
@@ -182,5 +219,18 @@ impl<W: AsyncWrite + Unpin> WsWriter<W> {
             n -= front.len();
             self.segments.pop_front();
         }
+    }
+}
+
+/// Resolves when the next keepalive ping is due (never without keepalive), and re-arms the timer
+/// an interval from now: a writer that was stuck sends one ping, not a burst of missed ones.
+async fn next_ping(timer: &mut Option<(Pin<Box<Sleep>>, Duration)>) {
+    match timer {
+        Some((sleep, every)) => {
+            sleep.as_mut().await;
+            let next = Instant::now() + *every;
+            sleep.as_mut().reset(next);
+        }
+        None => std::future::pending().await,
     }
 }
