@@ -752,3 +752,115 @@ async fn exec_with_steady_output_outlives_the_idle_timeout() {
     assert_eq!(s.metric(&total("exec", "idle_timeout")), 0.0);
     s.assert_websocket_only();
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. --stream-idle-timeout on relayed paths, which cannot ping: a quiet relay is closed, a
+// followed log is exempt (as in the kubelet).
+
+/// kubectl 1.28 speaks SPDY, which the gateway drops: these go straight to the proxy.
+fn direct_kubeconfig(s: &Stack) -> PathBuf {
+    let dir = s.dir.path().join("direct");
+    std::fs::create_dir_all(&dir).unwrap();
+    write_kubeconfig(&dir, &s.proxy.url(), None)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_spdy_exec_without_data_ends_after_the_idle_timeout() {
+    let Some(k) = require_kubectl("1.28") else {
+        return;
+    };
+    // Longer than 2 s: kubectl 1.28's own SPDY pings (every 5 s) cross the relay as data.
+    let s = Stack::start(&["--stream-idle-timeout", "2s"]).await;
+    let pidfile = s.pod_dir("relayed").join("sleeper.pid");
+    let mut c = tokio::process::Command::new(&k);
+    c.arg("--kubeconfig")
+        .arg(direct_kubeconfig(&s))
+        .env_remove("KUBECONFIG")
+        .env("HOME", s.dir.path())
+        .args([
+            "exec",
+            "-i",
+            "relayed",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > sleeper.pid; exec sleep 1000",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = c.spawn().expect("spawn kubectl 1.28");
+    let pid = wait_pid(&pidfile).await;
+    let relay_active = r#"kube_ws_proxy_sessions_active{kind="spdy_relay"}"#;
+    s.wait_metric(relay_active, 1.0, T).await;
+    let took = s.wait_metric(relay_active, 0.0, DETECT).await;
+    assert!(took >= Duration::from_secs(1), "ended after {took:?}");
+    assert_eq!(
+        s.metric(&total("spdy_relay", "idle_timeout")),
+        1.0,
+        "{}",
+        s.proxy.metrics()
+    );
+    // kubectl ends at once. It exits 0: client-go reads an SPDY connection closed without a
+    // status as success, as it does when the kubelet's own idle timeout closes it; a relay
+    // cannot add a status to a protocol it does not parse.
+    finish(child, Duration::from_secs(10)).await;
+    assert!(
+        wait_dead(pid, Duration::from_secs(10)).await,
+        "the pod process {pid} outlived its session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_relayed_websocket_exec_is_closed_but_a_quiet_followed_log_is_not() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let s = Stack::start(&["--stream-idle-timeout", "2s"]).await;
+    // v4 exec of `cat` (relayed byte for byte) and a followed log (relayed, exempt).
+    let exec = common::ws_client::exec_path("quiet", &["cat"], true, true, false);
+    let (mut exec_ws, _) = common::ws_client::connect(s.proxy.addr, &exec, "v4.channel.k8s.io")
+        .await
+        .expect("v4 exec");
+    let log = "/api/v1/namespaces/default/pods/quiet/log?follow=true";
+    let (mut log_ws, _) = common::ws_client::connect(s.proxy.addr, log, "binary.k8s.io")
+        .await
+        .expect("followed log");
+    let relay_active = r#"kube_ws_proxy_sessions_active{kind="websocket_relay"}"#;
+    s.wait_metric(relay_active, 2.0, T).await;
+    // The followed log goes quiet while the upstream is frozen, well past the idle timeout.
+    let first = tokio::time::timeout(T, log_ws.next()).await.unwrap();
+    assert!(matches!(first, Some(Ok(Message::Binary(_)))), "{first:?}");
+    s.upstream.freeze();
+    let took = s.wait_metric(relay_active, 1.0, DETECT).await;
+    assert!(took >= Duration::from_secs(1), "ended after {took:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.upstream.thaw();
+    assert_eq!(
+        s.metric(&total("websocket_relay", "idle_timeout")),
+        1.0,
+        "{}",
+        s.proxy.metrics()
+    );
+    // The exec's connection was closed.
+    let end = tokio::time::timeout(T, async {
+        loop {
+            match exec_ws.next().await {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the quiet exec relay was not closed");
+    // The log still streams after its quiet spell: lines keep coming, up to `log line 30`.
+    let mut text = String::new();
+    while !text.contains("log line 30\n") {
+        match tokio::time::timeout(T, log_ws.next()).await.unwrap() {
+            Some(Ok(Message::Binary(b))) => text.push_str(&String::from_utf8_lossy(&b)),
+            other => panic!("the followed log ended: {other:?}; got {text:?}"),
+        }
+    }
+    assert_eq!(s.metric(relay_active), 1.0);
+}
