@@ -7,6 +7,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::audit::{AuditLog, AuditLogConfig, AuditTarget};
 use crate::cli::{nonzero, ServeArgs};
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
 use crate::proxy::state::ProxyState;
@@ -26,6 +27,11 @@ pub enum StartError {
     Upstream(String),
     #[error("listener TLS: {0}")]
     Tls(#[from] crate::proxy::listener_tls::ListenerTlsError),
+    #[error("cannot open the audit log {path}: {source}")]
+    AuditLog {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -76,6 +82,10 @@ impl RunningProxy {
                 sessions.stop_all();
                 let _ = tokio::time::timeout(STOP_GRACE, sessions.wait_idle()).await;
             }
+        }
+        if let Some(audit) = self.state.audit.clone() {
+            // The last sessions' `ended` events must reach the file before the process exits.
+            let _ = tokio::task::spawn_blocking(move || audit.sync(STOP_GRACE)).await;
         }
         info!("drained");
     }
@@ -199,6 +209,20 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.idle_connection_timeout = args.idle_connection_timeout;
     state.trust_forwarded_for = args.trust_x_forwarded_for;
     state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
+    if let Some(path) = &args.audit_log {
+        let config = AuditLogConfig {
+            target: AuditTarget::parse(path),
+            max_size: args.audit_log_max_size,
+            max_backups: args.audit_log_max_backups,
+        };
+        let log = AuditLog::open(config, state.metrics.audit_counters()).map_err(|source| {
+            StartError::AuditLog {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        state.audit = Some(Arc::new(log));
+    }
     let state = Arc::new(state);
 
     let bind = |addr: SocketAddr| async move {

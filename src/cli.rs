@@ -191,6 +191,20 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_STREAM_IDLE_TIMEOUT", default_value = "4h", value_parser = parse_duration)]
     pub stream_idle_timeout: Duration,
 
+    /// Write an audit event (a JSON line) when each streaming session starts and ends: exec,
+    /// attach, cp, port-forward and followed logs, on every path. A file path, or `-` for
+    /// stdout. Off by default.
+    #[arg(long, env = "KUBE_WS_PROXY_AUDIT_LOG")]
+    pub audit_log: Option<String>,
+
+    /// Rotate the audit log file before it grows past this many bytes (suffixes Ki, Mi, Gi).
+    #[arg(long, env = "KUBE_WS_PROXY_AUDIT_LOG_MAX_SIZE", default_value = "100Mi", value_parser = parse_bytes)]
+    pub audit_log_max_size: u64,
+
+    /// Rotated audit log files to keep (`PATH.1` is the newest); 0: the file is emptied instead.
+    #[arg(long, env = "KUBE_WS_PROXY_AUDIT_LOG_MAX_BACKUPS", default_value_t = 5)]
+    pub audit_log_max_backups: usize,
+
     /// TCP keepalive on client and upstream sockets: how long a connection may carry nothing
     /// before the first probe; probes follow every third of it, and a peer that answers none of
     /// three is dropped (after about twice this). The only liveness check byte relays have.
@@ -368,6 +382,29 @@ pub fn nonzero(d: Duration) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
 }
 
+/// Parses a byte count: `1048576`, `512Ki`, `100Mi`, `1Gi`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, factor) = match s.find(|c: char| !c.is_ascii_digit()) {
+        None => (s, 1),
+        Some(i) => {
+            let factor = match &s[i..] {
+                "Ki" => 1 << 10,
+                "Mi" => 1 << 20,
+                "Gi" => 1 << 30,
+                other => return Err(format!("unknown size unit {other:?} (use Ki, Mi or Gi)")),
+            };
+            (&s[..i], factor)
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte count"))?;
+    n.checked_mul(factor)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("{s:?} is not a positive byte count"))
+}
+
 /// Parses `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -405,6 +442,17 @@ mod tests {
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_bytes("512Ki").unwrap(), 512 << 10);
+        assert_eq!(parse_bytes("100Mi").unwrap(), 100 << 20);
+        assert_eq!(parse_bytes("2Gi").unwrap(), 2 << 30);
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("10MB").is_err());
+        assert!(parse_bytes("Mi").is_err());
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //! - [`spdy`]: an SPDY/3.1 library (frames, header blocks, session, HTTP/1.1 upgrade).
 //! - [`translate`]: the WebSocket channel protocols and their mapping to SPDY streams.
 //! - [`proxy`]: the HTTP front door, routing, relaying and upstream connections.
+//! - [`audit`]: audit events of streaming sessions.
 //! - [`sim`]: a simulated SPDY-only cluster for tests and the demo.
 
 pub mod activity_clock;
 pub mod app;
+pub mod audit;
 pub mod cli;
 pub mod config_file;
 pub mod demo;
@@ -15,4 +17,5 @@ pub mod proxy;
 pub mod read_sizer;
 pub mod sim;
 pub mod spdy;
+pub mod timestamp;
 pub mod translate;

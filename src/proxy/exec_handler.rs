@@ -10,12 +10,14 @@ use tracing::{info, warn};
 use super::auth::Caller;
 use super::forward::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
+use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::websocket::{socket_config, switching_protocols, upgraded, validate};
+use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
@@ -52,7 +54,23 @@ pub async fn handle(
     let target = parse_pod_subresource(path_without_query(&path_and_query));
 
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
-    let setup = setup_upstream(&state, &path_and_query, headers, &options).await;
+    // Who the caller is (for the audit) is found out meanwhile.
+    let credentials = headers.get(http::header::AUTHORIZATION).cloned();
+    let (setup, identity) = tokio::join!(
+        setup_upstream(&state, &path_and_query, headers, &options),
+        session_audit::identify(&state, &caller, credentials),
+    );
+    let audit = session_audit::start(
+        &state,
+        session_audit::session_info(
+            session_id,
+            &path_and_query,
+            peer,
+            identity,
+            ProtocolPath::Translated,
+            Some(ChannelProtocol::V5.name().to_owned()),
+        ),
+    );
     let ready = options.ready_channel();
     let tty = options.tty;
     let mut limits = state.session_limits.clone();
@@ -68,6 +86,18 @@ pub async fn handle(
                 if let Ok(streams) = setup {
                     streams.conn.close().await;
                 }
+                if let Some(audit) = audit {
+                    let ms = audit.elapsed_ms();
+                    audit.end(AuditEnd {
+                        bytes_in: 0,
+                        bytes_out: 0,
+                        duration_ms: ms,
+                        exit_code: None,
+                        status: None,
+                        outcome: SessionOutcome::ClientGone.label(),
+                        ended_by: "the client's upgrade did not complete",
+                    });
+                }
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
@@ -78,13 +108,22 @@ pub async fn handle(
             }
             Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
         };
-        drop(slot);
-        guard.finish(
-            metrics_outcome(&outcome),
-            outcome.bytes_in,
-            outcome.bytes_out,
-        );
         let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
+        let result = metrics_outcome(&outcome);
+        // Before the slot goes: a drained proxy exits once every slot is back.
+        if let Some(audit) = audit {
+            audit.end(AuditEnd {
+                bytes_in: outcome.bytes_in,
+                bytes_out: outcome.bytes_out,
+                duration_ms: outcome.duration.as_millis() as u64,
+                exit_code: exit_code.map(i32::from),
+                status: outcome.status.as_ref().map(|s| s.summary()),
+                outcome: result.label(),
+                ended_by: outcome.end.describe(),
+            });
+        }
+        drop(slot);
+        guard.finish(result, outcome.bytes_in, outcome.bytes_out);
         info!(
             session = session_id,
             verb = kind.label(),

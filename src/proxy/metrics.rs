@@ -5,8 +5,11 @@
 use std::time::{Duration, Instant};
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
+
+use crate::audit::AuditCounters;
 
 /// What kind of streaming session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +121,7 @@ pub struct Metrics {
     connections_shed: IntCounterVec,
     requests_total: IntCounterVec,
     request_duration: HistogramVec,
+    audit: AuditCounters,
 }
 
 impl Default for Metrics {
@@ -132,6 +136,13 @@ impl Metrics {
         let registry = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {
             let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let plain_counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
             registry
                 .register(Box::new(c.clone()))
                 .expect("unique metric");
@@ -209,8 +220,27 @@ impl Metrics {
                 &["method"],
                 prometheus::DEFAULT_BUCKETS.to_vec(),
             ),
+            audit: AuditCounters {
+                written: plain_counter(
+                    "kube_ws_proxy_audit_events_total",
+                    "Audit events written (--audit-log).",
+                ),
+                dropped: plain_counter(
+                    "kube_ws_proxy_audit_events_dropped_total",
+                    "Audit events dropped because the audit log's queue was full.",
+                ),
+                write_failures: plain_counter(
+                    "kube_ws_proxy_audit_write_failures_total",
+                    "Audit events that could not be written (disk full, file gone).",
+                ),
+            },
             registry,
         }
+    }
+
+    /// The audit log's counters.
+    pub fn audit_counters(&self) -> AuditCounters {
+        self.audit.clone()
     }
 
     /// Counts a session as running until the returned guard is finished or dropped.

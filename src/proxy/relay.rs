@@ -25,12 +25,14 @@ use super::classify::RelayKind;
 use super::forward::ProxyBody;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
+use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::websocket::is_valid_key;
 use crate::activity_clock::ActivityClock;
+use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd};
 
 /// Bytes moved by one relayed connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -92,15 +94,38 @@ pub async fn relay(
     // From here on a failure is the upstream's (an unfinished guard counts as upstream_error).
     let guard = state.metrics.session(kind);
     let path = req.parts.uri.path().to_owned();
+    let path_and_query = req.path_and_query();
     let on_upgrade = req.on_upgrade;
     let upstream_req = match upstream_request(state, &req.parts, req.body, peer, caller) {
         Ok(r) => r,
         Err(e) => return e.response(),
     };
-    let mut resp = match ask_upstream(state, upstream_req).await {
+    let session_id = next_session_id();
+    let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
+    let (answer, identity) = tokio::join!(
+        ask_upstream(state, upstream_req),
+        session_audit::identify(state, caller, credentials),
+    );
+    let protocol = answer.as_ref().ok().and_then(negotiated_protocol);
+    let audit = session_audit::start(
+        state,
+        session_audit::session_info(
+            session_id,
+            &path_and_query,
+            peer,
+            identity,
+            match kind {
+                SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
+                _ => ProtocolPath::RelayWebsocket,
+            },
+            protocol,
+        ),
+    );
+    let mut resp = match answer {
         Ok(resp) => resp,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(0);
+            end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
             return e.response();
         }
     };
@@ -108,6 +133,11 @@ pub async fn relay(
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Not a session: the slot goes back now, the answer streams through as it comes.
         drop(slot);
+        end_unstarted(
+            audit,
+            SessionOutcome::UpstreamError,
+            Some(format!("upstream answered {}", resp.status().as_u16())),
+        );
         state
             .metrics
             .upstream_upgrade_failure(resp.status().as_u16());
@@ -122,8 +152,15 @@ pub async fn relay(
     let upstream_io =
         match tokio::time::timeout(handshake_timeout, hyper::upgrade::on(&mut resp)).await {
             Ok(Ok(io)) => io,
-            Ok(Err(e)) => return RelayError::Http(e).response(),
-            Err(_) => return RelayError::Timeout(handshake_timeout).response(),
+            Ok(Err(e)) => {
+                end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
+                return RelayError::Http(e).response();
+            }
+            Err(_) => {
+                let e = RelayError::Timeout(handshake_timeout);
+                end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
+                return e.response();
+            }
         };
     let user = caller.user().map(str::to_owned);
     // A followed log may rightly be quiet for hours; the kubelet's idle timeout spares it too.
@@ -135,11 +172,13 @@ pub async fn relay(
             Ok(Ok(u)) => u,
             Ok(Err(e)) => {
                 debug!(error = %e, "client upgrade failed");
+                end_unstarted(audit, SessionOutcome::ClientGone, None);
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
             Err(_) => {
                 debug!("client upgrade timed out");
+                end_unstarted(audit, SessionOutcome::ClientGone, None);
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
@@ -160,10 +199,26 @@ pub async fn relay(
             _ = idle => SessionOutcome::IdleTimeout,
         };
         let stats = counters.stats();
+        // Before the slot goes: a drained proxy exits once every slot is back.
+        if let Some(audit) = audit {
+            audit.end(AuditEnd {
+                bytes_in: stats.client_to_upstream,
+                bytes_out: stats.upstream_to_client,
+                duration_ms: started.elapsed().as_millis() as u64,
+                exit_code: None,
+                status: None,
+                outcome: outcome.label(),
+                ended_by: match outcome {
+                    SessionOutcome::Drained => "drained",
+                    SessionOutcome::IdleTimeout => "idle timeout",
+                    _ => "connection closed",
+                },
+            });
+        }
         drop(slot);
         guard.finish(outcome, stats.client_to_upstream, stats.upstream_to_client);
         info!(
-            session = next_session_id(),
+            session = session_id,
             kind = kind.label(),
             user = user.as_deref().unwrap_or(""),
             path = %path,
@@ -303,5 +358,41 @@ where
             return;
         }
         total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// The protocol a relayed upgrade agreed on, from the upstream's 101: the WebSocket
+/// subprotocol, or for SPDY the stream protocol version (`v4.channel.k8s.io`, ...).
+fn negotiated_protocol(resp: &Response<hyper::body::Incoming>) -> Option<String> {
+    let h = resp.headers();
+    let upgrade = h.get(header::UPGRADE).and_then(|v| v.to_str().ok());
+    let sub = h
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .or_else(|| h.get("x-stream-protocol-version"))
+        .and_then(|v| v.to_str().ok());
+    match (upgrade, sub) {
+        (Some(u), Some(s)) if u.eq_ignore_ascii_case("websocket") => Some(s.to_owned()),
+        (Some(u), Some(s)) => Some(format!("{u}+{s}")),
+        (Some(u), None) => Some(u.to_owned()),
+        (None, _) => None,
+    }
+}
+
+/// Ends the trail of a relay that never carried a byte.
+fn end_unstarted(audit: Option<SessionAudit>, outcome: SessionOutcome, status: Option<String>) {
+    if let Some(audit) = audit {
+        let duration_ms = audit.elapsed_ms();
+        audit.end(AuditEnd {
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms,
+            exit_code: None,
+            status,
+            outcome: outcome.label(),
+            ended_by: match outcome {
+                SessionOutcome::ClientGone => "the client's upgrade did not complete",
+                _ => "upstream refused",
+            },
+        });
     }
 }

@@ -25,11 +25,13 @@ use super::maybe_tls::MaybeTls;
 use super::metrics::ConnectionShed;
 use super::metrics::HandshakeRejection;
 use super::relay::relay;
-use super::sessions::Refusal;
+use super::session_audit::{self, AuditedBody};
+use super::sessions::{next_session_id, Refusal};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
 use super::{exec_handler, tunnel_handler};
+use crate::audit::ProtocolPath;
 use crate::translate::exec_options::Subresource;
 use crate::translate::subprotocol::BearerToken;
 
@@ -221,6 +223,9 @@ async fn route_authenticated(
             let caller = authenticate(&state, req.headers(), None, conn).await?;
             let method = req.method().clone();
             let started = Instant::now();
+            if state.audit.is_some() && session_audit::is_followed_log(&method, req.uri()) {
+                return Ok(followed_log(&state, req, peer, &caller).await);
+            }
             let resp = forward(&state, req, peer, &caller).await;
             state
                 .metrics
@@ -260,6 +265,44 @@ async fn route_authenticated(
         }
         Session::Relay(kind) => relay(&state, req, peer, kind, slot, &caller).await,
     })
+}
+
+/// A followed pod log over plain HTTP (`kubectl logs -f`), forwarded as any request and
+/// audited as a session from the request to the end of its body.
+async fn followed_log(
+    state: &ProxyState,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    caller: &Caller,
+) -> Response<ProxyBody> {
+    let method = req.method().clone();
+    let started = Instant::now();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_default();
+    // The credentials as they go upstream: in passthrough mode, the caller's own.
+    let credentials = req.headers().get(http::header::AUTHORIZATION).cloned();
+    let (resp, identity) = tokio::join!(
+        forward(state, req, peer, caller),
+        session_audit::identify(state, caller, credentials),
+    );
+    state
+        .metrics
+        .request(&method, resp.status().as_u16(), started.elapsed());
+    let audit = session_audit::start(
+        state,
+        session_audit::session_info(
+            next_session_id(),
+            &path_and_query,
+            peer,
+            identity,
+            ProtocolPath::Http,
+            None,
+        ),
+    );
+    AuditedBody::wrap(resp, audit)
 }
 
 /// The streaming handler a classified upgrade goes to.

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use super::auth::Authenticator;
 use super::metrics::Metrics;
+use super::self_subject_review::SelfSubjectReviews;
 use super::sessions::Sessions;
 use super::upstream::{PooledClient, Upstream};
+use crate::audit::AuditLog;
 use crate::translate::remote_command::SessionLimits;
 use crate::translate::ws::Keepalive;
 
@@ -50,6 +52,10 @@ pub struct ProxyState {
     pub sessions: Arc<Sessions>,
     /// Who callers are and what the upstream is told (`--auth-mode`).
     pub auth: Authenticator,
+    /// Where session audit events go (`--audit-log`); `None`: no audit.
+    pub audit: Option<Arc<AuditLog>>,
+    /// Passthrough callers' identities, for audit events.
+    pub self_reviews: SelfSubjectReviews,
 }
 
 impl ProxyState {
@@ -78,6 +84,8 @@ impl ProxyState {
             metrics: Metrics::new(),
             sessions: Sessions::new(None),
             auth: Authenticator::passthrough(),
+            audit: None,
+            self_reviews: SelfSubjectReviews::default(),
         }
     }
 }

@@ -13,12 +13,14 @@ use tracing::{info, warn};
 use super::auth::Caller;
 use super::forward::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
+use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::websocket::{socket_config, switching_protocols, upgraded, validate};
+use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::parse_pod_subresource;
 use crate::translate::protocol::TUNNEL_PREFIX;
@@ -49,27 +51,54 @@ pub async fn handle(
     state.auth.apply(&caller, &mut headers);
     let on_upgrade = req.on_upgrade;
     let guard = state.metrics.session(SessionKind::PortForwardTunnel);
-    let dialed = dial_spdy(
-        &state.upstream,
-        &path_and_query,
-        headers,
-        protocols,
-        state.handshake_timeout,
-    )
-    .await;
+    let session_id = next_session_id();
+    let credentials = headers.get(http::header::AUTHORIZATION).cloned();
+    let (dialed, identity) = tokio::join!(
+        dial_spdy(
+            &state.upstream,
+            &path_and_query,
+            headers,
+            protocols,
+            state.handshake_timeout,
+        ),
+        session_audit::identify(&state, &caller, credentials),
+    );
+    // No version header in the 101 → no subprotocol (the client then rejects it, as designed).
+    let chosen = dialed
+        .as_ref()
+        .ok()
+        .and_then(|u| u.protocol.as_ref().map(|p| format!("{TUNNEL_PREFIX}{p}")));
+    let audit = session_audit::start(
+        &state,
+        session_audit::session_info(
+            session_id,
+            &path_and_query,
+            peer,
+            identity,
+            ProtocolPath::Tunnel,
+            chosen.clone(),
+        ),
+    );
     let upgraded_upstream = match dialed {
         Ok(u) => u,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(e.upstream_status());
+            if let Some(audit) = audit {
+                let ms = audit.elapsed_ms();
+                audit.end(AuditEnd {
+                    bytes_in: 0,
+                    bytes_out: 0,
+                    duration_ms: ms,
+                    exit_code: None,
+                    status: Some(format!("upstream refused: {e}")),
+                    outcome: SessionOutcome::UpstreamError.label(),
+                    ended_by: "upstream refused",
+                });
+            }
             guard.finish(SessionOutcome::UpstreamError, 0, 0);
             return refusal_response(e);
         }
     };
-    // No version header in the 101 → no subprotocol (the client then rejects it, as designed).
-    let chosen = upgraded_upstream
-        .protocol
-        .as_ref()
-        .map(|p| format!("{TUNNEL_PREFIX}{p}"));
     let ws_config = socket_config(&state);
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
@@ -78,6 +107,18 @@ pub async fn handle(
             Ok(ws) => ws,
             Err(e) => {
                 warn!(error = %e, "client upgrade failed");
+                if let Some(audit) = audit {
+                    let ms = audit.elapsed_ms();
+                    audit.end(AuditEnd {
+                        bytes_in: 0,
+                        bytes_out: 0,
+                        duration_ms: ms,
+                        exit_code: None,
+                        status: None,
+                        outcome: SessionOutcome::ClientGone.label(),
+                        ended_by: "the client's upgrade did not complete",
+                    });
+                }
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
@@ -90,7 +131,6 @@ pub async fn handle(
             state.stream_idle_timeout,
         )
         .await;
-        drop(slot);
         let result = match outcome.ended_by {
             TunnelEnd::Drained => SessionOutcome::Drained,
             TunnelEnd::Upstream => SessionOutcome::Success,
@@ -98,11 +138,24 @@ pub async fn handle(
             TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
             TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
         };
+        // Before the slot goes: a drained proxy exits once every slot is back.
+        if let Some(audit) = audit {
+            audit.end(AuditEnd {
+                bytes_in: outcome.bytes_up,
+                bytes_out: outcome.bytes_down,
+                duration_ms: outcome.duration.as_millis() as u64,
+                exit_code: None,
+                status: None,
+                outcome: result.label(),
+                ended_by: outcome.ended_by.describe(),
+            });
+        }
+        drop(slot);
         guard.finish(result, outcome.bytes_up, outcome.bytes_down);
         let path = path_and_query.split('?').next().unwrap_or("");
         let target = parse_pod_subresource(path);
         info!(
-            session = next_session_id(),
+            session = session_id,
             verb = "portforward",
             user = user.as_deref().unwrap_or(""),
             namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),

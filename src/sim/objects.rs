@@ -3,9 +3,11 @@
 //!
 //! Every pod name exists: it is a Running, Ready pod with the containers [`CONTAINERS`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
+
+pub(crate) use crate::timestamp::rfc3339;
 
 /// The containers of every simulated pod; the first is the default container.
 pub const CONTAINERS: [&str; 2] = ["main", "sidecar"];
@@ -316,37 +318,6 @@ pub(crate) fn namespace_table(names: &[String], created: SystemTime) -> Value {
     table(columns, rows)
 }
 
-/// RFC 3339 UTC timestamp with second precision, as Kubernetes writes it.
-pub(crate) fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 /// kubectl-style short age ("42s", "5m10s", "3h", "2d").
 fn human_age(since: SystemTime) -> String {
     let s = SystemTime::now()
@@ -373,19 +344,6 @@ fn human_age(since: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(1_709_251_199)),
-            "2024-02-29T23:59:59Z"
-        );
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
-        );
-    }
 
     #[test]
     fn uid_is_stable_and_uuid_shaped() {

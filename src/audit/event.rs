@@ -1,0 +1,161 @@
+//! What an audit event says. Every field is always present (null or empty when not known),
+//! so that consumers can rely on one schema.
+
+use serde::Serialize;
+
+/// The streaming subresource a session uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    Exec,
+    Attach,
+    PortForward,
+    Log,
+}
+
+/// How a session goes through the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtocolPath {
+    /// v5 WebSocket from the client, SPDY upstream.
+    Translated,
+    /// The port-forward tunnel: SPDY inside WebSocket messages.
+    Tunnel,
+    /// SPDY relayed byte for byte (kubectl ≤ 1.30, kubectl's fallback).
+    RelaySpdy,
+    /// A legacy WebSocket protocol relayed byte for byte (v1–v4, base64, logs, port-forward).
+    RelayWebsocket,
+    /// A plain streaming request (`kubectl logs -f`).
+    Http,
+}
+
+/// Where the event's user and groups come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentitySource {
+    /// The proxy authenticated the caller (impersonate and front-proxy modes).
+    Authenticated,
+    /// Passthrough: the upstream said who the caller's credentials are (a SelfSubjectReview
+    /// made with them).
+    SelfSubjectReview,
+    /// Passthrough without credentials, or a cluster that could not say.
+    Unknown,
+}
+
+/// What is known of a session when it starts.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionInfo {
+    /// Unique across replicas and restarts: `<instance>-<n>`.
+    pub session_id: String,
+    pub verb: Verb,
+    pub namespace: String,
+    pub pod: String,
+    pub container: Option<String>,
+    /// The command of an exec (`cp` is an exec of `tar`); empty otherwise.
+    pub command: Vec<String>,
+    pub tty: bool,
+    pub stdin: bool,
+    /// The ports of a port-forward, as the request names them.
+    pub ports: Vec<u16>,
+    /// `None`: not known.
+    pub user: Option<String>,
+    pub groups: Vec<String>,
+    pub identity_source: IdentitySource,
+    /// The caller's address as the proxy saw it (`X-Forwarded-For` aside).
+    pub client_address: String,
+    pub protocol_path: ProtocolPath,
+    /// The subprotocol the client got (`v5.channel.k8s.io`, `SPDY/3.1`, ...), once known.
+    pub protocol: Option<String>,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionEnd {
+    /// Bytes from the client towards the pod (payload for exec/attach, raw for tunnels and
+    /// relays, as the session metrics count them).
+    pub bytes_in: u64,
+    /// Bytes from the pod towards the client.
+    pub bytes_out: u64,
+    pub duration_ms: u64,
+    /// The command's exit code, where the session carried one.
+    pub exit_code: Option<i32>,
+    /// The final Status the client got, in short (`Success`, `Failure: ...`), where known.
+    pub status: Option<String>,
+    /// The session metric's outcome label (`success`, `client_gone`, `idle_timeout`, ...).
+    pub outcome: &'static str,
+    /// Who or what ended it, in words (`completed`, `client unresponsive`, ...).
+    pub ended_by: &'static str,
+}
+
+/// One line of the audit log.
+#[derive(Debug, Serialize)]
+pub(crate) struct Event<'a> {
+    pub time: String,
+    /// `started` or `ended`.
+    pub stage: &'static str,
+    #[serde(flatten)]
+    pub info: &'a SessionInfo,
+    #[serde(flatten)]
+    pub end: Option<&'a SessionEnd>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn info() -> SessionInfo {
+        SessionInfo {
+            session_id: "0a1b2c3d-7".into(),
+            verb: Verb::PortForward,
+            namespace: "default".into(),
+            pod: "web".into(),
+            container: None,
+            command: vec![],
+            tty: false,
+            stdin: false,
+            ports: vec![8080, 9090],
+            user: Some("alice".into()),
+            groups: vec!["dev".into()],
+            identity_source: IdentitySource::SelfSubjectReview,
+            client_address: "127.0.0.1:50000".into(),
+            protocol_path: ProtocolPath::Tunnel,
+            protocol: Some("SPDY/3.1+portforward.k8s.io".into()),
+        }
+    }
+
+    #[test]
+    fn events_are_flat_json_with_every_field() {
+        let info = info();
+        let started = Event {
+            time: "2026-11-25T01:02:03.456Z".into(),
+            stage: "started",
+            info: &info,
+            end: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&started).unwrap(),
+            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io"}"#
+        );
+        let end = SessionEnd {
+            bytes_in: 10,
+            bytes_out: 20,
+            duration_ms: 30,
+            exit_code: None,
+            status: None,
+            outcome: "success",
+            ended_by: "upstream",
+        };
+        let ended = Event {
+            time: "t".into(),
+            stage: "ended",
+            info: &info,
+            end: Some(&end),
+        };
+        let v: serde_json::Value = serde_json::to_value(&ended).unwrap();
+        assert_eq!(v["stage"], "ended");
+        assert_eq!(v["bytes_in"], 10);
+        assert_eq!(v["exit_code"], serde_json::Value::Null);
+        assert_eq!(v["ended_by"], "upstream");
+        assert_eq!(v["pod"], "web");
+    }
+}

@@ -1,0 +1,19 @@
+//! Session audit (`--audit-log`): one JSON line when a streaming session starts and one when
+//! it ends, for exec, attach, cp (an exec of `tar`), port-forward and followed logs, whatever
+//! path the session takes through the proxy. The Kubernetes audit log records that a session
+//! was asked for; these events say who held it, on which pod, how long, how many bytes each
+//! way and how it ended.
+//!
+//! - [`event`]: what an event says.
+//! - [`log_file`]: where events go (a file with size-based rotation, or stdout), written off
+//!   the sessions' tasks through a bounded queue.
+//! - [`session`]: the handle a session holds between its two events.
+
+pub mod event;
+pub mod instance;
+pub mod log_file;
+pub mod session;
+
+pub use event::{IdentitySource, ProtocolPath, SessionEnd, SessionInfo, Verb};
+pub use log_file::{AuditCounters, AuditLog, AuditLogConfig, AuditTarget};
+pub use session::SessionAudit;

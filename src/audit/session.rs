@@ -1,0 +1,77 @@
+//! The handle a session holds between its two events: `started` when it is made, `ended` when
+//! the session says how it ended, or, should the session's task end without saying, when the
+//! handle is dropped (so that every start has its end).
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use super::event::{Event, SessionEnd, SessionInfo};
+use super::log_file::AuditLog;
+use crate::timestamp::rfc3339_millis;
+
+/// One session's audit trail.
+#[derive(Debug)]
+pub struct SessionAudit {
+    log: Option<Arc<AuditLog>>,
+    info: SessionInfo,
+    started: Instant,
+    ended: bool,
+}
+
+impl SessionAudit {
+    /// Writes the `started` event (nothing without a log).
+    pub fn start(log: Option<Arc<AuditLog>>, info: SessionInfo) -> SessionAudit {
+        let audit = SessionAudit {
+            log,
+            info,
+            started: Instant::now(),
+            ended: false,
+        };
+        audit.emit("started", None);
+        audit
+    }
+
+    /// What the session's events say about it.
+    pub fn info(&self) -> &SessionInfo {
+        &self.info
+    }
+
+    /// Time since the start.
+    pub fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Writes the `ended` event.
+    pub fn end(mut self, end: SessionEnd) {
+        self.ended = true;
+        self.emit("ended", Some(&end));
+    }
+
+    fn emit(&self, stage: &'static str, end: Option<&SessionEnd>) {
+        if let Some(log) = &self.log {
+            log.emit(&Event {
+                time: rfc3339_millis(SystemTime::now()),
+                stage,
+                info: &self.info,
+                end,
+            });
+        }
+    }
+}
+
+impl Drop for SessionAudit {
+    fn drop(&mut self) {
+        if !self.ended {
+            let end = SessionEnd {
+                bytes_in: 0,
+                bytes_out: 0,
+                duration_ms: self.elapsed_ms(),
+                exit_code: None,
+                status: None,
+                outcome: "aborted",
+                ended_by: "the proxy's session task ended without a result",
+            };
+            self.emit("ended", Some(&end));
+        }
+    }
+}

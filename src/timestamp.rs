@@ -1,0 +1,71 @@
+//! RFC 3339 UTC timestamps, as Kubernetes writes them (the simulated cluster's objects and
+//! logs) and as audit events carry them. A few lines of calendar arithmetic instead of a date
+//! library: nothing here needs time zones or parsing.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `2026-11-25T01:02:03Z`: second precision, as in Kubernetes objects.
+pub fn rfc3339(t: SystemTime) -> String {
+    let (secs, _) = since_epoch(t);
+    let (date, time) = split(secs);
+    format!("{date}T{time}Z")
+}
+
+/// `2026-11-25T01:02:03.456Z`: millisecond precision, for audit events.
+pub fn rfc3339_millis(t: SystemTime) -> String {
+    let (secs, millis) = since_epoch(t);
+    let (date, time) = split(secs);
+    format!("{date}T{time}.{millis:03}Z")
+}
+
+/// Whole seconds and the milliseconds after them; times before 1970 read as the epoch.
+fn since_epoch(t: SystemTime) -> (i64, u32) {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| (d.as_secs() as i64, d.subsec_millis()))
+        .unwrap_or((0, 0))
+}
+
+/// `YYYY-MM-DD` and `hh:mm:ss` of a Unix time.
+fn split(secs: i64) -> (String, String) {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    (
+        format!("{y:04}-{m:02}-{d:02}"),
+        format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        // 2024-02-29 (a leap day) 12:34:56.789 UTC.
+        let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_789);
+        assert_eq!(rfc3339(t), "2024-02-29T12:34:56Z");
+        assert_eq!(rfc3339_millis(t), "2024-02-29T12:34:56.789Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_709_251_199);
+        assert_eq!(rfc3339(t), "2024-02-29T23:59:59Z");
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339_millis(t), "2000-02-29T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,458 @@
+//! Session audit (`--audit-log`) with real clients on every path: kubectl 1.33 exec, cp,
+//! port-forward and `logs -f` (translated, tunnel, plain HTTP), kubectl 1.28 exec (relayed
+//! SPDY), a v4 WebSocket exec (relayed), each with its `started` and `ended` events and the
+//! caller's identity: asked of the cluster with the caller's own token in passthrough mode,
+//! the authenticated certificate in impersonate mode.
+//!
+//! kubectl sends a kubeconfig token only over TLS, so the proxy listens with TLS here and
+//! kubectl talks to it directly; each event's `protocol_path` shows which path was taken.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use common::clients::require_kubectl;
+use common::harness::stderr;
+use common::pki::{kubeconfig, Ca, Leaf};
+use common::proxy_process::ProxyProcess;
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimUser};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+const T: Duration = Duration::from_secs(60);
+const TINA: &str = "tina-token-audit-5e1";
+const PROXY_TOKEN: &str = "proxy-token-audit-77a";
+const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
+
+/// The simulated cluster (plain HTTP, tokens), a proxy with listener TLS writing an audit log.
+struct Audited {
+    _sim: SimCluster,
+    proxy: ProxyProcess,
+    dir: tempfile::TempDir,
+    proxy_ca: Ca,
+    client_ca: Ca,
+    audit_log: PathBuf,
+}
+
+impl Audited {
+    async fn start(extra: &[&str]) -> Audited {
+        let user = |token: &str, name: &str, groups: &[&str]| SimUser {
+            token: token.to_owned(),
+            name: name.to_owned(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        let sim = SimCluster::start(SimConfig {
+            users: vec![
+                user(TINA, "tina", &["dev"]),
+                user(PROXY_TOKEN, PROXY_USER, &["system:serviceaccounts"]),
+            ],
+            impersonators: vec![PROXY_USER.to_owned()],
+            ..SimConfig::default()
+        })
+        .await
+        .expect("start the cluster");
+        let dir = tempfile::tempdir().unwrap();
+        let proxy_ca = Ca::new("proxy");
+        let client_ca = Ca::new("clients");
+        let (cert, key) = proxy_ca.server().write(dir.path(), "serving");
+        let client_ca_file = client_ca.write(dir.path(), "client-ca");
+        let token_file = dir.path().join("proxy-token");
+        std::fs::write(&token_file, PROXY_TOKEN).unwrap();
+        let audit_log = dir.path().join("audit.log");
+        let mut args: Vec<String> = [
+            "--upstream",
+            &sim.url(),
+            "--upstream-token-file",
+            &token_file.display().to_string(),
+            "--tls-cert-file",
+            &cert.display().to_string(),
+            "--tls-private-key-file",
+            &key.display().to_string(),
+            "--client-ca-file",
+            &client_ca_file.display().to_string(),
+            "--audit-log",
+            &audit_log.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let proxy = ProxyProcess::launch(&refs, &[]);
+        Audited {
+            _sim: sim,
+            proxy,
+            dir,
+            proxy_ca,
+            client_ca,
+            audit_log,
+        }
+    }
+
+    fn kubeconfig(&self, name: &str, token: Option<&str>, cert: Option<&Leaf>) -> PathBuf {
+        kubeconfig(
+            &self.dir.path().join(format!("kubeconfig-{name}")),
+            &format!("https://127.0.0.1:{}", self.proxy.addr.port()),
+            &self.proxy_ca.pem,
+            token,
+            cert,
+        )
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.audit_log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("an audit line is JSON"))
+            .collect()
+    }
+
+    /// Waits for the `ended` event of the session whose `started` event matches `pick`; both.
+    async fn pair(&self, pick: impl Fn(&Value) -> bool) -> (Value, Value) {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let events = self.events();
+            if let Some(start) = events.iter().find(|e| e["stage"] == "started" && pick(e)) {
+                let id = &start["session_id"];
+                if let Some(end) = events
+                    .iter()
+                    .find(|e| e["stage"] == "ended" && &e["session_id"] == id)
+                {
+                    return (start.clone(), end.clone());
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no matching start/end pair in the audit log:\n{}",
+                serde_json::to_string_pretty(&events).unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn kubectl_cmd(k: &Path, kubeconfig: &Path, cwd: &Path) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(k);
+    c.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .current_dir(cwd)
+        .env("HOME", cwd)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBECTL_REMOTE_COMMAND_WEBSOCKETS")
+        .env_remove("KUBECTL_PORT_FORWARD_WEBSOCKETS")
+        .kill_on_drop(true);
+    c
+}
+
+async fn kubectl(k: &Path, kubeconfig: &Path, cwd: &Path, args: &[&str]) -> Output {
+    let mut c = kubectl_cmd(k, kubeconfig, cwd);
+    c.args(args).stdin(Stdio::null());
+    tokio::time::timeout(T, c.output())
+        .await
+        .expect("kubectl finished")
+        .expect("kubectl ran")
+}
+
+/// The fields every event carries, the same in both events of a session.
+fn assert_common(start: &Value, end: &Value, verb: &str, path: &str) {
+    for field in [
+        "session_id",
+        "verb",
+        "namespace",
+        "pod",
+        "container",
+        "command",
+        "tty",
+        "user",
+        "groups",
+        "identity_source",
+        "client_address",
+        "protocol_path",
+    ] {
+        assert!(start.get(field).is_some(), "no {field} in {start}");
+        assert_eq!(start[field], end[field], "{field} differs: {start} / {end}");
+    }
+    assert_eq!(start["verb"], verb, "{start}");
+    assert_eq!(start["protocol_path"], path, "{start}");
+    assert_eq!(start["namespace"], "default", "{start}");
+    assert!(
+        start["client_address"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{start}"
+    );
+    for field in [
+        "bytes_in",
+        "bytes_out",
+        "duration_ms",
+        "outcome",
+        "ended_by",
+    ] {
+        assert!(end.get(field).is_some(), "no {field} in {end}");
+    }
+    assert!(start["time"].as_str().unwrap().ends_with('Z'), "{start}");
+}
+
+fn assert_tina(start: &Value) {
+    assert_eq!(start["user"], "tina", "{start}");
+    assert!(
+        start["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g == "dev"),
+        "{start}"
+    );
+    assert_eq!(start["identity_source"], "self_subject_review", "{start}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed_identity() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    let a = Audited::start(&[]).await;
+    let kc = a.kubeconfig("tina", Some(TINA), None);
+    let cwd = a.dir.path();
+
+    // Translated exec with an exit code.
+    let o = kubectl(
+        &k33,
+        &kc,
+        cwd,
+        &["exec", "web", "--", "sh", "-c", "echo hi; exit 3"],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(3), "kubectl: {}", stderr(&o));
+    let (start, end) = a.pair(|e| e["command"][2] == "echo hi; exit 3").await;
+    assert_common(&start, &end, "exec", "translated");
+    assert_tina(&start);
+    assert_eq!(start["pod"], "web");
+    assert_eq!(start["protocol"], "v5.channel.k8s.io");
+    assert_eq!(end["exit_code"], 3, "{end}");
+    assert_eq!(end["bytes_out"], 3, "{end}");
+    assert_eq!(end["outcome"], "non_zero_exit", "{end}");
+
+    // cp is an exec of tar.
+    std::fs::write(cwd.join("note.txt"), "copied\n").unwrap();
+    let o = kubectl(&k33, &kc, cwd, &["cp", "note.txt", "web:/tmp/note.txt"]).await;
+    assert!(o.status.success(), "kubectl cp: {}", stderr(&o));
+    let (start, end) = a.pair(|e| e["command"][0] == "tar").await;
+    assert_common(&start, &end, "exec", "translated");
+    assert_tina(&start);
+    assert_eq!(end["exit_code"], 0, "{end}");
+    assert!(end["bytes_in"].as_u64().unwrap() > 0, "{end}");
+
+    // kubectl 1.28 speaks SPDY: relayed.
+    let o = kubectl(&k28, &kc, cwd, &["exec", "old", "--", "echo", "relayed"]).await;
+    assert!(o.status.success(), "kubectl 1.28: {}", stderr(&o));
+    let (start, end) = a.pair(|e| e["pod"] == "old").await;
+    assert_common(&start, &end, "exec", "relay_spdy");
+    assert_tina(&start);
+    assert!(
+        start["protocol"].as_str().unwrap().starts_with("SPDY/3.1"),
+        "{start}"
+    );
+    assert_eq!(end["outcome"], "success", "{end}");
+    assert!(end["bytes_out"].as_u64().unwrap() > 0, "{end}");
+
+    // Port-forward: the tunnel.
+    let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let mut pf = kubectl_cmd(&k33, &kc, cwd);
+    pf.args([
+        "port-forward",
+        "--address",
+        "127.0.0.1",
+        "pod/db",
+        &format!(":{echo_port}"),
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = pf.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let local: u16 = tokio::time::timeout(T, async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("port-forward ended");
+            if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+                return rest.split(' ').next().unwrap().parse().unwrap();
+            }
+        }
+    })
+    .await
+    .expect("port-forward ready");
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", local))
+        .await
+        .unwrap();
+    s.write_all(b"audited tunnel").await.unwrap();
+    let mut buf = [0u8; 14];
+    tokio::time::timeout(T, s.read_exact(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(s);
+    child.kill().await.unwrap();
+    let (start, end) = a.pair(|e| e["pod"] == "db").await;
+    assert_common(&start, &end, "portforward", "tunnel");
+    assert_tina(&start);
+    assert!(
+        start["protocol"]
+            .as_str()
+            .unwrap()
+            .contains("portforward.k8s.io"),
+        "{start}"
+    );
+    assert!(end["bytes_in"].as_u64().unwrap() > 14, "{end}");
+
+    // A followed log over plain HTTP, until the client goes.
+    let mut logs = kubectl_cmd(&k33, &kc, cwd);
+    logs.args(["logs", "-f", "logger"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = logs.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    tokio::time::timeout(T, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line == "log line 12" {
+                return;
+            }
+        }
+        panic!("the log ended early");
+    })
+    .await
+    .expect("followed lines");
+    child.kill().await.unwrap();
+    let (start, end) = a.pair(|e| e["pod"] == "logger").await;
+    assert_common(&start, &end, "log", "http");
+    assert_tina(&start);
+    assert_eq!(end["ended_by"], "client gone", "{end}");
+    assert!(end["bytes_out"].as_u64().unwrap() > 100, "{end}");
+
+    // Every start has its end, and nothing was dropped.
+    let events = a.events();
+    let starts = events.iter().filter(|e| e["stage"] == "started").count();
+    let ends = events.iter().filter(|e| e["stage"] == "ended").count();
+    assert_eq!(starts, ends, "{events:#?}");
+    let metrics = a.proxy.metrics();
+    assert!(
+        metrics.contains("kube_ws_proxy_audit_events_dropped_total 0"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_websocket_exec_is_audited_with_the_callers_token() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    // No TLS needed for a raw client: it sends its token over plain HTTP.
+    let sim = SimCluster::start(SimConfig {
+        users: vec![SimUser {
+            token: TINA.to_owned(),
+            name: "tina".to_owned(),
+            groups: vec!["dev".to_owned()],
+        }],
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let proxy = ProxyProcess::start(&sim.url(), &["--audit-log", &log.display().to_string()]);
+    let path = common::ws_client::exec_path("v4pod", &["echo", "relayed v4"], false, true, false);
+    let mut req = format!("ws://{}{path}", proxy.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v4.channel.k8s.io".parse().unwrap(),
+    );
+    req.headers_mut()
+        .insert("Authorization", format!("Bearer {TINA}").parse().unwrap());
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    tokio::time::timeout(T, async { while let Some(Ok(_)) = ws.next().await {} })
+        .await
+        .unwrap();
+    // The relay ends when both directions have: the client's too.
+    drop(ws);
+    let deadline = tokio::time::Instant::now() + T;
+    let events = loop {
+        let events: Vec<Value> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if events.len() >= 2 || tokio::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(events.len(), 2, "{events:#?}");
+    let (start, end) = (&events[0], &events[1]);
+    assert_common(start, end, "exec", "relay_websocket");
+    assert_tina(start);
+    assert_eq!(start["protocol"], "v4.channel.k8s.io", "{start}");
+    assert_eq!(start["command"], serde_json::json!(["echo", "relayed v4"]));
+    assert!(end["bytes_out"].as_u64().unwrap() > 0, "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonate_mode_events_carry_the_authenticated_caller() {
+    let Some(k33) = require_kubectl("1.33") else {
+        return;
+    };
+    let a = Audited::start(&["--auth-mode", "impersonate"]).await;
+    let alice = a.client_ca.client_in_groups("alice", &["ops", "oncall"]);
+    let kc = a.kubeconfig("alice", None, Some(&alice));
+    let o = kubectl(&k33, &kc, a.dir.path(), &["exec", "web", "--", "true"]).await;
+    assert!(o.status.success(), "kubectl: {}", stderr(&o));
+    let (start, end) = a.pair(|e| e["pod"] == "web").await;
+    assert_common(&start, &end, "exec", "translated");
+    assert_eq!(start["user"], "alice", "{start}");
+    assert_eq!(
+        start["groups"],
+        serde_json::json!(["ops", "oncall"]),
+        "{start}"
+    );
+    assert_eq!(start["identity_source"], "authenticated", "{start}");
+    assert_eq!(end["exit_code"], 0, "{end}");
+}
+
+#[test]
+fn an_audit_log_that_cannot_be_opened_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+        .args([
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--audit-log",
+        ])
+        .arg(dir.path().join("no/such/dir/audit.log"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cannot open the audit log"), "{err}");
+}
