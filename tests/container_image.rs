@@ -343,6 +343,16 @@ fn image_is_built_from_scratch_and_holds_only_the_proxy() {
         "an /etc/group entry for 65532: {group}"
     );
 
+    // Reproducible: the same binary and commit give the same image digest.
+    let again = Image::build();
+    let digest = |image: &Image| -> Value {
+        let index: Value =
+            serde_json::from_slice(&std::fs::read(image.layout.join("index.json")).unwrap())
+                .unwrap();
+        index["manifests"][0]["digest"].clone()
+    };
+    assert_eq!(digest(&image), digest(&again), "two builds, two digests");
+
     // The archive is the same layout.
     let out = Command::new("tar")
         .arg("-tf")
@@ -400,6 +410,8 @@ impl Podman {
             .arg(self.dir.join("storage"))
             .arg("--runroot")
             .arg(self.dir.join("run"))
+            .arg("--tmpdir")
+            .arg(self.dir.join("tmp"))
             .args([
                 "--storage-driver",
                 "vfs",
