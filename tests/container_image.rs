@@ -433,9 +433,11 @@ impl Drop for Podman {
     }
 }
 
-/// The resource limits the container asks for: podman's defaults (a million descriptors)
-/// would raise the hard limits, which needs CAP_SYS_RESOURCE; these stay within what this
-/// process already has.
+/// The resource limits the container asks for. podman's defaults (a million descriptors and
+/// processes) raise hard limits, which needs CAP_SYS_RESOURCE; without it the runtime fails
+/// with EPERM. The descriptors stay at this process's limits; the processes go lower, because
+/// podman lowers its own limit when it starts (to 32768 on our machines) and its runtime can
+/// only stay under that.
 fn ulimits() -> Vec<String> {
     let get = |resource| {
         let mut rl = libc::rlimit {
@@ -528,7 +530,8 @@ fn start_container(
     let status = child.wait().unwrap();
     let said = logs.lock().unwrap().join("\n");
     // 125: podman or the OCI runtime failed before the entrypoint ran; 126: the runtime could
-    // not invoke it. Anything else came from the proxy itself and is the image's fault.
+    // not invoke it. Anything else came from the proxy itself and is the image's fault. (An
+    // entrypoint that cannot run would also give 126; the other test runs it under chroot.)
     let runtime_failed = matches!(status.code(), Some(125 | 126)) && said.contains("OCI");
     assert!(
         runtime_failed,
