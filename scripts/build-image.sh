@@ -4,9 +4,10 @@
 # links (found with ldd), the CA roots, /etc/passwd and /etc/group with the non-root user
 # 65532, and nothing else (no shell). umoci turns that layer into an OCI image layout.
 #
-# umoci rather than buildah: umoci only writes files (blobs and JSON), so it needs no
-# container storage, mounts or user namespaces and runs the same in a sandbox, a CI job or
-# as a non-root user; `buildah from scratch` needs its storage driver and mount privileges.
+# umoci rather than `buildah from scratch` (which works here too, as root): umoci only writes
+# files (blobs and JSON), so it needs no container store to fill and clean up, runs the same
+# as a non-root user (buildah would need `buildah unshare` and subordinate ids), and with a
+# layer tar made here with fixed times the same binary always gives the same digest.
 #
 # docker/Dockerfile stays the way to build the image with Docker; this script makes the same
 # image (user, ports, entrypoint, command) from an existing release binary.
