@@ -70,6 +70,54 @@ fn dockerfile_cmd_uses_real_flags() {
     );
 }
 
+/// The Dockerfile's dependency stage (stand-in sources beside Cargo.toml and Cargo.lock, built
+/// before the real sources are copied) makes a package cargo accepts: a target Cargo.toml
+/// declares without a file stops `docker build` there.
+#[test]
+fn dockerfile_dependency_stage_is_a_package_cargo_accepts() {
+    let text = std::fs::read_to_string(root().join("docker/Dockerfile")).unwrap();
+    // Docker joins continued lines before running them.
+    let joined = text.replace("\\\n", " ");
+    let step = joined
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("RUN ")
+                .filter(|c| c.contains("mkdir -p src benches"))
+        })
+        .expect("the Dockerfile's stand-in step");
+    assert!(
+        !step.contains("cargo "),
+        "the stand-in step builds nothing: {step}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["Cargo.toml", "Cargo.lock"] {
+        std::fs::copy(root().join(file), dir.path().join(file)).unwrap();
+    }
+    let out = std::process::Command::new("sh")
+        .args(["-c", step])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Asking for a bin that does not exist makes cargo read the whole manifest and stop
+    // before building anything.
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--offline", "--locked", "--bin", "no-such-bin"])
+        .current_dir(dir.path())
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no bin target named `no-such-bin`"),
+        "cargo refuses the Dockerfile's dependency stage:\n{err}"
+    );
+}
+
 // ---- kustomize: deploy/base and the overlays for the three deployments of config/ ----
 
 mod common;
