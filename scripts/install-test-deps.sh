@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh machine: the Go toolchain and spdystream (the
-# foreign SPDY/3.1 peer), the Python Kubernetes client, headless Chromium (the browser test) and
-# the JavaScript Kubernetes client (tests/node). kubectl 1.27–1.33 and Node.js 20 come with the
-# machine image. Also kubernetes-validate for the deployment manifests. Safe to run repeatedly.
+# foreign SPDY/3.1 peer), the Python Kubernetes client, headless Chromium (the browser test),
+# the JavaScript Kubernetes client (tests/node), and umoci, podman and runc (the container
+# image). kubectl 1.27–1.33 and Node.js 20 come with the machine image. Also
+# kubernetes-validate for the deployment manifests. Safe to run repeatedly.
 set -euo pipefail
 
 need_apt=()
@@ -12,6 +13,12 @@ command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # Only if the image lacks it: the Node test needs Node.js >= 20.18 (undici 7).
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+# The container image (scripts/build-image.sh, tests/container_image.rs): umoci assembles it,
+# podman runs it; runc too, because Debian 12's crun refuses hosts with cgroup v1 and v2 side
+# by side.
+command -v umoci >/dev/null 2>&1 || need_apt+=(umoci)
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -10,6 +10,7 @@ scripts/install-test-deps.sh
 
 cargo fmt --all -- --check
 # The manifests in docker/ against the Kubernetes schemas (oldest and newest version we target).
+# The kustomizations in deploy/ are rendered and validated by tests/deployment_files.rs.
 for k in 1.27.0 1.33.0; do
   "${PYTHON:-python3}" -m kubernetes_validate -k "$k" --strict --quiet docker/*.yaml
 done
