@@ -2,7 +2,7 @@
 # Installs what the test suite needs on a fresh machine: the Go toolchain and spdystream (the
 # foreign SPDY/3.1 peer), the Python Kubernetes client, headless Chromium (the browser test),
 # the JavaScript Kubernetes client (tests/node), and umoci, podman and runc (the container
-# image). kubectl 1.27–1.33 and Node.js 20 come with the machine image. Also
+# image), asciinema (replays session recordings). kubectl 1.27–1.33 and Node.js 20 come with the machine image. Also
 # kubernetes-validate for the deployment manifests. Safe to run repeatedly.
 set -euo pipefail
 
@@ -11,6 +11,8 @@ command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 [ -d /usr/share/gocode/src/github.com/docker/spdystream ] || [ -d /usr/share/gocode/src/github.com/moby/spdystream ] \
   || need_apt+=(golang-github-docker-spdystream-dev)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# Replays session recordings (asciinema cat) in the recording tests.
+command -v asciinema >/dev/null 2>&1 || need_apt+=(asciinema)
 # Only if the image lacks it: the Node test needs Node.js >= 20.18 (undici 7).
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 # The container image (scripts/build-image.sh, tests/container_image.rs): umoci assembles it,

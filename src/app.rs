@@ -7,6 +7,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::audit::recording::{RecordPolicy, RecordingConfig, Recordings};
 use crate::audit::{AuditLog, AuditLogConfig, AuditTarget};
 use crate::cli::{nonzero, ServeArgs};
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
@@ -32,6 +33,8 @@ pub enum StartError {
         path: String,
         source: std::io::Error,
     },
+    #[error("recordings: {0}")]
+    Recording(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -222,6 +225,20 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             }
         })?;
         state.audit = Some(Arc::new(log));
+    }
+    match (args.record, &args.record_dir) {
+        (RecordPolicy::Off, _) => {}
+        (_, None) => return Err(StartError::Recording("--record needs --record-dir".into())),
+        (policy, Some(dir)) => {
+            let config = RecordingConfig {
+                dir: dir.clone(),
+                policy,
+                record_stdin: args.record_stdin,
+            };
+            let recordings = Recordings::start(config, state.metrics.recording_counters())
+                .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
+            state.recordings = Some(Arc::new(recordings));
+        }
     }
     let state = Arc::new(state);
 

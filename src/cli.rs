@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::audit::recording::RecordPolicy;
 pub use crate::proxy::auth::AuthMode;
 
 /// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
@@ -204,6 +205,20 @@ pub struct ServeArgs {
     /// Rotated audit log files to keep (`PATH.1` is the newest); 0: the file is emptied instead.
     #[arg(long, env = "KUBE_WS_PROXY_AUDIT_LOG_MAX_BACKUPS", default_value_t = 5)]
     pub audit_log_max_backups: usize,
+
+    /// Record exec and attach sessions as asciicast v2 files in `--record-dir`: `off`,
+    /// `best-effort` (a session whose recording cannot start or fails goes on), `required` (a
+    /// session that cannot be recorded is refused, one whose recording fails is ended).
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD", value_enum, default_value_t = RecordPolicy::Off)]
+    pub record: RecordPolicy,
+
+    /// Where recordings go, one file per session (`<UTC start>_<session id>.cast`).
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD_DIR")]
+    pub record_dir: Option<PathBuf>,
+
+    /// Record what clients type too (input events). Off by default: stdin can hold passwords.
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD_STDIN")]
+    pub record_stdin: bool,
 
     /// TCP keepalive on client and upstream sockets: how long a connection may carry nothing
     /// before the first probe; probes follow every third of it, and a peer that answers none of

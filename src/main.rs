@@ -1,11 +1,17 @@
+use std::io::IsTerminal;
+
 use kube_ws_proxy::cli::{Command, LogFormat};
 use kube_ws_proxy::config_file::ConfigError;
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour only for a person at a terminal: files, pipes and log collectors get plain text
+    // (NO_COLOR turns it off at a terminal too).
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -413,3 +413,45 @@ async fn slow_and_oversized_request_heads_are_refused() {
     // The proxy still serves.
     assert_eq!(http_get(addr, "/api/v1/namespaces/default/pods/web").0, 200);
 }
+
+/// Text logs written to a pipe or file (a log collector, the demo's output redirected) carry no
+/// ANSI colour codes.
+#[test]
+fn text_logs_to_a_pipe_have_no_colour_codes() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+        .args([
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "text",
+        ])
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let ready = line.contains("kube-ws-proxy ready");
+        seen.push(line);
+        if ready {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter().any(|l| l.contains("kube-ws-proxy ready")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().all(|l| !l.contains('\u{1b}')),
+        "colour codes in piped logs: {seen:?}"
+    );
+}

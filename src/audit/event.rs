@@ -66,6 +66,8 @@ pub struct SessionInfo {
     pub protocol_path: ProtocolPath,
     /// The subprotocol the client got (`v5.channel.k8s.io`, `SPDY/3.1`, ...), once known.
     pub protocol: Option<String>,
+    /// The session's recording (`--record`), if it has one.
+    pub recording: Option<String>,
 }
 
 /// How a session ended.
@@ -85,6 +87,8 @@ pub struct SessionEnd {
     pub outcome: &'static str,
     /// Who or what ended it, in words (`completed`, `client unresponsive`, ...).
     pub ended_by: &'static str,
+    /// Why the recording could not start or was cut short, if it was.
+    pub recording_error: Option<String>,
 }
 
 /// One line of the audit log.
@@ -120,6 +124,7 @@ mod tests {
             client_address: "127.0.0.1:50000".into(),
             protocol_path: ProtocolPath::Tunnel,
             protocol: Some("SPDY/3.1+portforward.k8s.io".into()),
+            recording: None,
         }
     }
 
@@ -134,7 +139,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&started).unwrap(),
-            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io"}"#
+            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null}"#
         );
         let end = SessionEnd {
             bytes_in: 10,
@@ -144,6 +149,7 @@ mod tests {
             status: None,
             outcome: "success",
             ended_by: "upstream",
+            recording_error: None,
         };
         let ended = Event {
             time: "t".into(),

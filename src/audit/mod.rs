@@ -8,10 +8,12 @@
 //! - [`log_file`]: where events go (a file with size-based rotation, or stdout), written off
 //!   the sessions' tasks through a bounded queue.
 //! - [`session`]: the handle a session holds between its two events.
+//! - [`recording`]: asciicast recordings of exec and attach sessions.
 
 pub mod event;
 pub mod instance;
 pub mod log_file;
+pub mod recording;
 pub mod session;
 
 pub use event::{IdentitySource, ProtocolPath, SessionEnd, SessionInfo, Verb};

@@ -70,6 +70,7 @@ impl Drop for SessionAudit {
                 status: None,
                 outcome: "aborted",
                 ended_by: "the proxy's session task ended without a result",
+                recording_error: None,
             };
             self.emit("ended", Some(&end));
         }

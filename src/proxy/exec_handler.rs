@@ -17,12 +17,15 @@ use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::websocket::{socket_config, switching_protocols, upgraded, validate};
+use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
-use crate::translate::remote_command::{self, ExecStreams, Outcome, SessionEndKind};
+use crate::translate::remote_command::{
+    self, ExecStreams, Outcome, SessionEndKind, SessionRecording,
+};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 
@@ -56,21 +59,60 @@ pub async fn handle(
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
     // Who the caller is (for the audit) is found out meanwhile.
     let credentials = headers.get(http::header::AUTHORIZATION).cloned();
-    let (setup, identity) = tokio::join!(
+    let (mut setup, identity) = tokio::join!(
         setup_upstream(&state, &path_and_query, headers, &options),
         session_audit::identify(&state, &caller, credentials),
     );
-    let audit = session_audit::start(
-        &state,
-        session_audit::session_info(
-            session_id,
-            &path_and_query,
-            peer,
-            identity,
-            ProtocolPath::Translated,
-            Some(ChannelProtocol::V5.name().to_owned()),
-        ),
+    // The recording starts once the session is real (its streams are open).
+    let mut recording_error = None;
+    let recording = match (&state.recordings, &setup) {
+        (Some(recordings), Ok(_)) => {
+            let title = match (&target, &options.container) {
+                (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
+                (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
+                (None, _) => String::new(),
+            };
+            let id = crate::audit::instance::session_id(session_id);
+            match recordings.open(&id, &options.command, title).await {
+                Ok(recorder) => Some(SessionRecording {
+                    recorder,
+                    required: recordings.policy() == RecordPolicy::Required,
+                }),
+                Err(e) => {
+                    warn!(session = session_id, error = %e, "the session's recording could not start");
+                    if recordings.policy() == RecordPolicy::Required {
+                        let refusal = Status::failure(
+                            503,
+                            "ServiceUnavailable",
+                            format!(
+                                "kube-ws-proxy cannot record this session and recordings are \
+                                 required (--record=required): {e}"
+                            ),
+                        );
+                        if let Ok(streams) = std::mem::replace(&mut setup, Err(refusal)) {
+                            streams.conn.close().await;
+                        }
+                    }
+                    recording_error = Some(e.to_string());
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let refused_for_recording = recording_error.is_some() && setup.is_err();
+    let mut info = session_audit::session_info(
+        session_id,
+        &path_and_query,
+        peer,
+        identity,
+        ProtocolPath::Translated,
+        Some(ChannelProtocol::V5.name().to_owned()),
     );
+    if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
+        info.recording = Some(r.recorder.path().display().to_string());
+    }
+    let audit = session_audit::start(&state, info);
     let ready = options.ready_channel();
     let tty = options.tty;
     let mut limits = state.session_limits.clone();
@@ -96,6 +138,7 @@ pub async fn handle(
                         status: None,
                         outcome: SessionOutcome::ClientGone.label(),
                         ended_by: "the client's upgrade did not complete",
+                        recording_error,
                     });
                 }
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
@@ -104,12 +147,22 @@ pub async fn handle(
         };
         let outcome = match setup {
             Ok(streams) => {
-                remote_command::run(ws, streams, ready, tty, &limits, slot.stop_token()).await
+                let stop = slot.stop_token();
+                remote_command::run(ws, streams, ready, tty, &limits, stop, recording.as_ref())
+                    .await
             }
             Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
         };
         let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
-        let result = metrics_outcome(&outcome);
+        let result = if refused_for_recording {
+            SessionOutcome::RecordingFailed
+        } else {
+            metrics_outcome(&outcome)
+        };
+        let recording_error =
+            recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
+        // The recording is complete once its recorder is gone.
+        drop(recording);
         // Before the slot goes: a drained proxy exits once every slot is back.
         if let Some(audit) = audit {
             audit.end(AuditEnd {
@@ -120,6 +173,7 @@ pub async fn handle(
                 status: outcome.status.as_ref().map(|s| s.summary()),
                 outcome: result.label(),
                 ended_by: outcome.end.describe(),
+                recording_error,
             });
         }
         drop(slot);
@@ -231,6 +285,7 @@ fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
         SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
         SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
         SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
+        SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
     }
 }
 

@@ -9,6 +9,7 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::audit::recording::RecordingCounters;
 use crate::audit::AuditCounters;
 
 /// What kind of streaming session.
@@ -47,6 +48,8 @@ pub enum SessionOutcome {
     UpstreamUnresponsive,
     /// No data either way for `--stream-idle-timeout`.
     IdleTimeout,
+    /// The session's recording failed under `--record=required`.
+    RecordingFailed,
     Drained,
 }
 
@@ -61,6 +64,7 @@ impl SessionOutcome {
             SessionOutcome::ClientUnresponsive => "client_unresponsive",
             SessionOutcome::UpstreamUnresponsive => "upstream_unresponsive",
             SessionOutcome::IdleTimeout => "idle_timeout",
+            SessionOutcome::RecordingFailed => "recording_failed",
             SessionOutcome::Drained => "drained",
         }
     }
@@ -122,6 +126,7 @@ pub struct Metrics {
     requests_total: IntCounterVec,
     request_duration: HistogramVec,
     audit: AuditCounters,
+    recording: RecordingCounters,
 }
 
 impl Default for Metrics {
@@ -234,8 +239,28 @@ impl Metrics {
                     "Audit events that could not be written (disk full, file gone).",
                 ),
             },
+            recording: RecordingCounters {
+                recorded_bytes: plain_counter(
+                    "kube_ws_proxy_recorded_bytes_total",
+                    "Session bytes written to recordings (--record).",
+                ),
+                failures: plain_counter(
+                    "kube_ws_proxy_recording_failures_total",
+                    "Recordings that could not start or could not be written to the end.",
+                ),
+            },
             registry,
         }
+    }
+
+    /// The recordings' counters.
+    pub fn recording_counters(&self) -> RecordingCounters {
+        self.recording.clone()
+    }
+
+    /// Counts a session refused because it could not be recorded (`--record=required`).
+    pub fn recording_refused(&self) {
+        self.recording.failures.inc();
     }
 
     /// The audit log's counters.

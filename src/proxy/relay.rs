@@ -32,7 +32,9 @@ use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::websocket::is_valid_key;
 use crate::activity_clock::ActivityClock;
+use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd};
+use crate::translate::exec_options::{parse_pod_subresource, Subresource};
 
 /// Bytes moved by one relayed connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -90,6 +92,26 @@ pub async fn relay(
     let kind = match kind {
         RelayKind::Spdy => SessionKind::SpdyRelay,
         RelayKind::WebSocket | RelayKind::Other => SessionKind::WebSocketRelay,
+    };
+    // Exec and attach are recorded on the translated path only so far: where recordings are
+    // required, a relayed one is refused rather than run unrecorded.
+    let recordable = parse_pod_subresource(req.parts.uri.path())
+        .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
+    let recording_error = match (&state.recordings, recordable) {
+        (Some(recordings), true) => {
+            if recordings.policy() == RecordPolicy::Required {
+                state.metrics.recording_refused();
+                return failure(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    "kube-ws-proxy requires recordings (--record=required) and cannot record \
+                     exec or attach over relayed SPDY or legacy WebSocket protocols yet; use a \
+                     client that speaks v5.channel.k8s.io (kubectl 1.31 or later)",
+                );
+            }
+            Some("relayed sessions are not recorded yet".to_owned())
+        }
+        _ => None,
     };
     // From here on a failure is the upstream's (an unfinished guard counts as upstream_error).
     let guard = state.metrics.session(kind);
@@ -213,6 +235,7 @@ pub async fn relay(
                     SessionOutcome::IdleTimeout => "idle timeout",
                     _ => "connection closed",
                 },
+                recording_error,
             });
         }
         drop(slot);
@@ -393,6 +416,7 @@ fn end_unstarted(audit: Option<SessionAudit>, outcome: SessionOutcome, status: O
                 SessionOutcome::ClientGone => "the client's upgrade did not complete",
                 _ => "upstream refused",
             },
+            recording_error: None,
         });
     }
 }

@@ -107,6 +107,7 @@ pub fn session_info(
         client_address: peer.to_string(),
         protocol_path,
         protocol,
+        recording: None,
     })
 }
 
@@ -169,6 +170,7 @@ impl AuditedBody {
                 status: (!success).then(|| format!("upstream answered {}", self.status)),
                 outcome: if success { "success" } else { "upstream_error" },
                 ended_by,
+                recording_error: None,
             });
         }
     }

@@ -8,6 +8,7 @@ use super::metrics::Metrics;
 use super::self_subject_review::SelfSubjectReviews;
 use super::sessions::Sessions;
 use super::upstream::{PooledClient, Upstream};
+use crate::audit::recording::Recordings;
 use crate::audit::AuditLog;
 use crate::translate::remote_command::SessionLimits;
 use crate::translate::ws::Keepalive;
@@ -54,6 +55,8 @@ pub struct ProxyState {
     pub auth: Authenticator,
     /// Where session audit events go (`--audit-log`); `None`: no audit.
     pub audit: Option<Arc<AuditLog>>,
+    /// Recordings of exec and attach sessions (`--record`); `None`: off.
+    pub recordings: Option<Arc<Recordings>>,
     /// Passthrough callers' identities, for audit events.
     pub self_reviews: SelfSubjectReviews,
 }
@@ -85,6 +88,7 @@ impl ProxyState {
             sessions: Sessions::new(None),
             auth: Authenticator::passthrough(),
             audit: None,
+            recordings: None,
             self_reviews: SelfSubjectReviews::default(),
         }
     }

@@ -93,6 +93,7 @@ pub async fn handle(
                     status: Some(format!("upstream refused: {e}")),
                     outcome: SessionOutcome::UpstreamError.label(),
                     ended_by: "upstream refused",
+                    recording_error: None,
                 });
             }
             guard.finish(SessionOutcome::UpstreamError, 0, 0);
@@ -117,6 +118,7 @@ pub async fn handle(
                         status: None,
                         outcome: SessionOutcome::ClientGone.label(),
                         ended_by: "the client's upgrade did not complete",
+                        recording_error: None,
                     });
                 }
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
@@ -148,6 +150,7 @@ pub async fn handle(
                 status: None,
                 outcome: result.label(),
                 ended_by: outcome.ended_by.describe(),
+                recording_error: None,
             });
         }
         drop(slot);

@@ -107,3 +107,13 @@ pub fn node_with_client_node() -> Option<PathBuf> {
         Err(_) => on_path("node"),
     }
 }
+
+/// Debian's `asciinema` (replays recordings), or `None` (a failure in CI).
+pub fn require_asciinema() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("asciinema"))
+            .find(|p| p.is_file())
+    });
+    require("asciinema", found)
+}

@@ -12,13 +12,39 @@ pub struct PtyRun {
     pub status: ExitStatus,
 }
 
+/// One step of what happens at the terminal.
+#[derive(Debug, Clone, Copy)]
+pub enum PtyStep<'a> {
+    Wait(Duration),
+    Type(&'a [u8]),
+    /// The window changes size (the program gets SIGWINCH, as from a terminal emulator).
+    Resize(u16, u16),
+}
+
 /// Runs `cmd` with its stdio on a new pty of `cols`×`rows`; `input` is typed after `delay`.
 pub fn run_on_pty(
-    mut cmd: Command,
+    cmd: Command,
     cols: u16,
     rows: u16,
     input: &[u8],
     delay: Duration,
+    timeout: Duration,
+) -> PtyRun {
+    run_script_on_pty(
+        cmd,
+        cols,
+        rows,
+        &[PtyStep::Wait(delay), PtyStep::Type(input)],
+        timeout,
+    )
+}
+
+/// Runs `cmd` on a new pty of `cols`×`rows`, going through `steps` at the terminal.
+pub fn run_script_on_pty(
+    mut cmd: Command,
+    cols: u16,
+    rows: u16,
+    steps: &[PtyStep],
     timeout: Duration,
 ) -> PtyRun {
     let mut master: libc::c_int = -1;
@@ -81,8 +107,27 @@ pub fn run_on_pty(
         }
         all
     });
-    std::thread::sleep(delay);
-    let _ = writer.write_all(input);
+    for step in steps {
+        match *step {
+            PtyStep::Wait(d) => std::thread::sleep(d),
+            PtyStep::Type(input) => {
+                let _ = writer.write_all(input);
+            }
+            PtyStep::Resize(cols, rows) => {
+                use std::os::fd::AsRawFd;
+                let ws = libc::winsize {
+                    ws_row: rows,
+                    ws_col: cols,
+                    ws_xpixel: 0,
+                    ws_ypixel: 0,
+                };
+                // SAFETY: TIOCSWINSZ reads a valid winsize; the kernel signals the foreground
+                // process group of the pty (SIGWINCH).
+                let rc = unsafe { libc::ioctl(writer.as_raw_fd(), libc::TIOCSWINSZ as _, &ws) };
+                assert_eq!(rc, 0, "TIOCSWINSZ failed");
+            }
+        }
+    }
     let deadline = Instant::now() + timeout;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::stdin_pump::StdinItem;
 use crate::activity_clock::ActivityClock;
+use crate::audit::recording::Recorder;
 use crate::translate::channel::Channel;
 use crate::translate::close_signal::{CloseSignal, CLOSE_SIGNAL_BYTE};
 use crate::translate::resize::{ResizeDecoder, TerminalSize};
@@ -38,12 +39,13 @@ pub(crate) struct ClientSinks {
 
 /// Reads until the client closes, goes away or breaks the protocol. The sinks are dropped when
 /// it returns, which is what tells the stdin pump that no more stdin will come. Every data
-/// message is noted on `data` (the session's idle clock).
+/// message is noted on `data` (the session's idle clock); stdin and resizes go to `recorder`.
 pub(crate) async fn read_client<R>(
     reader: &mut WsReader<R>,
     mut sinks: ClientSinks,
     bytes_in: &AtomicU64,
     data: &ActivityClock,
+    recorder: Option<&Recorder>,
 ) -> ClientEnd
 where
     R: AsyncRead + Unpin,
@@ -63,7 +65,7 @@ where
             }
         };
         data.touch();
-        if let Some(end) = dispatch(message, &mut sinks, &mut resize, bytes_in).await {
+        if let Some(end) = dispatch(message, &mut sinks, &mut resize, bytes_in, recorder).await {
             return end;
         }
     }
@@ -75,6 +77,7 @@ async fn dispatch(
     sinks: &mut ClientSinks,
     resize: &mut ResizeDecoder,
     bytes_in: &AtomicU64,
+    recorder: Option<&Recorder>,
 ) -> Option<ClientEnd> {
     let Some(&first) = data.first() else {
         // An empty message carries no channel; nothing to do.
@@ -104,6 +107,9 @@ async fn dispatch(
             let mut payload = data;
             payload.advance(1);
             bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
+            if let (Some(recorder), Some(_)) = (recorder, &sinks.stdin) {
+                recorder.input(&payload).await;
+            }
             if let Some(stdin) = &sinks.stdin {
                 if !payload.is_empty() && stdin.send(StdinItem::Data(payload)).await.is_err() {
                     sinks.stdin = None;
@@ -114,6 +120,11 @@ async fn dispatch(
             if let Some(tx) = &sinks.resize {
                 match resize.push(&data[1..]) {
                     Ok(sizes) => {
+                        if let Some(recorder) = recorder {
+                            for size in &sizes {
+                                recorder.resize(size.width, size.height).await;
+                            }
+                        }
                         if let Some(last) = sizes.into_iter().last() {
                             let _ = tx.send(Some(last));
                         }

@@ -17,5 +17,5 @@ mod session;
 mod setup;
 mod stdin_pump;
 
-pub use session::{refuse, run, Outcome, SessionEndKind, SessionLimits};
+pub use session::{refuse, run, Outcome, SessionEndKind, SessionLimits, SessionRecording};
 pub use setup::{open_streams, ExecStreams};

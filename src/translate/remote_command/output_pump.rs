@@ -5,6 +5,7 @@ use bytes::Bytes;
 use tokio::io::AsyncWrite;
 
 use crate::activity_clock::ActivityClock;
+use crate::audit::recording::Recorder;
 use crate::spdy::proto::RecvStream;
 use crate::translate::channel::Channel;
 use crate::translate::ws::WsWriter;
@@ -24,14 +25,15 @@ pub(crate) enum OutputEnd {
     ClientGone,
 }
 
-/// Pumps until both outputs ended, counting the bytes forwarded in `bytes_out` and noting
-/// each output on `activity` (the session's idle clock).
+/// Pumps until both outputs ended, counting the bytes forwarded in `bytes_out`, noting
+/// each output on `activity` (the session's idle clock) and on `recorder`.
 pub(crate) async fn pump_output<W>(
     writer: &mut WsWriter<W>,
     mut stdout: Option<RecvStream>,
     mut stderr: Option<RecvStream>,
     bytes_out: &mut u64,
     activity: &ActivityClock,
+    recorder: Option<&Recorder>,
 ) -> OutputEnd
 where
     W: AsyncWrite + Unpin,
@@ -62,6 +64,10 @@ where
         };
         *bytes_out += data.len() as u64;
         activity.touch();
+        if let Some(recorder) = recorder {
+            // What the client is sent, as it is sent; a full recording budget waits here.
+            recorder.output(&data).await;
+        }
         if queue(writer, channel, data).is_err() {
             return OutputEnd::ClientGone;
         }

@@ -14,6 +14,7 @@ use super::output_pump::{pump_output, OutputEnd};
 use super::setup::ExecStreams;
 use super::stdin_pump::pump_stdin;
 use crate::activity_clock::ActivityClock;
+use crate::audit::recording::Recorder;
 use crate::spdy::proto::{SendStream, SessionEnd};
 use crate::translate::channel::Channel;
 use crate::translate::resize::TerminalSize;
@@ -79,6 +80,8 @@ pub enum SessionEndKind {
     UpstreamUnresponsive,
     /// No data either way for the idle timeout; a Failure Status said so.
     IdleTimeout,
+    /// The recording failed under `--record=required`; a Failure Status said so.
+    RecordingFailed,
 }
 
 impl SessionEndKind {
@@ -93,8 +96,17 @@ impl SessionEndKind {
             SessionEndKind::ClientUnresponsive => "client unresponsive",
             SessionEndKind::UpstreamUnresponsive => "upstream unresponsive",
             SessionEndKind::IdleTimeout => "idle timeout",
+            SessionEndKind::RecordingFailed => "recording failed",
         }
     }
+}
+
+/// A session's recording, and whether the session must end when it fails.
+#[derive(Debug)]
+pub struct SessionRecording {
+    pub recorder: Recorder,
+    /// `--record=required`.
+    pub required: bool,
 }
 
 /// Runs a translated session on an accepted `v5.channel.k8s.io` WebSocket.
@@ -105,11 +117,13 @@ pub async fn run<S>(
     tty: bool,
     limits: &SessionLimits,
     stop: CancellationToken,
+    recording: Option<&SessionRecording>,
 ) -> Outcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let started = Instant::now();
+    let recorder = recording.map(|r| &r.recorder);
     let ExecStreams {
         conn,
         version,
@@ -154,10 +168,10 @@ where
     }
 
     // Phase 1: until the command is over (outputs and the error stream ended) or the client left.
-    let client = read_client(&mut reader, sinks, &bytes_in, &data);
+    let client = read_client(&mut reader, sinks, &bytes_in, &data, recorder);
     tokio::pin!(client);
     let upstream_done = async {
-        let out = pump_output(&mut writer, stdout, stderr, &mut bytes_out, &data).await;
+        let out = pump_output(&mut writer, stdout, stderr, &mut bytes_out, &data, recorder).await;
         if let OutputEnd::ClientGone = out {
             return None;
         }
@@ -172,6 +186,13 @@ where
     let idle = async {
         match limits.idle_timeout {
             Some(limit) => data.quiet_for(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    // Only a required recording's failure ends the session; a best-effort one just stops.
+    let recording_failed = async {
+        match recording.filter(|r| r.required) {
+            Some(r) => r.recorder.failed().await,
             None => std::future::pending().await,
         }
     };
@@ -211,6 +232,17 @@ where
                 ),
             ),
             SessionEndKind::IdleTimeout,
+        )),
+        why = recording_failed => Ok((
+            Status::failure(
+                500,
+                "InternalError",
+                format!(
+                    "kube-ws-proxy ended the session: its recording failed ({why}) and \
+                     recordings are required (--record=required)"
+                ),
+            ),
+            SessionEndKind::RecordingFailed,
         )),
         // Shutdown: the command is still running; say so rather than cutting the socket.
         _ = stop.cancelled() => Ok((

@@ -1,0 +1,190 @@
+//! asciicast v2, the format `asciinema play` and `asciinema cat` replay: a JSON header line,
+//! then one JSON array per event, `[seconds, code, data]`: `o` output, `i` input, `r` resize
+//! (`"COLSxROWS"`).
+//!
+//! Terminal output is bytes and may split a UTF-8 character across two chunks; the format
+//! holds text. [`Utf8Carry`] keeps an incomplete character until the next chunk completes
+//! it, so valid output replays byte for byte; bytes that are not UTF-8 at all (a binary `cp`)
+//! become U+FFFD, as a terminal would show them.
+
+use serde::Serialize;
+
+/// The header line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Header {
+    pub version: u8,
+    pub width: u16,
+    pub height: u16,
+    /// Unix time of the session's start.
+    pub timestamp: u64,
+    pub command: String,
+    pub title: String,
+}
+
+/// What an event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventCode {
+    Output,
+    Input,
+    Resize,
+}
+
+impl EventCode {
+    fn code(self) -> &'static str {
+        match self {
+            EventCode::Output => "o",
+            EventCode::Input => "i",
+            EventCode::Resize => "r",
+        }
+    }
+}
+
+/// Appends the header line to `out`.
+pub fn encode_header(header: &Header, out: &mut Vec<u8>) {
+    serde_json::to_writer(&mut *out, header).expect("a header serialises");
+    out.push(b'\n');
+}
+
+/// Appends one event line to `out`.
+pub fn encode_event(seconds: f64, code: EventCode, text: &str, out: &mut Vec<u8>) {
+    out.push(b'[');
+    // Microseconds, as asciinema writes them.
+    out.extend_from_slice(format!("{seconds:.6}").as_bytes());
+    out.extend_from_slice(b", \"");
+    out.extend_from_slice(code.code().as_bytes());
+    out.extend_from_slice(b"\", ");
+    serde_json::to_writer(&mut *out, text).expect("a string serialises");
+    out.extend_from_slice(b"]\n");
+}
+
+/// The text of a resize event.
+pub fn resize_text(cols: u16, rows: u16) -> String {
+    format!("{cols}x{rows}")
+}
+
+/// Decodes a byte stream that arrives in chunks as UTF-8 text.
+#[derive(Debug, Default)]
+pub struct Utf8Carry {
+    /// The start of a character whose end has not arrived yet (at most 3 bytes).
+    pending: Vec<u8>,
+}
+
+impl Utf8Carry {
+    /// The text of `chunk`, preceded by what the last chunk left incomplete; an incomplete
+    /// character at the end waits for the next chunk, bytes that can never be UTF-8 are
+    /// U+FFFD.
+    pub fn decode(&mut self, chunk: &[u8]) -> String {
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.extend_from_slice(chunk);
+        let mut out = String::with_capacity(bytes.len());
+        let mut rest = &bytes[..];
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(valid) => {
+                    out.push_str(valid);
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    out.push_str(std::str::from_utf8(valid).expect("checked valid"));
+                    match e.error_len() {
+                        // An incomplete character at the very end: keep it for later.
+                        None => {
+                            self.pending = after.to_vec();
+                            break;
+                        }
+                        Some(bad) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            rest = &after[bad..];
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// What is left when the stream ends: an incomplete character, as U+FFFD.
+    pub fn finish(&mut self) -> String {
+        if std::mem::take(&mut self.pending).is_empty() {
+            String::new()
+        } else {
+            char::REPLACEMENT_CHARACTER.to_string()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_and_events_as_asciinema_writes_them() {
+        let mut out = Vec::new();
+        encode_header(
+            &Header {
+                version: 2,
+                width: 80,
+                height: 24,
+                timestamp: 1_764_032_523,
+                command: "sh".into(),
+                title: "default/web".into(),
+            },
+            &mut out,
+        );
+        encode_event(0.25, EventCode::Output, "hi\r\n\u{1b}[0m\"", &mut out);
+        encode_event(1.5, EventCode::Resize, &resize_text(120, 40), &mut out);
+        encode_event(2.0, EventCode::Input, "ls\r", &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"version\":2,\"width\":80,\"height\":24,\"timestamp\":1764032523,\"command\":\"sh\",\"title\":\"default/web\"}\n\
+             [0.250000, \"o\", \"hi\\r\\n\\u001b[0m\\\"\"]\n\
+             [1.500000, \"r\", \"120x40\"]\n\
+             [2.000000, \"i\", \"ls\\r\"]\n"
+        );
+    }
+
+    #[test]
+    fn characters_split_across_chunks_come_out_whole() {
+        let text = "añ€😀z";
+        let bytes = text.as_bytes();
+        // Every way of cutting the stream in two gives back the text.
+        for cut in 0..=bytes.len() {
+            let mut carry = Utf8Carry::default();
+            let mut out = carry.decode(&bytes[..cut]);
+            out.push_str(&carry.decode(&bytes[cut..]));
+            out.push_str(&carry.finish());
+            assert_eq!(out, text, "cut at {cut}");
+        }
+        // One byte at a time too.
+        let mut carry = Utf8Carry::default();
+        let out: String = bytes.iter().map(|b| carry.decode(&[*b])).collect();
+        assert_eq!(out, text);
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_become_replacement_characters() {
+        let mut carry = Utf8Carry::default();
+        assert_eq!(carry.decode(b"a\xffb\xc3"), "a\u{fffd}b");
+        assert_eq!(carry.finish(), "\u{fffd}");
+        assert_eq!(carry.finish(), "");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_split_of_valid_text_is_exact(s in "\\PC{0,40}", cuts in proptest::collection::vec(0usize..200, 0..6)) {
+            let bytes = s.as_bytes();
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut carry = Utf8Carry::default();
+            let mut out = String::new();
+            let mut from = 0;
+            for p in points.into_iter().chain([bytes.len()]) {
+                out.push_str(&carry.decode(&bytes[from..p]));
+                from = p;
+            }
+            out.push_str(&carry.finish());
+            proptest::prop_assert_eq!(out, s);
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Session recordings (`--record`, `--record-dir`, `--record-stdin`): what an exec or attach
+//! session showed (stdout and stderr), its terminal sizes and, if asked, what was typed, as
+//! asciicast v2 files that `asciinema play` and `asciinema cat` replay.
+//!
+//! - [`asciicast`]: the format, and text from output that arrives in chunks.
+//! - [`recorder`]: the proxy's recordings and each session's handle, bounded memory.
+//! - `writer`: the thread that writes them.
+
+pub mod asciicast;
+pub mod recorder;
+mod writer;
+
+pub use recorder::{
+    RecordPolicy, Recorder, RecordingConfig, RecordingCounters, RecordingError, Recordings,
+};

@@ -1,0 +1,170 @@
+//! The one thread that writes every recording. Sessions hand it events (their bytes are
+//! shared, not copied, on the way); it turns them into asciicast lines and appends them to
+//! each session's file. Keeping files and text decoding here means an idle recorded session
+//! holds no buffer at all, and no session's task ever waits on the disk directly.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prometheus::IntCounter;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::warn;
+
+use super::asciicast::{encode_event, encode_header, resize_text, EventCode, Header, Utf8Carry};
+use super::recorder::RecordingState;
+
+/// Terminal size of a recording that never learnt one (non-tty sessions).
+const DEFAULT_SIZE: (u16, u16) = (80, 24);
+
+/// What happened on a session.
+#[derive(Debug)]
+pub(crate) enum EventKind {
+    Output(Bytes),
+    Input(Bytes),
+    Resize(u16, u16),
+}
+
+/// What the writer is told.
+pub(crate) enum Message {
+    Open {
+        id: u64,
+        file: File,
+        header: Header,
+        state: Arc<RecordingState>,
+    },
+    Event {
+        id: u64,
+        /// Seconds since the session started.
+        at: f64,
+        kind: EventKind,
+        /// The event's share of the byte budget, given back once it is written.
+        _budget: OwnedSemaphorePermit,
+    },
+    Close {
+        id: u64,
+    },
+}
+
+/// One open recording.
+struct Open {
+    file: File,
+    /// Written before the first event: a resize first sets the terminal size.
+    header: Option<Header>,
+    output: Utf8Carry,
+    input: Utf8Carry,
+    state: Arc<RecordingState>,
+}
+
+/// Runs until every sender is gone.
+pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, recorded: IntCounter) {
+    let mut open: HashMap<u64, Open> = HashMap::new();
+    // Reused for every line.
+    let mut line = Vec::with_capacity(64 * 1024);
+    while let Some(message) = rx.blocking_recv() {
+        match message {
+            Message::Open {
+                id,
+                file,
+                header,
+                state,
+            } => {
+                open.insert(
+                    id,
+                    Open {
+                        file,
+                        header: Some(header),
+                        output: Utf8Carry::default(),
+                        input: Utf8Carry::default(),
+                        state,
+                    },
+                );
+            }
+            Message::Event { id, at, kind, .. } => {
+                let Some(rec) = open.get_mut(&id) else {
+                    continue;
+                };
+                line.clear();
+                let len = encode(rec, at, kind, &mut line);
+                if let Err(e) = rec.file.write_all(&line) {
+                    fail(&mut open, id, &failures, e);
+                    continue;
+                }
+                recorded.inc_by(len);
+                rec.state.bytes.fetch_add(len, Ordering::Relaxed);
+            }
+            Message::Close { id } => {
+                let Some(mut rec) = open.remove(&id) else {
+                    continue;
+                };
+                line.clear();
+                if let Some(header) = rec.header.take() {
+                    encode_header(&header, &mut line);
+                }
+                // An incomplete character left at the end is shown, not lost.
+                let tail = rec.output.finish();
+                if !tail.is_empty() {
+                    encode_event(rec.state.elapsed(), EventCode::Output, &tail, &mut line);
+                }
+                if let Err(e) = rec.file.write_all(&line).and_then(|()| rec.file.flush()) {
+                    failures.inc();
+                    rec.state.fail(e.to_string());
+                    warn!(error = %e, "a session recording could not be completed");
+                }
+            }
+        }
+    }
+}
+
+/// Appends the lines of one event (and the header before the first); the bytes it recorded.
+fn encode(rec: &mut Open, at: f64, kind: EventKind, line: &mut Vec<u8>) -> u64 {
+    if let Some(mut header) = rec.header.take() {
+        if let EventKind::Resize(cols, rows) = kind {
+            // The client's first size is the terminal's size from the start.
+            header.width = cols;
+            header.height = rows;
+            encode_header(&header, line);
+            return 0;
+        }
+        encode_header(&header, line);
+    }
+    match kind {
+        EventKind::Output(data) => {
+            let text = rec.output.decode(&data);
+            if !text.is_empty() {
+                encode_event(at, EventCode::Output, &text, line);
+            }
+            data.len() as u64
+        }
+        EventKind::Input(data) => {
+            let text = rec.input.decode(&data);
+            if !text.is_empty() {
+                encode_event(at, EventCode::Input, &text, line);
+            }
+            data.len() as u64
+        }
+        EventKind::Resize(cols, rows) => {
+            encode_event(at, EventCode::Resize, &resize_text(cols, rows), line);
+            0
+        }
+    }
+}
+
+/// A write failed: the recording is over, and its session is told (`--record=required` ends
+/// it).
+fn fail(open: &mut HashMap<u64, Open>, id: u64, failures: &IntCounter, e: std::io::Error) {
+    failures.inc();
+    warn!(error = %e, "a session recording could not be written");
+    if let Some(rec) = open.remove(&id) {
+        rec.state.fail(e.to_string());
+    }
+}
+
+/// The size a recording starts with when nobody said.
+pub(crate) fn default_size() -> (u16, u16) {
+    DEFAULT_SIZE
+}

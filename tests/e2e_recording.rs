@@ -1,0 +1,291 @@
+//! Session recordings (`--record`, `--record-dir`, `--record-stdin`) with real clients:
+//! kubectl 1.33 exec, translated. Each recording is replayed with Debian's `asciinema cat` and
+//! must give exactly what the client was shown; a `-it` session whose window changes size has
+//! the sizes in its recording; `--record=required` refuses what it cannot record. The audit
+//! event names each session's recording.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::clients::{require_asciinema, require_kubectl, write_kubeconfig};
+use common::harness::{stderr, stdout};
+use common::proxy_process::ProxyProcess;
+use common::pty::{run_script_on_pty, PtyStep};
+use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+
+struct Recorded {
+    _sim: SimCluster,
+    proxy: ProxyProcess,
+    dir: tempfile::TempDir,
+    records: PathBuf,
+    audit: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Recorded {
+    async fn start(extra: &[&str]) -> Recorded {
+        let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let records = dir.path().join("recordings");
+        std::fs::create_dir(&records).unwrap();
+        let audit = dir.path().join("audit.log");
+        let mut args = vec![
+            "--record-dir".to_owned(),
+            records.display().to_string(),
+            "--audit-log".to_owned(),
+            audit.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let proxy = ProxyProcess::start(&sim.url(), &refs);
+        let kubeconfig = write_kubeconfig(dir.path(), &proxy.url(), None);
+        Recorded {
+            _sim: sim,
+            proxy,
+            dir,
+            records,
+            audit,
+            kubeconfig,
+        }
+    }
+
+    fn kubectl(&self, k: &Path) -> std::process::Command {
+        let mut c = std::process::Command::new(k);
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBECTL_REMOTE_COMMAND_WEBSOCKETS");
+        c
+    }
+
+    /// The `ended` audit event of the session on `pod`, once written.
+    async fn ended(&self, pod: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
+            if let Some(e) = text
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .find(|e| e["stage"] == "ended" && e["pod"] == pod)
+            {
+                return e;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no ended event for {pod}: {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The recording an `ended` event names, once complete (its writer has closed it).
+    async fn recording(&self, ended: &Value) -> PathBuf {
+        let path = PathBuf::from(ended["recording"].as_str().expect("a recording"));
+        assert!(path.starts_with(&self.records), "{}", path.display());
+        let deadline = tokio::time::Instant::now() + T;
+        while !std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .starts_with('{')
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} stays empty",
+                path.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Written in order by one thread: once the session has ended, give it a moment.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        path
+    }
+}
+
+/// What `asciinema cat` replays of a recording. It reads keys from `/dev/tty` (and sets it
+/// raw, so nothing is translated on the way out), so it runs on a terminal of its own.
+fn replay(asciinema: &Path, recording: &Path) -> String {
+    let mut c = std::process::Command::new(asciinema);
+    c.arg("cat")
+        .arg(recording)
+        .env("HOME", recording.parent().unwrap());
+    let run = run_script_on_pty(c, 200, 50, &[], T);
+    assert!(
+        run.status.success(),
+        "asciinema cat {}: {}",
+        recording.display(),
+        run.output
+    );
+    run.output
+}
+
+fn events(recording: &Path) -> (Value, Vec<Value>) {
+    let text = std::fs::read_to_string(recording).unwrap();
+    let mut lines = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let header = lines.next().expect("a header");
+    (header, lines.collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_replays_to_exactly_what_kubectl_printed() {
+    let (Some(k), Some(asciinema)) = (require_kubectl("1.33"), require_asciinema()) else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "required"]).await;
+    let mut c = r.kubectl(&k);
+    c.args([
+        "exec",
+        "plain",
+        "--",
+        "sh",
+        "-c",
+        "printf 'first line\\n'; sleep 0.2; printf 'to stderr\\n' >&2; sleep 0.2; \
+         printf '\\342\\202\\254 and \\360\\237\\230\\200 done\\n'",
+    ]);
+    let o = common::harness::run(c, None, T).await;
+    assert!(o.status.success(), "kubectl: {}", stderr(&o));
+    let ended = r.ended("plain").await;
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    assert_eq!(ended["recording_error"], Value::Null, "{ended}");
+    let recording = r.recording(&ended).await;
+    let recording_path = recording.clone();
+    // stdout and stderr, interleaved as they came.
+    let shown = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o), "first line\n€ and 😀 done\n");
+    let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording_path))
+        .await
+        .unwrap();
+    assert_eq!(
+        replayed, "first line\nto stderr\n€ and 😀 done\n",
+        "kubectl showed {shown:?}"
+    );
+    let (header, _) = events(&recording);
+    assert_eq!(header["version"], 2);
+    assert_eq!(header["command"], "sh -c printf 'first line\\n'; sleep 0.2; printf 'to stderr\\n' >&2; sleep 0.2; printf '\\342\\202\\254 and \\360\\237\\230\\200 done\\n'");
+    let metrics = r.proxy.metrics();
+    assert!(
+        metrics.contains("kube_ws_proxy_recording_failures_total 0"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_session_records_its_window_sizes_and_with_record_stdin_its_input() {
+    let (Some(k), Some(asciinema)) = (require_kubectl("1.33"), require_asciinema()) else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "best-effort", "--record-stdin"]).await;
+    let mut c = r.kubectl(&k);
+    c.args(["exec", "-it", "tty", "--", "sh"]);
+    let run = tokio::task::spawn_blocking(move || {
+        run_script_on_pty(
+            c,
+            80,
+            24,
+            &[
+                PtyStep::Wait(Duration::from_secs(1)),
+                PtyStep::Type(b"stty size\n"),
+                PtyStep::Wait(Duration::from_millis(700)),
+                PtyStep::Resize(100, 30),
+                PtyStep::Wait(Duration::from_millis(700)),
+                PtyStep::Type(b"stty size; exit\n"),
+            ],
+            T,
+        )
+    })
+    .await
+    .unwrap();
+    assert!(run.status.success(), "kubectl: {:?}", run.output);
+    assert!(run.output.contains("24 80"), "{:?}", run.output);
+    assert!(run.output.contains("30 100"), "{:?}", run.output);
+    let ended = r.ended("tty").await;
+    let recording = r.recording(&ended).await;
+    let (header, events) = events(&recording);
+    // The terminal's first size is the header's; the window change is a resize event.
+    assert_eq!(
+        (header["width"].as_u64(), header["height"].as_u64()),
+        (Some(80), Some(24))
+    );
+    assert!(
+        events.iter().any(|e| e[1] == "r" && e[2] == "100x30"),
+        "{events:?}"
+    );
+    let typed: String = events
+        .iter()
+        .filter(|e| e[1] == "i")
+        .map(|e| e[2].as_str().unwrap())
+        .collect();
+    assert_eq!(typed, "stty size\nstty size; exit\n");
+    // The replay is exactly what kubectl wrote to its terminal.
+    let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
+        .await
+        .unwrap();
+    assert_eq!(replayed, run.output);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_record_stdin_nothing_typed_is_recorded() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "best-effort"]).await;
+    let mut c = r.kubectl(&k);
+    c.args(["exec", "-i", "cat", "--", "cat"]);
+    let o = common::harness::run(c, Some(b"my password\n".to_vec()), T).await;
+    assert_eq!(stdout(&o), "my password\n");
+    let ended = r.ended("cat").await;
+    let recording = r.recording(&ended).await;
+    let (_, events) = events(&recording);
+    assert!(events.iter().all(|e| e[1] == "o"), "{events:?}");
+    assert_eq!(events.len(), 1, "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_recordings_refuse_what_cannot_be_recorded() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "required"]).await;
+    // The directory goes away after the start: no recording can be created. (The tests run as
+    // root, whom permissions do not stop.)
+    std::fs::remove_dir_all(&r.records).unwrap();
+    let mut c = r.kubectl(&k33);
+    c.args(["exec", "refused", "--", "echo", "never"]);
+    let o = common::harness::run(c, None, T).await;
+    assert!(!o.status.success());
+    assert_eq!(stdout(&o), "", "the command ran: {}", stdout(&o));
+    assert!(
+        stderr(&o).contains("recordings are required"),
+        "kubectl: {}",
+        stderr(&o)
+    );
+    let ended = r.ended("refused").await;
+    assert_eq!(ended["outcome"], "recording_failed", "{ended}");
+    assert!(ended["recording_error"].as_str().is_some(), "{ended}");
+
+    // kubectl 1.28 speaks SPDY, which the proxy relays and cannot record yet: refused too.
+    std::fs::create_dir(&r.records).unwrap();
+    let mut c = r.kubectl(&k28);
+    c.args(["exec", "relayed", "--", "echo", "never"]);
+    c.stdin(Stdio::null());
+    let o = common::harness::run(c, None, T).await;
+    assert!(!o.status.success());
+    assert_eq!(stdout(&o), "");
+    assert!(
+        stderr(&o).contains("cannot record"),
+        "kubectl 1.28: {}",
+        stderr(&o)
+    );
+    let metrics = r.proxy.metrics();
+    assert!(
+        metrics.contains("kube_ws_proxy_recording_failures_total 2"),
+        "{metrics}"
+    );
+}
