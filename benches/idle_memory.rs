@@ -5,7 +5,8 @@
 //! runs, lets them sit, reads the proxies' RSS, then checks that every session still echoes a
 //! line.
 //!
-//!     cargo bench --bench idle_memory -- [SESSIONS ...] [--keepalive-both]   (default: 1000)
+//!     cargo bench --bench idle_memory -- [SESSIONS ...] [--keepalive-both | --recording-both]
+//!                                                                    (default: 1000 sessions)
 //!
 //! Prints, per N: proxy RSS before/after and the growth per session, how many sessions answered
 //! and what the proxies logged. Not a timing benchmark.
@@ -13,7 +14,8 @@
 //! The proxies ping their clients every 2 s (so pings go out during the idle period) with a
 //! client timeout longer than the run (these clients only read, and so answer pings, when a
 //! line is typed). `--keepalive-both` measures every N twice, with client pings off and on,
-//! and prints what keepalive costs per session.
+//! and prints what keepalive costs per session; `--recording-both` does the same with
+//! recordings (`--record best-effort`) off and on.
 
 use std::time::Duration;
 
@@ -108,7 +110,7 @@ fn keepalive_flags(pings: bool) -> [&'static str; 4] {
 }
 
 impl Pair {
-    async fn start(index: usize, pings: bool) -> Pair {
+    async fn start(index: usize, pings: bool, record_dir: Option<&std::path::Path>) -> Pair {
         let bin = env!("CARGO_BIN_EXE_kube-ws-proxy");
         let sim_port = free_port();
         let sim = std::process::Command::new(bin)
@@ -134,6 +136,14 @@ impl Pair {
                 "json",
             ])
             .args(keepalive_flags(pings))
+            .args(record_dir.map_or_else(Vec::new, |dir| {
+                vec![
+                    "--record".to_owned(),
+                    "best-effort".to_owned(),
+                    "--record-dir".to_owned(),
+                    dir.display().to_string(),
+                ]
+            }))
             .env("RUST_LOG", "warn")
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
@@ -215,11 +225,11 @@ async fn answers(ws: &mut Ws, i: usize) -> bool {
 }
 
 /// Measures `n` idle sessions; the proxy RSS growth per session, in KiB.
-async fn measure(n: usize, pings: bool) -> f64 {
+async fn measure(n: usize, pings: bool, record_dir: Option<&std::path::Path>) -> f64 {
     let pair_count = n.div_ceil(PER_PAIR);
     let mut pairs = Vec::new();
     for i in 0..pair_count {
-        pairs.push(Pair::start(i, pings).await);
+        pairs.push(Pair::start(i, pings, record_dir).await);
     }
     let mut warm = Vec::new();
     for (p, pair) in pairs.iter().enumerate() {
@@ -253,9 +263,10 @@ async fn measure(n: usize, pings: bool) -> f64 {
     let complaints: usize = pairs.iter().map(Pair::complaints).sum();
     println!(
         "idle exec sessions: {n} over {pair_count} proxies (each with its own simulated cluster), \
-         client pings {}; upstream processes running: {started}; answering after the idle \
-         period: {alive}; warnings and errors in the proxy logs: {complaints}",
-        if pings { "every 2 s" } else { "off" }
+         client pings {}, recording {}; upstream processes running: {started}; answering after \
+         the idle period: {alive}; warnings and errors in the proxy logs: {complaints}",
+        if pings { "every 2 s" } else { "off" },
+        if record_dir.is_some() { "on" } else { "off" }
     );
     println!(
         "proxy RSS {before} KiB → {after} KiB in all; {per:.1} KiB per idle session \
@@ -307,10 +318,21 @@ fn main() {
         .build()
         .unwrap();
     let both = std::env::args().any(|a| a == "--keepalive-both");
+    let recording_both = std::env::args().any(|a| a == "--recording-both");
     for n in counts {
-        if both {
-            let off = rt.block_on(measure(n, false));
-            let on = rt.block_on(measure(n, true));
+        if recording_both {
+            let dir = tempfile::tempdir().unwrap();
+            let off = rt.block_on(measure(n, true, None));
+            let on = rt.block_on(measure(n, true, Some(dir.path())));
+            println!(
+                "recording costs {:+.2} KiB per idle session at {n} sessions \
+                 (target ≤ +8 KiB: {})",
+                on - off,
+                if on - off <= 8.0 { "met" } else { "NOT met" }
+            );
+        } else if both {
+            let off = rt.block_on(measure(n, false, None));
+            let on = rt.block_on(measure(n, true, None));
             println!(
                 "client keepalive costs {:+.2} KiB per idle session at {n} sessions \
                  (target ≤ +1 KiB: {})",
@@ -318,7 +340,7 @@ fn main() {
                 if on - off <= 1.0 { "met" } else { "NOT met" }
             );
         } else {
-            rt.block_on(measure(n, true));
+            rt.block_on(measure(n, true, None));
         }
     }
 }

@@ -64,7 +64,7 @@ async fn finish_spdy(mut st: ExecStreams) {
 fn exec_query(command: &[&str], stdin: bool) -> String {
     let mut q: Vec<String> = command
         .iter()
-        .map(|c| format!("command={}", c.replace(' ', "%20").replace('>', "%3E")))
+        .map(|c| format!("command={}", url::form_urlencoded::byte_serialize(c.as_bytes()).collect::<String>()))
         .collect();
     q.push("stdout=true".into());
     if stdin {
@@ -114,20 +114,12 @@ async fn spdy_connect(addr: SocketAddr, query: &str) -> ExecStreams {
 
 /// Seconds to receive `n` bytes of stdout.
 pub async fn stdout_run(s: &Setup, path: Path, n: u64) -> f64 {
-    let query = exec_query(&["head", "-c", &n.to_string(), "/dev/zero"], false);
+    let command = ["head", "-c", &n.to_string(), "/dev/zero"];
+    let query = exec_query(&command, false);
     let started = Instant::now();
     let mut got = 0u64;
     match path {
-        Path::Proxy => {
-            let mut ws = ws_connect(s.proxy, &query).await;
-            while let Some(Ok(msg)) = ws.next().await {
-                match msg {
-                    Message::Binary(d) if d.first() == Some(&1) => got += d.len() as u64 - 1,
-                    Message::Close(_) => break,
-                    _ => {}
-                }
-            }
-        }
+        Path::Proxy => return proxy_stdout_run(s.proxy, &command, n).await,
         Path::Direct | Path::Relay => {
             let addr = s.spdy_addr(path);
             let mut st = spdy_connect(addr, &query).await;
@@ -139,6 +131,23 @@ pub async fn stdout_run(s: &Setup, path: Path, n: u64) -> f64 {
         }
     }
     assert_eq!(got, n, "{path:?} stdout");
+    started.elapsed().as_secs_f64()
+}
+
+/// Seconds for the `n` bytes `command` prints to arrive through the proxy at `proxy`.
+pub async fn proxy_stdout_run(proxy: SocketAddr, command: &[&str], n: u64) -> f64 {
+    let query = exec_query(command, false);
+    let started = Instant::now();
+    let mut got = 0u64;
+    let mut ws = ws_connect(proxy, &query).await;
+    while let Some(Ok(msg)) = ws.next().await {
+        match msg {
+            Message::Binary(d) if d.first() == Some(&1) => got += d.len() as u64 - 1,
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(got, n, "proxy stdout of {command:?}");
     started.elapsed().as_secs_f64()
 }
 

@@ -1,0 +1,148 @@
+//! What recording exec sessions (`--record`) costs: exec stdout throughput through a proxy
+//! that records and one that does not, interleaved (A B A B …), for terminal-like text and for
+//! NUL bytes (the worst case for asciicast: each becomes a six-character JSON escape). The
+//! recording proxy writes its files to a temporary directory on the same disk, removed after
+//! every round. Idle memory with recording on is measured by the idle-memory bench
+//! (`--recording-both`).
+//!
+//!     cargo bench --bench recording -- [--bytes 268435456] [--rounds 5]
+//!
+//! Not a test: nothing here asserts on time.
+
+#[allow(dead_code)]
+#[path = "../tests/common/ws_client.rs"]
+mod ws_client;
+
+#[allow(dead_code)]
+#[path = "common/workloads.rs"]
+mod workloads;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use tokio::net::TcpStream;
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// A proxy process in front of `upstream` with `extra` flags; killed on drop.
+struct Proxy {
+    child: std::process::Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn proxy(upstream: &str, extra: &[&str]) -> Proxy {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--admin-listen", "127.0.0.1:0"])
+        .args(["--upstream", upstream, "--log-format", "json"])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    while TcpStream::connect(addr).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Proxy { child, addr }
+}
+
+fn main() {
+    let bytes: u64 = arg("--bytes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256 << 20);
+    let rounds: usize = arg("--rounds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+        let records = tempfile::tempdir().unwrap();
+        let plain = proxy(&sim.url(), &[]).await;
+        let recording = proxy(
+            &sim.url(),
+            &[
+                "--record",
+                "best-effort",
+                "--record-dir",
+                &records.path().display().to_string(),
+            ],
+        )
+        .await;
+        let n = bytes.to_string();
+        let text = format!(
+            "yes 'drwxr-xr-x  2 kube kube  4096 Nov 25 01:02 a-directory-listing-line' | head -c {n}"
+        );
+        let workloads: [(&str, Vec<&str>); 2] = [
+            ("text", vec!["sh", "-c", &text]),
+            ("NUL bytes", vec!["head", "-c", &n, "/dev/zero"]),
+        ];
+        println!("bytes per transfer: {bytes}, rounds: {rounds}");
+        let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
+        let mut file_bytes = vec![0u64; workloads.len()];
+        for round in 0..rounds {
+            for (w, (_, command)) in workloads.iter().enumerate() {
+                for (i, p) in [&plain, &recording].into_iter().enumerate() {
+                    times[w][i].push(workloads::proxy_stdout_run(p.addr, command, bytes).await);
+                }
+                // The writer finishes on its own thread; wait for the file to stop growing.
+                let mut last = u64::MAX;
+                loop {
+                    let size: u64 = std::fs::read_dir(records.path())
+                        .unwrap()
+                        .map(|e| e.unwrap().metadata().unwrap().len())
+                        .sum();
+                    if size == last {
+                        file_bytes[w] = size;
+                        break;
+                    }
+                    last = size;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                for e in std::fs::read_dir(records.path()).unwrap() {
+                    std::fs::remove_file(e.unwrap().path()).unwrap();
+                }
+            }
+            println!("round {} done", round + 1);
+        }
+        let mib = bytes as f64 / (1 << 20) as f64;
+        println!("\n| exec stdout, {mib:.0} MiB | not recorded, median s | recorded, median s | recorded / not | recording file | target |");
+        println!("|---|---|---|---|---|---|");
+        for (w, (name, _)) in workloads.iter().enumerate() {
+            let off = median(&mut times[w][0]);
+            let on = median(&mut times[w][1]);
+            let ratio = on / off;
+            println!(
+                "| {name} | {off:.3} ({:.0} MiB/s) | {on:.3} ({:.0} MiB/s) | {ratio:.2}× | {:.0} MiB | ≤ 1.10× {} |",
+                mib / off,
+                mib / on,
+                file_bytes[w] as f64 / (1 << 20) as f64,
+                if ratio <= 1.10 { "met" } else { "NOT met" }
+            );
+        }
+    });
+}
