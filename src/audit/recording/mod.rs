@@ -8,6 +8,7 @@
 
 pub mod asciicast;
 pub mod recorder;
+mod state;
 mod writer;
 
 pub use recorder::{

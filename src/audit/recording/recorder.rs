@@ -8,16 +8,17 @@
 //! under `--record=required` ends with a Status that says why.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use prometheus::IntCounter;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::asciicast::Header;
+use super::state::RecordingState;
 use super::writer::{self, EventKind, Message};
 
 /// Bytes of events waiting for the writer, all sessions together.
@@ -64,35 +65,6 @@ pub struct RecordingCounters {
 pub struct RecordingError {
     pub path: PathBuf,
     pub source: std::io::Error,
-}
-
-/// Shared between a session's [`Recorder`] and the writer.
-#[derive(Debug)]
-pub struct RecordingState {
-    started: Instant,
-    failed: AtomicBool,
-    error: Mutex<Option<String>>,
-    failure: Notify,
-    pub(crate) bytes: AtomicU64,
-}
-
-impl RecordingState {
-    pub(crate) fn elapsed(&self) -> f64 {
-        self.started.elapsed().as_secs_f64()
-    }
-
-    pub(crate) fn fail(&self, error: String) {
-        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
-        self.failed.store(true, Ordering::Release);
-        self.failure.notify_waiters();
-    }
-
-    fn error(&self) -> Option<String> {
-        if !self.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
 }
 
 /// The proxy's recordings.
@@ -180,13 +152,7 @@ impl Recordings {
             command: command.join(" "),
             title,
         };
-        let state = Arc::new(RecordingState {
-            started: Instant::now(),
-            failed: AtomicBool::new(false),
-            error: Mutex::new(None),
-            failure: Notify::new(),
-            bytes: AtomicU64::new(0),
-        });
+        let state = Arc::new(RecordingState::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let _ = self.tx.send(Message::Open {
             id,
@@ -246,17 +212,11 @@ impl Recorder {
 
     /// Resolves once the recording has failed; why.
     pub async fn failed(&self) -> String {
-        loop {
-            let notified = self.state.failure.notified();
-            if let Some(error) = self.state.error() {
-                return error;
-            }
-            notified.await;
-        }
+        self.state.failed().await
     }
 
     async fn send(&self, kind: EventKind, len: usize) {
-        if self.state.failed.load(Ordering::Relaxed) {
+        if self.state.has_failed() {
             return;
         }
         let cost = len.clamp(MIN_EVENT_COST, BUDGET_BYTES) as u32;
@@ -388,13 +348,7 @@ mod tests {
         let failures = c.failures.clone();
         let recorded = c.recorded_bytes.clone();
         std::thread::spawn(move || writer::run(rx, failures, recorded));
-        let state = Arc::new(RecordingState {
-            started: Instant::now(),
-            failed: AtomicBool::new(false),
-            error: Mutex::new(None),
-            failure: Notify::new(),
-            bytes: AtomicU64::new(0),
-        });
+        let state = Arc::new(RecordingState::new());
         let full = std::fs::OpenOptions::new()
             .write(true)
             .open("/dev/full")

@@ -16,7 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::warn;
 
 use super::asciicast::{encode_event, encode_header, resize_text, EventCode, Header, Utf8Carry};
-use super::recorder::RecordingState;
+use super::state::RecordingState;
 
 /// Terminal size of a recording that never learnt one (non-tty sessions).
 const DEFAULT_SIZE: (u16, u16) = (80, 24);
