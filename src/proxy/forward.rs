@@ -3,20 +3,16 @@
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tracing::debug;
 
 use super::auth::Caller;
+use super::body::ProxyBody;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::state::ProxyState;
 use super::status_response::failure;
-
-/// The body type of every response the proxy sends.
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// Forwards one request and streams the answer back.
 pub async fn forward(

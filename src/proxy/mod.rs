@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod body;
 pub mod classify;
 pub mod connection_deadline;
 pub mod exec_handler;
@@ -11,6 +12,7 @@ pub mod kubeconfig;
 pub mod listener_tls;
 pub mod maybe_tls;
 pub mod metrics;
+pub mod pem;
 pub mod relay;
 pub mod self_subject_review;
 pub mod server;
@@ -24,5 +26,6 @@ pub mod tunnel_handler;
 pub mod upgrade_request;
 pub mod upstream;
 pub mod upstream_client_cert;
+pub mod upstream_error;
 pub mod upstream_source;
 pub mod websocket;

@@ -22,7 +22,7 @@ use tracing::{debug, info};
 
 use super::auth::Caller;
 use super::classify::RelayKind;
-use super::forward::ProxyBody;
+use super::body::ProxyBody;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
 use super::session_audit;

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 
 use super::auth::Caller;
-use super::forward::ProxyBody;
+use super::body::ProxyBody;
 use super::state::ProxyState;
 use crate::audit::{IdentitySource, ProtocolPath, SessionAudit, SessionEnd, SessionInfo, Verb};
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};

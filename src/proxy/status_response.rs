@@ -4,7 +4,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
-use super::forward::ProxyBody;
+use super::body::ProxyBody;
 use crate::translate::status::Status;
 
 /// An HTTP response carrying `status` as JSON with the given HTTP code.

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use tracing::{info, warn};
 
 use super::auth::Caller;
-use super::forward::ProxyBody;
+use super::body::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
 use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};

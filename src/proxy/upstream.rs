@@ -3,7 +3,6 @@
 //! `http/1.1` only): SPDY and the relayed WebSocket protocols are HTTP/1.1 upgrades.
 
 use std::io;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,77 +12,21 @@ use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use tracing::warn;
 
-use super::forward::ProxyBody;
+use super::body::ProxyBody;
 use super::maybe_tls::MaybeTls;
+pub(crate) use super::pem::read_certs;
+pub use super::pem::Pem;
 use super::upstream_client_cert::ReloadingClientCert;
+pub use super::upstream_error::UpstreamError;
 
 /// The pooled client for plain (non-upgrade) requests.
 pub type HttpClient = Client<UpstreamConnector, ProxyBody>;
-
-/// Why the upstream could not be described or reached.
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    #[error("invalid upstream URL {0:?}: {1}")]
-    InvalidUrl(String, String),
-    #[error("cannot read {path}: {source}")]
-    File { path: PathBuf, source: io::Error },
-    #[error("invalid TLS configuration: {0}")]
-    TlsConfig(String),
-    #[error("cannot connect to {addr}: {source}")]
-    Dial { addr: String, source: io::Error },
-    #[error("timed out connecting to {0}")]
-    Timeout(String),
-    #[error("TLS handshake with {addr} failed: {source}")]
-    Tls { addr: String, source: io::Error },
-}
-
-/// PEM material: a file, or inline bytes (a kubeconfig's `*-data` fields).
-#[derive(Clone, PartialEq, Eq)]
-pub enum Pem {
-    /// Read from this file when the connector is built (a client certificate and key also
-    /// whenever they change).
-    File(PathBuf),
-    /// Given inline.
-    Data(Vec<u8>),
-}
-
-impl std::fmt::Debug for Pem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Inline data may be a private key: never printed.
-        match self {
-            Pem::File(p) => write!(f, "Pem::File({})", p.display()),
-            Pem::Data(d) => write!(f, "Pem::Data({} bytes)", d.len()),
-        }
-    }
-}
-
-impl Pem {
-    pub(crate) fn describe(&self) -> String {
-        match self {
-            Pem::File(p) => p.display().to_string(),
-            Pem::Data(_) => "inline PEM data".to_owned(),
-        }
-    }
-
-    pub(crate) fn bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, UpstreamError> {
-        match self {
-            Pem::File(path) => std::fs::read(path)
-                .map(std::borrow::Cow::Owned)
-                .map_err(|source| UpstreamError::File {
-                    path: path.clone(),
-                    source,
-                }),
-            Pem::Data(d) => Ok(std::borrow::Cow::Borrowed(d)),
-        }
-    }
-}
 
 /// TLS options for the upstream connection.
 #[derive(Debug, Clone, Default)]
@@ -360,20 +303,6 @@ fn client_config(
     };
     config.alpn_protocols = alpn;
     Ok((config, client_cert))
-}
-
-/// The certificates in `pem`; none at all is an error.
-pub(crate) fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {
-    let bytes = pem.bytes()?;
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&bytes).collect();
-    let certs = certs.map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", pem.describe())))?;
-    if certs.is_empty() {
-        return Err(UpstreamError::TlsConfig(format!(
-            "{}: no certificates found",
-            pem.describe()
-        )));
-    }
-    Ok(certs)
 }
 
 mod insecure {

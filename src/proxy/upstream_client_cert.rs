@@ -24,7 +24,8 @@ use rustls::sign::CertifiedKey;
 use rustls::{NamedGroup, SignatureScheme};
 use tracing::{info, warn};
 
-use super::upstream::{read_certs, Pem, UpstreamError};
+use super::pem::{read_certs, Pem};
+use super::upstream_error::UpstreamError;
 
 /// Checking the files costs two `stat` calls; done at most this often, when a connection is
 /// being made.

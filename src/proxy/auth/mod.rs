@@ -10,6 +10,7 @@
 mod client_cert;
 mod identity;
 mod outbound;
+mod review;
 mod review_cache;
 mod review_limiter;
 mod token_review;
@@ -25,10 +26,11 @@ pub use client_cert::{identity_from_certificate, ClientCertError, PeerCertificat
 pub use identity::{Identity, IdentityError, AUTHENTICATED_GROUP};
 pub use outbound::{is_impersonation_header, FrontProxyHeaders, Outbound};
 pub use review_limiter::ReviewLimits;
-pub use token_review::{Review, ReviewError, TokenReviewer};
+pub use review::Review;
+pub use token_review::{ReviewError, TokenReviewer};
 pub use token_source::TokenSource;
 
-use super::forward::ProxyBody;
+use super::body::ProxyBody;
 use super::status_response::failure;
 use crate::translate::subprotocol::BearerToken;
 

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::token_review::Review;
+use super::review::Review;
 
 /// Most entries of each kind (accepted, rejected).
 pub const MAX_PER_KIND: usize = 10_000;

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use super::identity::Identity;
+use super::review::Review;
 use super::review_cache::ReviewCache;
 use super::review_limiter::{ReviewLimiter, ReviewLimits};
 use super::token_source::TokenSource;
@@ -45,15 +46,6 @@ pub enum ReviewError {
     Refused(StatusCode),
     #[error("TokenReview answer is not valid: {0}")]
     Answer(String),
-}
-
-/// The outcome of a review.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Review {
-    /// The token belongs to this identity.
-    Authenticated(Identity),
-    /// The API server does not accept the token.
-    Rejected,
 }
 
 /// Reviews bearer tokens with the upstream.
