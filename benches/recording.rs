@@ -30,6 +30,17 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
+/// User + system CPU seconds a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -55,7 +66,12 @@ async fn proxy(upstream: &str, extra: &[&str]) -> Proxy {
         .unwrap()
         .port();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--admin-listen", "127.0.0.1:0"])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
         .args(["--upstream", upstream, "--log-format", "json"])
         .args(extra)
         .env("RUST_LOG", "warn")
@@ -72,9 +88,7 @@ fn main() {
     let bytes: u64 = arg("--bytes")
         .and_then(|v| v.parse().ok())
         .unwrap_or(256 << 20);
-    let rounds: usize = arg("--rounds")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let rounds: usize = arg("--rounds").and_then(|v| v.parse().ok()).unwrap_or(5);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -103,11 +117,14 @@ fn main() {
         ];
         println!("bytes per transfer: {bytes}, rounds: {rounds}");
         let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
+        let mut cpu = vec![[0.0f64; 2]; workloads.len()];
         let mut file_bytes = vec![0u64; workloads.len()];
         for round in 0..rounds {
             for (w, (_, command)) in workloads.iter().enumerate() {
                 for (i, p) in [&plain, &recording].into_iter().enumerate() {
+                    let cpu0 = cpu_seconds(p.child.id());
                     times[w][i].push(workloads::proxy_stdout_run(p.addr, command, bytes).await);
+                    cpu[w][i] += cpu_seconds(p.child.id()) - cpu0;
                 }
                 // The writer finishes on its own thread; wait for the file to stop growing.
                 let mut last = u64::MAX;
@@ -130,16 +147,19 @@ fn main() {
             println!("round {} done", round + 1);
         }
         let mib = bytes as f64 / (1 << 20) as f64;
-        println!("\n| exec stdout, {mib:.0} MiB | not recorded, median s | recorded, median s | recorded / not | recording file | target |");
-        println!("|---|---|---|---|---|---|");
+        let gib = (bytes * rounds as u64) as f64 / (1u64 << 30) as f64;
+        println!("\n| exec stdout, {mib:.0} MiB | not recorded, median s | recorded, median s | recorded / not | proxy CPU s/GiB, not recorded → recorded | recording file | target |");
+        println!("|---|---|---|---|---|---|---|");
         for (w, (name, _)) in workloads.iter().enumerate() {
             let off = median(&mut times[w][0]);
             let on = median(&mut times[w][1]);
             let ratio = on / off;
             println!(
-                "| {name} | {off:.3} ({:.0} MiB/s) | {on:.3} ({:.0} MiB/s) | {ratio:.2}× | {:.0} MiB | ≤ 1.10× {} |",
+                "| {name} | {off:.3} ({:.0} MiB/s) | {on:.3} ({:.0} MiB/s) | {ratio:.2}× | {:.2} → {:.2} | {:.0} MiB | ≤ 1.10× {} |",
                 mib / off,
                 mib / on,
+                cpu[w][0] / gib,
+                cpu[w][1] / gib,
                 file_bytes[w] as f64 / (1 << 20) as f64,
                 if ratio <= 1.10 { "met" } else { "NOT met" }
             );

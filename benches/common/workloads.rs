@@ -64,7 +64,12 @@ async fn finish_spdy(mut st: ExecStreams) {
 fn exec_query(command: &[&str], stdin: bool) -> String {
     let mut q: Vec<String> = command
         .iter()
-        .map(|c| format!("command={}", url::form_urlencoded::byte_serialize(c.as_bytes()).collect::<String>()))
+        .map(|c| {
+            format!(
+                "command={}",
+                url::form_urlencoded::byte_serialize(c.as_bytes()).collect::<String>()
+            )
+        })
         .collect();
     q.push("stdout=true".into());
     if stdin {

@@ -49,7 +49,6 @@ impl Pem {
     }
 }
 
-
 /// The certificates in `pem`; none at all is an error.
 pub(crate) fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>, UpstreamError> {
     let bytes = pem.bytes()?;

@@ -21,8 +21,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
 use super::auth::Caller;
-use super::classify::RelayKind;
 use super::body::ProxyBody;
+use super::classify::RelayKind;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
 use super::session_audit;

@@ -17,9 +17,9 @@ use tracing::{debug, warn};
 use std::time::Instant;
 
 use super::auth::{Caller, PeerCertificate, Rejection};
+use super::body::ProxyBody;
 use super::classify::{classify, Class, RelayKind};
 use super::connection_deadline::{Activity, Expiry, InFlightBody};
-use super::body::ProxyBody;
 use super::forward::forward;
 use super::headers::caller_address;
 use super::maybe_tls::MaybeTls;

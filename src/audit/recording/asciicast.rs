@@ -47,14 +47,102 @@ pub fn encode_header(header: &Header, out: &mut Vec<u8>) {
 
 /// Appends one event line to `out`.
 pub fn encode_event(seconds: f64, code: EventCode, text: &str, out: &mut Vec<u8>) {
+    begin_event(seconds, code, out);
+    escape_json(text.as_bytes(), out);
+    end_event(out);
+}
+
+/// Appends the start of an event line, up to the opening quote of its data.
+pub fn begin_event(seconds: f64, code: EventCode, out: &mut Vec<u8>) {
     out.push(b'[');
     // Microseconds, as asciinema writes them.
     out.extend_from_slice(format!("{seconds:.6}").as_bytes());
     out.extend_from_slice(b", \"");
     out.extend_from_slice(code.code().as_bytes());
-    out.extend_from_slice(b"\", ");
-    serde_json::to_writer(&mut *out, text).expect("a string serialises");
-    out.extend_from_slice(b"]\n");
+    out.extend_from_slice(b"\", \"");
+}
+
+/// Appends the end of an event line, from the closing quote of its data.
+pub fn end_event(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\"]\n");
+}
+
+/// Bytes that JSON strings cannot hold as they are: control characters, `"` and `\`.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Whether any of the eight bytes of `w` is below 0x20, `"` or `\\` (exact as a yes or no:
+/// the classic "has a byte less than n" and "has a zero byte" word tests).
+fn word_needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+    let q = w ^ (ONES * u64::from(b'"'));
+    let quote = q.wrapping_sub(ONES) & !q & HIGHS;
+    let s = w ^ (ONES * u64::from(b'\\'));
+    let backslash = s.wrapping_sub(ONES) & !s & HIGHS;
+    (below_space | quote | backslash) != 0
+}
+
+/// Appends valid UTF-8 `text` as the inside of a JSON string: runs that need no escape are
+/// copied whole, one pass over the bytes.
+fn escape_json(text: &[u8], out: &mut Vec<u8>) {
+    let mut start = 0;
+    let mut words = text.chunks_exact(8);
+    let mut at = 0;
+    // Terminal text rarely needs escapes: whole words of eight bytes that need none are
+    // passed over at once; a word that does is looked at byte by byte.
+    for word in words.by_ref() {
+        if word_needs_escape(u64::from_le_bytes(word.try_into().expect("eight bytes"))) {
+            for (k, &b) in word.iter().enumerate() {
+                if NEEDS_ESCAPE[b as usize] {
+                    out.extend_from_slice(&text[start..at + k]);
+                    push_escape(b, out);
+                    start = at + k + 1;
+                }
+            }
+        }
+        at += 8;
+    }
+    for (k, &b) in words.remainder().iter().enumerate() {
+        if NEEDS_ESCAPE[b as usize] {
+            out.extend_from_slice(&text[start..at + k]);
+            push_escape(b, out);
+            start = at + k + 1;
+        }
+    }
+    out.extend_from_slice(&text[start..]);
+}
+
+/// Appends the JSON escape of a byte that needs one.
+fn push_escape(b: u8, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match b {
+        b'"' => out.extend_from_slice(b"\\\""),
+        b'\\' => out.extend_from_slice(b"\\\\"),
+        b'\n' => out.extend_from_slice(b"\\n"),
+        b'\r' => out.extend_from_slice(b"\\r"),
+        b'\t' => out.extend_from_slice(b"\\t"),
+        0x08 => out.extend_from_slice(b"\\b"),
+        0x0c => out.extend_from_slice(b"\\f"),
+        _ => out.extend_from_slice(&[
+            b'\\',
+            b'u',
+            b'0',
+            b'0',
+            HEX[(b >> 4) as usize],
+            HEX[(b & 0xf) as usize],
+        ]),
+    }
 }
 
 /// The text of a resize event.
@@ -69,39 +157,77 @@ pub struct Utf8Carry {
     pending: Vec<u8>,
 }
 
+/// U+FFFD, as UTF-8.
+const REPLACEMENT: &[u8] = "\u{fffd}".as_bytes();
+
 impl Utf8Carry {
     /// The text of `chunk`, preceded by what the last chunk left incomplete; an incomplete
     /// character at the end waits for the next chunk, bytes that can never be UTF-8 are
     /// U+FFFD.
     pub fn decode(&mut self, chunk: &[u8]) -> String {
-        let mut bytes = std::mem::take(&mut self.pending);
-        bytes.extend_from_slice(chunk);
-        let mut out = String::with_capacity(bytes.len());
-        let mut rest = &bytes[..];
+        let mut out = Vec::with_capacity(chunk.len());
+        self.decode_with(chunk, &mut out, |text, out| out.extend_from_slice(text));
+        String::from_utf8(out).expect("only valid UTF-8 is appended")
+    }
+
+    /// Appends the text of `chunk` to `out` as the inside of a JSON string, in one pass from
+    /// the chunk (no copy of it is made, except of a character split across chunks).
+    pub fn decode_json_into(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        self.decode_with(chunk, out, escape_json);
+    }
+
+    /// Whether a character is waiting for the rest of its bytes.
+    pub fn is_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Hands the valid UTF-8 runs of `chunk` (and U+FFFD for bytes that are not) to `emit`.
+    fn decode_with(&mut self, mut chunk: &[u8], out: &mut Vec<u8>, emit: fn(&[u8], &mut Vec<u8>)) {
+        // First finish a character the last chunk began.
+        while !self.pending.is_empty() && !chunk.is_empty() {
+            self.pending.push(chunk[0]);
+            chunk = &chunk[1..];
+            match std::str::from_utf8(&self.pending) {
+                Ok(_) => {
+                    emit(&self.pending, out);
+                    self.pending.clear();
+                }
+                Err(e) if e.error_len().is_some() => {
+                    // Not a character after all: one replacement for the bad start, and the
+                    // bytes after it are looked at again.
+                    let rest: Vec<u8> = self.pending[e.error_len().unwrap_or(1)..].to_vec();
+                    self.pending.clear();
+                    emit(REPLACEMENT, out);
+                    let mut again = Utf8Carry::default();
+                    again.decode_with(&rest, out, emit);
+                    self.pending = again.pending;
+                }
+                Err(_) => {} // still incomplete
+            }
+        }
         loop {
-            match std::str::from_utf8(rest) {
-                Ok(valid) => {
-                    out.push_str(valid);
-                    break;
+            match std::str::from_utf8(chunk) {
+                Ok(_) => {
+                    emit(chunk, out);
+                    return;
                 }
                 Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    out.push_str(std::str::from_utf8(valid).expect("checked valid"));
+                    let (valid, after) = chunk.split_at(e.valid_up_to());
+                    emit(valid, out);
                     match e.error_len() {
                         // An incomplete character at the very end: keep it for later.
                         None => {
-                            self.pending = after.to_vec();
-                            break;
+                            self.pending.extend_from_slice(after);
+                            return;
                         }
                         Some(bad) => {
-                            out.push(char::REPLACEMENT_CHARACTER);
-                            rest = &after[bad..];
+                            emit(REPLACEMENT, out);
+                            chunk = &after[bad..];
                         }
                     }
                 }
             }
         }
-        out
     }
 
     /// What is left when the stream ends: an incomplete character, as U+FFFD.
@@ -171,6 +297,45 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn the_word_test_agrees_with_the_byte_table(w in proptest::prelude::any::<u64>(), pos in 0usize..8, b in proptest::prelude::any::<u8>()) {
+            // Random words, and words with one chosen byte, against the table byte by byte.
+            let mut bytes = w.to_le_bytes();
+            bytes[pos] = b;
+            for word in [w.to_le_bytes(), bytes] {
+                let table = word.iter().any(|&b| NEEDS_ESCAPE[b as usize]);
+                proptest::prop_assert_eq!(word_needs_escape(u64::from_le_bytes(word)), table);
+            }
+        }
+    }
+
+    #[test]
+    fn json_escaping_matches_serde_json() {
+        let text = "plain \" quote \\ back \n\r\t\u{8}\u{c}\u{0}\u{1b}[0m € 😀 \u{7f}";
+        let mut ours = Vec::new();
+        escape_json(text.as_bytes(), &mut ours);
+        let theirs = serde_json::to_string(text).unwrap();
+        assert_eq!(format!("\"{}\"", String::from_utf8(ours).unwrap()), theirs);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn json_decoding_of_any_bytes_in_any_chunks_is_valid_json_of_the_lossy_text(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            cut in 0usize..64,
+        ) {
+            let cut = cut % (bytes.len() + 1);
+            let mut carry = Utf8Carry::default();
+            let mut inner = Vec::new();
+            carry.decode_json_into(&bytes[..cut], &mut inner);
+            carry.decode_json_into(&bytes[cut..], &mut inner);
+            let tail = carry.finish();
+            escape_json(tail.as_bytes(), &mut inner);
+            let json = format!("\"{}\"", String::from_utf8(inner).unwrap());
+            let decoded: String = serde_json::from_str(&json).unwrap();
+            proptest::prop_assert_eq!(decoded, String::from_utf8_lossy(&bytes).into_owned());
+        }
+
         #[test]
         fn any_split_of_valid_text_is_exact(s in "\\PC{0,40}", cuts in proptest::collection::vec(0usize..200, 0..6)) {
             let bytes = s.as_bytes();

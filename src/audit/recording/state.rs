@@ -60,4 +60,3 @@ impl RecordingState {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
-

@@ -15,7 +15,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::warn;
 
-use super::asciicast::{encode_event, encode_header, resize_text, EventCode, Header, Utf8Carry};
+use super::asciicast::{
+    begin_event, encode_event, encode_header, end_event, resize_text, EventCode, Header, Utf8Carry,
+};
 use super::state::RecordingState;
 
 /// Terminal size of a recording that never learnt one (non-tty sessions).
@@ -134,23 +136,31 @@ fn encode(rec: &mut Open, at: f64, kind: EventKind, line: &mut Vec<u8>) -> u64 {
     }
     match kind {
         EventKind::Output(data) => {
-            let text = rec.output.decode(&data);
-            if !text.is_empty() {
-                encode_event(at, EventCode::Output, &text, line);
-            }
+            text_event(&mut rec.output, at, EventCode::Output, &data, line);
             data.len() as u64
         }
         EventKind::Input(data) => {
-            let text = rec.input.decode(&data);
-            if !text.is_empty() {
-                encode_event(at, EventCode::Input, &text, line);
-            }
+            text_event(&mut rec.input, at, EventCode::Input, &data, line);
             data.len() as u64
         }
         EventKind::Resize(cols, rows) => {
             encode_event(at, EventCode::Resize, &resize_text(cols, rows), line);
             0
         }
+    }
+}
+
+/// Appends an event carrying the text of `data`, escaped straight from the chunk; nothing
+/// when the chunk only began a character.
+fn text_event(carry: &mut Utf8Carry, at: f64, code: EventCode, data: &[u8], line: &mut Vec<u8>) {
+    let mark = line.len();
+    begin_event(at, code, line);
+    let body = line.len();
+    carry.decode_json_into(data, line);
+    if line.len() == body {
+        line.truncate(mark);
+    } else {
+        end_event(line);
     }
 }
 

@@ -25,8 +25,8 @@ use http::{Response, StatusCode};
 pub use client_cert::{identity_from_certificate, ClientCertError, PeerCertificate};
 pub use identity::{Identity, IdentityError, AUTHENTICATED_GROUP};
 pub use outbound::{is_impersonation_header, FrontProxyHeaders, Outbound};
-pub use review_limiter::ReviewLimits;
 pub use review::Review;
+pub use review_limiter::ReviewLimits;
 pub use token_review::{ReviewError, TokenReviewer};
 pub use token_source::TokenSource;
 
