@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use http::HeaderMap;
 
-use super::http::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
+use super::subprotocols::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
 use super::identity::{AuthenticatedBy, SimIdentity, REQUIRED_TOKEN_USER};
 use super::peer_cert::PeerCert;
 use super::SimConfig;

@@ -6,13 +6,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -24,66 +20,9 @@ use super::kill::KillSwitch;
 use super::objects::{self, CONTAINERS};
 use super::peer_cert::PeerCert;
 use super::status::Status;
+use super::query::Query;
+use super::response::{bad_request, full, json_response, status_response, text_response, Body};
 use super::{logs, portforward, reviews, spdy, websocket, Inner, SeenRequest, SessionKind};
-
-/// Response body of every answer.
-pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-/// The WebSocket subprotocol entry that carries a bearer token (PROTOCOL.md §1.2).
-pub(crate) const BEARER_PROTOCOL_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
-
-pub(crate) fn empty() -> Body {
-    Empty::new().boxed_unsync()
-}
-
-pub(crate) fn full(data: impl Into<Bytes>) -> Body {
-    Full::new(data.into()).boxed_unsync()
-}
-
-/// A `text/plain` answer, as Go's `http.Error` writes it (kubelet errors).
-pub(crate) fn text_response(status: StatusCode, text: &str) -> Response<Body> {
-    let mut resp = Response::new(full(format!("{text}\n")));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    resp
-}
-
-/// A response with no header section beyond what HTTP needs (x/net's handshake refusals).
-pub(crate) fn bare(status: StatusCode) -> Response<Body> {
-    let mut resp = Response::new(empty());
-    *resp.status_mut() = status;
-    resp
-}
-
-pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-/// An API server error (`kind: Status`) with its HTTP code.
-pub(crate) fn status_response(status: &Status, code: u16) -> Response<Body> {
-    let mut resp = Response::new(full(status.to_json_bytes()));
-    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
 
 fn not_found() -> Response<Body> {
     status_response(
@@ -105,10 +44,6 @@ fn method_not_allowed(method: &Method) -> Response<Body> {
         ),
         405,
     )
-}
-
-pub(crate) fn bad_request(message: impl Into<String>) -> Response<Body> {
-    status_response(&Status::api_error(400, "BadRequest", message), 400)
 }
 
 /// Longest TLS handshake a client may take.
@@ -200,58 +135,6 @@ async fn serve_http<S>(
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
-}
-
-/// Parsed query parameters, in order.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Query(Vec<(String, String)>);
-
-impl Query {
-    pub(crate) fn parse(query: Option<&str>) -> Query {
-        Query(
-            query
-                .map(|q| {
-                    url::form_urlencoded::parse(q.as_bytes())
-                        .into_owned()
-                        .collect()
-                })
-                .unwrap_or_default(),
-        )
-    }
-
-    pub(crate) fn first(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub(crate) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.0
-            .iter()
-            .filter(move |(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// API boolean: absent, `0` or `false` (any case) is false; anything else is true.
-    pub(crate) fn flag(&self, name: &str) -> bool {
-        match self.first(name) {
-            None => false,
-            Some(v) => !(v == "0" || v.eq_ignore_ascii_case("false")),
-        }
-    }
-}
-
-/// Comma-split, trimmed values of every `Sec-WebSocket-Protocol` line, in order.
-pub(crate) fn offered_subprotocols(headers: &HeaderMap) -> Vec<String> {
-    headers
-        .get_all(http::header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
 }
 
 fn is_websocket_upgrade(headers: &HeaderMap) -> bool {

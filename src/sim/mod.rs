@@ -80,10 +80,13 @@ mod objects;
 mod peer_cert;
 mod portforward;
 mod process;
+mod query;
 mod resize;
+mod response;
 mod reviews;
 mod spdy;
 mod status;
+mod subprotocols;
 mod tls;
 mod websocket;
 

@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Map, Value};
 
 use super::authn::token_user;
-use super::http::{bad_request, json_response, Body};
+use super::response::{bad_request, json_response, Body};
 use super::identity::SimIdentity;
 use super::Inner;
 

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::exec::{self, ExecIo, Target, CHANNEL_DEPTH};
-use super::http::{text_response, Body};
+use super::response::{text_response, Body};
 use super::kill::KillSwitch;
 use super::resize::SizeDecoder;
 use super::{Inner, SimEvent};
@@ -97,7 +97,7 @@ pub(crate) fn negotiate(
 
 /// The 101 answer to a SPDY upgrade.
 pub(crate) fn switching_protocols(version: &str) -> Response<Body> {
-    let mut resp = Response::new(super::http::empty());
+    let mut resp = Response::new(super::response::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
     h.insert(

@@ -21,7 +21,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use super::exec::{self, ExecIo, Target, CHANNEL_DEPTH};
-use super::http::{bare, empty, offered_subprotocols, Body, BEARER_PROTOCOL_PREFIX};
+use super::response::{bare, empty, Body};
+use super::subprotocols::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
 use super::kill::KillSwitch;
 use super::resize::SizeDecoder;
 use super::{Inner, SimEvent, Transport};
