@@ -100,7 +100,7 @@ impl RunningProxy {
 /// front-proxy certificate in front-proxy mode; in passthrough mode the proxy adds nothing.
 /// TokenReviews always use the proxy's own credentials.
 pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator), StartError> {
-    let source = upstream_source::resolve(args).map_err(|e| match e {
+    let source = upstream_source::resolve(&args.upstream_flags()).map_err(|e| match e {
         upstream_source::SourceError::Missing => StartError::NoUpstream,
         other => StartError::Upstream(other.to_string()),
     })?;

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use crate::audit::recording::RecordPolicy;
 pub use crate::proxy::auth::AuthMode;
+use crate::proxy::upstream_source::UpstreamFlags;
 
 /// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
 /// WebSocket exec/attach (v5.channel.k8s.io) and port-forward (SPDY/3.1+portforward.k8s.io)
@@ -395,6 +396,24 @@ pub fn parse_header_name(s: &str) -> Result<http::HeaderName, String> {
 /// `None` for a zero duration (a setting turned off).
 pub fn nonzero(d: Duration) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
+}
+
+impl ServeArgs {
+    /// The flags that locate the upstream, for [`resolve`](crate::proxy::upstream_source::resolve).
+    pub fn upstream_flags(&self) -> UpstreamFlags {
+        UpstreamFlags {
+            upstream: self.upstream.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            in_cluster: self.in_cluster,
+            service_account_dir: self.service_account_dir.clone(),
+            upstream_ca_file: self.upstream_ca_file.clone(),
+            upstream_insecure_skip_tls_verify: self.upstream_insecure_skip_tls_verify,
+            upstream_token_file: self.upstream_token_file.clone(),
+            upstream_client_cert_file: self.upstream_client_cert_file.clone(),
+            upstream_client_key_file: self.upstream_client_key_file.clone(),
+        }
+    }
 }
 
 /// Parses a byte count: `1048576`, `512Ki`, `100Mi`, `1Gi`.

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use super::auth::TokenSource;
 use super::kubeconfig::{self, KubeconfigError};
 use super::upstream::{Pem, UpstreamTls};
-use crate::cli::ServeArgs;
 
 /// Why the upstream cannot be determined.
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +49,29 @@ impl UpstreamSource {
 const SERVICE_HOST: &str = "KUBERNETES_SERVICE_HOST";
 const SERVICE_PORT: &str = "KUBERNETES_SERVICE_PORT";
 
+/// The flags that say where the upstream is and how to reach it (filled from the command
+/// line by the binary; the proxy does not read its command line itself).
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamFlags {
+    /// `--upstream`.
+    pub upstream: Option<String>,
+    /// `--kubeconfig` and `--context`.
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    /// `--in-cluster` and `--service-account-dir`.
+    pub in_cluster: bool,
+    pub service_account_dir: PathBuf,
+    /// Overrides: `--upstream-ca-file`, `--upstream-insecure-skip-tls-verify`,
+    /// `--upstream-token-file`, `--upstream-client-cert-file`/`-key-file`.
+    pub upstream_ca_file: Option<PathBuf>,
+    pub upstream_insecure_skip_tls_verify: bool,
+    pub upstream_token_file: Option<PathBuf>,
+    pub upstream_client_cert_file: Option<PathBuf>,
+    pub upstream_client_key_file: Option<PathBuf>,
+}
+
 /// Resolves the upstream from the flags.
-pub fn resolve(args: &ServeArgs) -> Result<UpstreamSource, SourceError> {
+pub fn resolve(args: &UpstreamFlags) -> Result<UpstreamSource, SourceError> {
     let mut source = if let Some(url) = &args.upstream {
         UpstreamSource {
             url: url.clone(),
@@ -107,7 +127,7 @@ fn token_file(path: PathBuf) -> Result<Arc<TokenSource>, SourceError> {
 /// The pod's view of its cluster: the service address from the environment, the CA and the
 /// (rotating) token from the service-account directory.
 fn in_cluster(
-    args: &ServeArgs,
+    args: &UpstreamFlags,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<UpstreamSource, SourceError> {
     let host = env(SERVICE_HOST)
@@ -140,10 +160,11 @@ mod tests {
     use super::*;
     use crate::cli::Cli;
 
-    fn args(flags: &[&str]) -> ServeArgs {
+    /// The upstream flags as the binary fills them from `flags`.
+    fn args(flags: &[&str]) -> UpstreamFlags {
         let mut argv = vec!["kube-ws-proxy"];
         argv.extend_from_slice(flags);
-        Cli::try_parse_from(argv).unwrap().serve
+        Cli::try_parse_from(argv).unwrap().serve.upstream_flags()
     }
 
     #[test]
