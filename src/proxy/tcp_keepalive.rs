@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 const PROBES: u32 = 3;
 
 /// Turns keepalive on for `tcp`: the first probe after `idle` of silence, then one every third
-/// of it (at least a second); a peer that answers none of [`PROBES`] is dropped, about twice
+/// of it (at least a second); a peer that answers none of three is dropped, about twice
 /// `idle` after it went quiet. Errors are ignored: keepalive is a safety net, not a condition
 /// for serving.
 pub fn enable(tcp: &TcpStream, idle: Duration) {
