@@ -12,6 +12,7 @@ pub mod listener_tls;
 pub mod maybe_tls;
 pub mod metrics;
 pub mod relay;
+pub mod relay_recording;
 pub mod self_subject_review;
 pub mod server;
 pub mod session_audit;
