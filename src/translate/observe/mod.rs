@@ -79,8 +79,8 @@ pub enum ObserveError {
 /// observes nothing more (and says so once).
 #[derive(Debug)]
 pub struct Observer {
-    protocol: Protocol,
-    stopped: bool,
+    /// `None` once stopped: its buffers and zlib contexts are freed at once.
+    protocol: Option<Protocol>,
 }
 
 #[derive(Debug)]
@@ -96,7 +96,7 @@ impl Observer {
     pub fn for_protocol(upgrade: Option<&str>, subprotocol: Option<&str>) -> Option<Observer> {
         let upgrade = upgrade?;
         let protocol = if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
-            Protocol::Spdy(Box::new(SpdyObserver::new()))
+            Protocol::Spdy(Box::default())
         } else if upgrade.eq_ignore_ascii_case("websocket") {
             Protocol::WebSocket(Box::new(WebSocketObserver::new(
                 WebSocketFraming::from_subprotocol(subprotocol?)?,
@@ -105,8 +105,7 @@ impl Observer {
             return None;
         };
         Some(Observer {
-            protocol,
-            stopped: false,
+            protocol: Some(protocol),
         })
     }
 
@@ -118,25 +117,21 @@ impl Observer {
         bytes: &[u8],
         out: &mut Vec<Observed>,
     ) -> Result<(), ObserveError> {
-        if self.stopped {
-            return Ok(());
-        }
         let result = match &mut self.protocol {
-            Protocol::Spdy(o) => o.feed(direction, bytes, out),
-            Protocol::WebSocket(o) => o.feed(direction, bytes, out),
+            None => return Ok(()),
+            Some(Protocol::Spdy(o)) => o.feed(direction, bytes, out),
+            Some(Protocol::WebSocket(o)) => o.feed(direction, bytes, out),
         };
         if result.is_err() {
-            self.stopped = true;
-            // Drop the buffers and zlib contexts now: nothing more will be looked at.
-            self.protocol =
-                Protocol::WebSocket(Box::new(WebSocketObserver::new(WebSocketFraming::Binary)));
+            // Free the buffers and zlib contexts now: nothing more will be looked at.
+            self.protocol = None;
         }
         result
     }
 
     /// Whether an error stopped the observer.
     pub fn stopped(&self) -> bool {
-        self.stopped
+        self.protocol.is_none()
     }
 }
 
