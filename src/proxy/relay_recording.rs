@@ -136,3 +136,153 @@ impl RelayTap {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::{Bytes, BytesMut};
+    use prometheus::IntCounter;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::activity_clock::ActivityClock;
+    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
+    use crate::proxy::relay::{pump, RelayCounters};
+    use crate::spdy::codec::FrameEncoder;
+    use crate::spdy::frame::{Data, Frame, HeaderBlock, StreamId, SynStream};
+
+    fn recordings(dir: &std::path::Path, policy: RecordPolicy) -> Recordings {
+        Recordings::start(
+            RecordingConfig {
+                dir: dir.to_owned(),
+                policy,
+                record_stdin: false,
+            },
+            RecordingCounters {
+                recorded_bytes: IntCounter::new("recorded", "recorded").unwrap(),
+                failures: IntCounter::new("failures", "failures").unwrap(),
+            },
+        )
+        .unwrap()
+    }
+
+    async fn tap(dir: &std::path::Path, required: bool) -> RelayTap {
+        let policy = if required {
+            RecordPolicy::Required
+        } else {
+            RecordPolicy::BestEffort
+        };
+        let recorder = recordings(dir, policy)
+            .open("s1", &[], "ns/pod".into())
+            .await
+            .unwrap();
+        let observer = Observer::for_protocol(Some("SPDY/3.1"), None).unwrap();
+        RelayTap::new(recorder, observer, required)
+    }
+
+    const GARBAGE: &[u8] = &[0x80, 0x02, 0x00, 0x01, 0, 0, 0, 0];
+
+    #[tokio::test]
+    async fn under_required_an_unfollowable_session_must_end_and_its_bytes_stay_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let tap = tap(dir.path(), true).await;
+        assert!(!tap.relayed(Direction::ClientToUpstream, GARBAGE).await);
+        let why = tokio::time::timeout(Duration::from_secs(5), tap.must_end())
+            .await
+            .expect("the session is told to end");
+        assert!(why.contains("SPDY"), "{why}");
+        assert!(tap.finish().recording_error.is_some());
+    }
+
+    #[tokio::test]
+    async fn in_best_effort_an_unfollowable_session_goes_on_unrecorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let tap = tap(dir.path(), false).await;
+        assert!(tap.relayed(Direction::ClientToUpstream, GARBAGE).await);
+        assert!(tap.relayed(Direction::UpstreamToClient, b"more").await);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), tap.must_end())
+                .await
+                .is_err()
+        );
+        let end = tap.finish();
+        assert!(end.recording_error.unwrap().contains("SPDY"));
+    }
+
+    /// The relay passes every byte on unchanged while the tap records what they carry.
+    #[tokio::test]
+    async fn a_tapped_pump_relays_bytes_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let tap = tap(dir.path(), true).await;
+        let path = tap.path().to_owned();
+        let mut client_enc = FrameEncoder::new();
+        let mut server_enc = FrameEncoder::new();
+        let mut up = BytesMut::new();
+        let mut headers = HeaderBlock::new();
+        headers.push("streamtype", "stdout");
+        client_enc
+            .encode(
+                &Frame::SynStream(SynStream {
+                    stream_id: StreamId::new(1),
+                    associated_stream_id: StreamId::ZERO,
+                    priority: 0,
+                    slot: 0,
+                    fin: false,
+                    unidirectional: false,
+                    headers,
+                }),
+                &mut up,
+            )
+            .unwrap();
+        let mut down = BytesMut::new();
+        server_enc
+            .encode(
+                &Frame::Data(Data {
+                    stream_id: StreamId::new(1),
+                    fin: false,
+                    payload: Bytes::from_static(b"recorded output\n"),
+                }),
+                &mut down,
+            )
+            .unwrap();
+
+        let (client_near, mut client_far) = tokio::io::duplex(1024);
+        let (upstream_near, mut upstream_far) = tokio::io::duplex(1024);
+        let counters = RelayCounters::default();
+        let activity = ActivityClock::new();
+        let (up, down) = (up.freeze(), down.freeze());
+        let peers = async {
+            client_far.write_all(&up).await.unwrap();
+            let mut got = vec![0; up.len()];
+            upstream_far.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, up);
+            upstream_far.write_all(&down).await.unwrap();
+            let mut got = vec![0; down.len()];
+            client_far.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, down);
+            drop(client_far);
+            drop(upstream_far);
+        };
+        tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::join!(
+                pump(client_near, upstream_near, &counters, &activity, Some(&tap)),
+                peers
+            )
+        })
+        .await
+        .unwrap();
+        let end = tap.finish();
+        assert_eq!(end.recording_error, None);
+        // The writer thread completes the file once the recorder is gone.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.contains("recorded output") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{text:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
