@@ -98,9 +98,13 @@ impl Observer {
         let protocol = if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
             Protocol::Spdy(Box::default())
         } else if upgrade.eq_ignore_ascii_case("websocket") {
-            Protocol::WebSocket(Box::new(WebSocketObserver::new(
-                WebSocketFraming::from_subprotocol(subprotocol?)?,
-            )))
+            // A kubelet that was offered no subprotocol speaks `channel.k8s.io` under no name
+            // (it answers with an empty `Sec-WebSocket-Protocol`, or none).
+            let framing = match subprotocol.filter(|p| !p.is_empty()) {
+                None => WebSocketFraming::Binary,
+                Some(name) => WebSocketFraming::from_subprotocol(name)?,
+            };
+            Protocol::WebSocket(Box::new(WebSocketObserver::new(framing)))
         } else {
             return None;
         };

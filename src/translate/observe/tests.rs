@@ -457,7 +457,10 @@ fn websocket_bad_base64_and_oversized_frames_stop_the_observer() {
 #[test]
 fn only_channel_protocols_are_observed() {
     assert!(Observer::for_protocol(Some("websocket"), Some("portforward.k8s.io")).is_none());
-    assert!(Observer::for_protocol(Some("websocket"), None).is_none());
+    assert!(Observer::for_protocol(Some("websocket"), Some("v9.channel.k8s.io")).is_none());
+    // No subprotocol, or an empty one, is `channel.k8s.io`.
+    assert!(Observer::for_protocol(Some("websocket"), None).is_some());
+    assert!(Observer::for_protocol(Some("websocket"), Some("")).is_some());
     assert!(Observer::for_protocol(Some("h2c"), None).is_none());
     assert!(Observer::for_protocol(None, None).is_none());
     for p in [
