@@ -1,8 +1,10 @@
 //! Session recordings (`--record`, `--record-dir`, `--record-stdin`) with real clients:
-//! kubectl 1.33 exec, translated. Each recording is replayed with Debian's `asciinema cat` and
-//! must give exactly what the client was shown; a `-it` session whose window changes size has
-//! the sizes in its recording; `--record=required` refuses what it cannot record. The audit
-//! event names each session's recording.
+//! kubectl 1.33 exec, translated; kubectl 1.28 exec over SPDY and raw legacy WebSocket clients
+//! (`v4.channel.k8s.io`, `base64.channel.k8s.io`, none), relayed and followed passively. Each
+//! recording is replayed with Debian's `asciinema cat` and must give exactly what the client
+//! was shown; a `-it` session whose window changes size has the sizes in its recording;
+//! `--record=required` refuses what it cannot record. The audit event names each session's
+//! recording and, for relayed sessions too, its exit code.
 
 mod common;
 
@@ -270,22 +272,226 @@ async fn required_recordings_refuse_what_cannot_be_recorded() {
     assert_eq!(ended["outcome"], "recording_failed", "{ended}");
     assert!(ended["recording_error"].as_str().is_some(), "{ended}");
 
-    // kubectl 1.28 speaks SPDY, which the proxy relays and cannot record yet: refused too.
-    std::fs::create_dir(&r.records).unwrap();
+    // kubectl 1.28 speaks SPDY, which the proxy relays: refused too, before it goes upstream.
     let mut c = r.kubectl(&k28);
-    c.args(["exec", "relayed", "--", "echo", "never"]);
+    c.args(["exec", "relayed-refused", "--", "echo", "never"]);
     c.stdin(Stdio::null());
     let o = common::harness::run(c, None, T).await;
     assert!(!o.status.success());
     assert_eq!(stdout(&o), "");
     assert!(
-        stderr(&o).contains("cannot record"),
+        stderr(&o).contains("recordings are required"),
         "kubectl 1.28: {}",
         stderr(&o)
     );
+    let ended = r.ended("relayed-refused").await;
+    assert_eq!(ended["outcome"], "recording_failed", "{ended}");
+    assert_eq!(ended["protocol_path"], "relay_spdy", "{ended}");
+    assert!(ended["recording_error"].as_str().is_some(), "{ended}");
+
+    // Once recordings can be made, a relayed SPDY session is recorded, so it is admitted.
+    std::fs::create_dir(&r.records).unwrap();
+    let mut c = r.kubectl(&k28);
+    c.args(["exec", "relayed", "--", "echo", "recorded"]);
+    c.stdin(Stdio::null());
+    let o = common::harness::run(c, None, T).await;
+    assert!(o.status.success(), "kubectl 1.28: {}", stderr(&o));
+    assert_eq!(stdout(&o), "recorded\n");
+    let ended = r.ended("relayed").await;
+    assert_eq!(ended["outcome"], "success", "{ended}");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    assert_eq!(ended["recording_error"], Value::Null, "{ended}");
+    let recording = r.recording(&ended).await;
+    let (_, events) = events(&recording);
+    let recorded: String = events
+        .iter()
+        .filter(|e| e[1] == "o")
+        .map(|e| e[2].as_str().unwrap())
+        .collect();
+    assert_eq!(recorded, "recorded\n");
     let metrics = r.proxy.metrics();
     assert!(
         metrics.contains("kube_ws_proxy_recording_failures_total 2"),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_spdy_exec_replays_to_exactly_what_kubectl_printed_with_its_exit_code() {
+    let (Some(k), Some(asciinema)) = (require_kubectl("1.28"), require_asciinema()) else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "required"]).await;
+    let mut c = r.kubectl(&k);
+    c.args([
+        "exec",
+        "spdy-plain",
+        "--",
+        "sh",
+        "-c",
+        "printf 'first line\\n'; sleep 0.2; printf 'to stderr\\n' >&2; sleep 0.2; \
+         printf '\\342\\202\\254 and \\360\\237\\230\\200 done\\n'; exit 3",
+    ]);
+    c.stdin(Stdio::null());
+    let o = common::harness::run(c, None, T).await;
+    assert_eq!(o.status.code(), Some(3), "kubectl: {}", stderr(&o));
+    assert_eq!(stdout(&o), "first line\n€ and 😀 done\n");
+    assert!(stderr(&o).starts_with("to stderr\n"), "{}", stderr(&o));
+    let ended = r.ended("spdy-plain").await;
+    assert_eq!(ended["protocol_path"], "relay_spdy", "{ended}");
+    assert_eq!(ended["exit_code"], 3, "{ended}");
+    assert_eq!(ended["status"], "exit 3", "{ended}");
+    assert_eq!(ended["recording_error"], Value::Null, "{ended}");
+    let recording = r.recording(&ended).await;
+    let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
+        .await
+        .unwrap();
+    // stdout and stderr, interleaved as they came.
+    assert_eq!(replayed, "first line\nto stderr\n€ and 😀 done\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_spdy_interactive_session_records_its_window_sizes() {
+    let (Some(k), Some(asciinema)) = (require_kubectl("1.28"), require_asciinema()) else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "required", "--record-stdin"]).await;
+    let mut c = r.kubectl(&k);
+    c.args(["exec", "-it", "spdy-tty", "--", "sh"]);
+    let run = tokio::task::spawn_blocking(move || {
+        run_script_on_pty(
+            c,
+            80,
+            24,
+            &[
+                PtyStep::Wait(Duration::from_secs(1)),
+                PtyStep::Type(b"stty size\n"),
+                PtyStep::Wait(Duration::from_millis(700)),
+                PtyStep::Resize(100, 30),
+                PtyStep::Wait(Duration::from_millis(700)),
+                PtyStep::Type(b"stty size; exit\n"),
+            ],
+            T,
+        )
+    })
+    .await
+    .unwrap();
+    assert!(run.status.success(), "kubectl: {:?}", run.output);
+    assert!(run.output.contains("24 80"), "{:?}", run.output);
+    assert!(run.output.contains("30 100"), "{:?}", run.output);
+    let ended = r.ended("spdy-tty").await;
+    assert_eq!(ended["protocol_path"], "relay_spdy", "{ended}");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let recording = r.recording(&ended).await;
+    let (header, events) = events(&recording);
+    assert_eq!(
+        (header["width"].as_u64(), header["height"].as_u64()),
+        (Some(80), Some(24)),
+        "{header}"
+    );
+    assert!(
+        events.iter().any(|e| e[1] == "r" && e[2] == "100x30"),
+        "{events:?}"
+    );
+    let typed: String = events
+        .iter()
+        .filter(|e| e[1] == "i")
+        .map(|e| e[2].as_str().unwrap())
+        .collect();
+    assert_eq!(typed, "stty size\nstty size; exit\n");
+    let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
+        .await
+        .unwrap();
+    assert_eq!(replayed, run.output);
+}
+
+/// Runs `command` in `pod` over a relayed legacy WebSocket `protocol` with a raw client; what
+/// a terminal would have shown (stdout and stderr in the order they came) and the status.
+async fn raw_websocket_exec(
+    r: &Recorded,
+    pod: &str,
+    protocol: &str,
+    command: &[&str],
+) -> (String, Vec<u8>) {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let path = common::ws_client::exec_path(pod, command, false, true, true);
+    let (mut ws, resp) = common::ws_client::connect(r.proxy.addr, &path, protocol)
+        .await
+        .unwrap();
+    // Offered none, the kubelet names none (or names the empty one).
+    let named = resp
+        .headers()
+        .get("sec-websocket-protocol")
+        .map(|v| v.to_str().unwrap())
+        .unwrap_or("");
+    assert_eq!(named, protocol, "the relayed protocol");
+    let base64 = protocol.contains("base64");
+    let mut shown = Vec::new();
+    let mut status = Vec::new();
+    tokio::time::timeout(T, async {
+        while let Some(Ok(msg)) = ws.next().await {
+            let (channel, payload) = match msg {
+                Message::Binary(b) if !base64 && !b.is_empty() => (b[0], b[1..].to_vec()),
+                Message::Text(t) if base64 && !t.is_empty() => {
+                    use base64::Engine;
+                    let t = t.as_bytes();
+                    let payload = base64::engine::general_purpose::STANDARD
+                        .decode(&t[1..])
+                        .unwrap();
+                    (t[0] - b'0', payload)
+                }
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            match channel {
+                1 | 2 => shown.extend_from_slice(&payload),
+                3 => status.extend_from_slice(&payload),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap();
+    // The relay ends when both directions have: the client's too.
+    drop(ws);
+    (String::from_utf8(shown).unwrap(), status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_legacy_websocket_execs_replay_to_exactly_what_the_client_got() {
+    let Some(asciinema) = require_asciinema() else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "required"]).await;
+    let command = [
+        "sh",
+        "-c",
+        "printf 'out one\\n'; sleep 0.2; printf 'err two\\n' >&2; sleep 0.2; \
+         printf '\\342\\202\\254 three\\n'; exit 2",
+    ];
+    for (pod, protocol, exit_code) in [
+        ("ws-v4", "v4.channel.k8s.io", Value::from(2)),
+        ("ws-base64", "base64.channel.k8s.io", Value::Null),
+        ("ws-none", "", Value::Null),
+    ] {
+        let (shown, status) = raw_websocket_exec(&r, pod, protocol, &command).await;
+        assert_eq!(shown, "out one\nerr two\n€ three\n", "{protocol}");
+        let ended = r.ended(pod).await;
+        assert_eq!(ended["protocol_path"], "relay_websocket", "{ended}");
+        if !protocol.is_empty() {
+            assert_eq!(ended["protocol"], protocol, "{ended}");
+        }
+        assert_eq!(ended["recording_error"], Value::Null, "{ended}");
+        // v4 sends a Status; the oldest protocols only a text message on failure.
+        assert_eq!(ended["exit_code"], exit_code, "{ended}");
+        assert!(!status.is_empty(), "{protocol}: no status");
+        let recording = r.recording(&ended).await;
+        let asciinema = asciinema.clone();
+        let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
+            .await
+            .unwrap();
+        assert_eq!(replayed, shown, "{protocol}");
+    }
 }

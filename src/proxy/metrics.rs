@@ -258,11 +258,6 @@ impl Metrics {
         self.recording.clone()
     }
 
-    /// Counts a session refused because it could not be recorded (`--record=required`).
-    pub fn recording_refused(&self) {
-        self.recording.failures.inc();
-    }
-
     /// The audit log's counters.
     pub fn audit_counters(&self) -> AuditCounters {
         self.audit.clone()

@@ -14,6 +14,7 @@ pub mod maybe_tls;
 pub mod metrics;
 pub mod pem;
 pub mod relay;
+pub mod relay_recording;
 pub mod self_subject_review;
 pub mod server;
 pub mod session_audit;

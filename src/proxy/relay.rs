@@ -18,13 +18,14 @@ use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::auth::Caller;
 use super::body::ProxyBody;
 use super::classify::RelayKind;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
+use super::relay_recording::RelayTap;
 use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
@@ -34,7 +35,8 @@ use super::websocket::is_valid_key;
 use crate::activity_clock::ActivityClock;
 use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd};
-use crate::translate::exec_options::{parse_pod_subresource, Subresource};
+use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
+use crate::translate::observe::{Direction, Observer};
 
 /// Bytes moved by one relayed connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -93,26 +95,42 @@ pub async fn relay(
         RelayKind::Spdy => SessionKind::SpdyRelay,
         RelayKind::WebSocket | RelayKind::Other => SessionKind::WebSocketRelay,
     };
-    // Exec and attach are recorded on the translated path only so far: where recordings are
-    // required, a relayed one is refused rather than run unrecorded.
+    let session_id = next_session_id();
+    // Exec and attach are recorded by following the relayed protocol. The recording is opened
+    // before anything goes upstream, so that under --record=required a session that cannot be
+    // recorded is refused before it starts.
     let recordable = parse_pod_subresource(req.parts.uri.path())
         .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
-    let recording_error = match (&state.recordings, recordable) {
-        (Some(recordings), true) => {
-            if recordings.policy() == RecordPolicy::Required {
-                state.metrics.recording_refused();
-                return failure(
-                    StatusCode::FORBIDDEN,
-                    "Forbidden",
-                    "kube-ws-proxy requires recordings (--record=required) and cannot record \
-                     exec or attach over relayed SPDY or legacy WebSocket protocols yet; use a \
-                     client that speaks v5.channel.k8s.io (kubectl 1.31 or later)",
-                );
+    let mut recording_error = None;
+    let mut recorder = None;
+    let required = state
+        .recordings
+        .as_ref()
+        .is_some_and(|r| r.policy() == RecordPolicy::Required);
+    if let (Some(recordings), true) = (&state.recordings, recordable) {
+        let (command, title) = recording_title(&req.path_and_query());
+        let id = crate::audit::instance::session_id(session_id);
+        match recordings.open(&id, &command, title).await {
+            Ok(r) => recorder = Some(r),
+            Err(e) => {
+                warn!(session = session_id, error = %e, "the relayed session's recording could not start");
+                if required {
+                    let message = format!(
+                        "kube-ws-proxy cannot record this session and recordings are required \
+                         (--record=required): {e}"
+                    );
+                    refused_unrecorded(state, &req, peer, caller, session_id, kind, &e.to_string())
+                        .await;
+                    return failure(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "ServiceUnavailable",
+                        message,
+                    );
+                }
+                recording_error = Some(e.to_string());
             }
-            Some("relayed sessions are not recorded yet".to_owned())
         }
-        _ => None,
-    };
+    }
     // From here on a failure is the upstream's (an unfinished guard counts as upstream_error).
     let guard = state.metrics.session(kind);
     let path = req.parts.uri.path().to_owned();
@@ -122,27 +140,64 @@ pub async fn relay(
         Ok(r) => r,
         Err(e) => return e.response(),
     };
-    let session_id = next_session_id();
     let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
     let (answer, identity) = tokio::join!(
         ask_upstream(state, upstream_req),
         session_audit::identify(state, caller, credentials),
     );
     let protocol = answer.as_ref().ok().and_then(negotiated_protocol);
-    let audit = session_audit::start(
-        state,
-        session_audit::session_info(
-            session_id,
-            &path_and_query,
-            peer,
-            identity,
-            match kind {
-                SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
-                _ => ProtocolPath::RelayWebsocket,
-            },
-            protocol,
-        ),
+    // Only a session that started can be followed: which protocol it speaks is in the 101.
+    let mut tap = None;
+    let mut refusal = None;
+    if let (Some(recorder), Ok(resp)) = (recorder, &answer) {
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            match observer_for(resp) {
+                Some(observer) => tap = Some(RelayTap::new(recorder, observer, required)),
+                None => {
+                    let e = format!(
+                        "cannot follow the relayed protocol {}",
+                        protocol.as_deref().unwrap_or("(none named)")
+                    );
+                    warn!(session = session_id, error = %e, "the relayed session cannot be recorded");
+                    if required {
+                        refusal = Some(e.clone());
+                    }
+                    recording_error = Some(e);
+                }
+            }
+        }
+    }
+    let mut info = session_audit::session_info(
+        session_id,
+        &path_and_query,
+        peer,
+        identity,
+        match kind {
+            SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
+            _ => ProtocolPath::RelayWebsocket,
+        },
+        protocol,
     );
+    if let (Some(info), Some(tap)) = (info.as_mut(), &tap) {
+        info.recording = Some(tap.path().display().to_string());
+    }
+    let audit = session_audit::start(state, info);
+    if let Some(e) = refusal {
+        // The upstream agreed, but nothing has been relayed yet: dropping its connection ends
+        // the session there, and the client gets a refusal instead of the 101.
+        drop(answer);
+        drop(slot);
+        end_refused(audit, &e);
+        guard.finish(SessionOutcome::RecordingFailed, 0, 0);
+        return failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!(
+                "kube-ws-proxy cannot record this session and recordings are required \
+                 (--record=required): {e}"
+            ),
+        );
+    }
     let mut resp = match answer {
         Ok(resp) => resp,
         Err(e) => {
@@ -215,24 +270,43 @@ pub async fn relay(
                 None => std::future::pending().await,
             }
         };
+        let must_end = async {
+            match &tap {
+                Some(tap) => tap.must_end().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut recording_failure = None;
         let outcome = tokio::select! {
-            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity) => SessionOutcome::Success,
+            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, tap.as_ref()) => SessionOutcome::Success,
             _ = slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
             _ = idle => SessionOutcome::IdleTimeout,
+            // A relay has no way to tell either end why: closing both connections (dropping
+            // the pump) is all it can do.
+            e = must_end => {
+                warn!(session = session_id, error = %e, "relayed session ended: its recording failed and recordings are required");
+                recording_failure = Some(e);
+                SessionOutcome::RecordingFailed
+            }
         };
         let stats = counters.stats();
+        let tap_end = tap.map(RelayTap::finish).unwrap_or_default();
+        let recording_error = recording_failure
+            .or(tap_end.recording_error)
+            .or(recording_error);
         // Before the slot goes: a drained proxy exits once every slot is back.
         if let Some(audit) = audit {
             audit.end(AuditEnd {
                 bytes_in: stats.client_to_upstream,
                 bytes_out: stats.upstream_to_client,
                 duration_ms: started.elapsed().as_millis() as u64,
-                exit_code: None,
-                status: None,
+                exit_code: tap_end.exit_code,
+                status: tap_end.status,
                 outcome: outcome.label(),
                 ended_by: match outcome {
                     SessionOutcome::Drained => "drained",
                     SessionOutcome::IdleTimeout => "idle timeout",
+                    SessionOutcome::RecordingFailed => "recording failed",
                     _ => "connection closed",
                 },
                 recording_error,
@@ -345,28 +419,56 @@ impl RelayCounters {
 }
 
 /// Copies both ways until both directions end; a finished direction half-closes the other side.
-/// Bytes are counted on `counters` and every read is noted on `activity`.
-pub async fn pump<C, U>(client: C, upstream: U, counters: &RelayCounters, activity: &ActivityClock)
-where
+/// Bytes are counted on `counters` and every read is noted on `activity`; with a `tap`, every
+/// read is shown to it (the session's recording) before it is passed on.
+pub async fn pump<C, U>(
+    client: C,
+    upstream: U,
+    counters: &RelayCounters,
+    activity: &ActivityClock,
+    tap: Option<&RelayTap>,
+) where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let (mut cr, mut cw) = tokio::io::split(client);
     let (mut ur, mut uw) = tokio::io::split(upstream);
     let down = async {
-        copy(&mut ur, &mut cw, &counters.upstream_to_client, activity).await;
+        let tap = tap.map(|t| (t, Direction::UpstreamToClient));
+        copy(
+            &mut ur,
+            &mut cw,
+            &counters.upstream_to_client,
+            activity,
+            tap,
+        )
+        .await;
         let _ = cw.shutdown().await;
     };
     let up = async {
-        copy(&mut cr, &mut uw, &counters.client_to_upstream, activity).await;
+        let tap = tap.map(|t| (t, Direction::ClientToUpstream));
+        copy(
+            &mut cr,
+            &mut uw,
+            &counters.client_to_upstream,
+            activity,
+            tap,
+        )
+        .await;
         let _ = uw.shutdown().await;
     };
     tokio::join!(down, up);
 }
 
-/// Copies until EOF or an error, with one bounded buffer, adding what was copied to `total`.
-async fn copy<R, W>(r: &mut R, w: &mut W, total: &AtomicU64, activity: &ActivityClock)
-where
+/// Copies until EOF or an error, with one bounded buffer, adding what was copied to `total`;
+/// stops early when the tap says the session must end.
+async fn copy<R, W>(
+    r: &mut R,
+    w: &mut W,
+    total: &AtomicU64,
+    activity: &ActivityClock,
+    tap: Option<(&RelayTap, Direction)>,
+) where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
@@ -377,6 +479,11 @@ where
             Ok(n) => n,
         };
         activity.touch();
+        if let Some((tap, direction)) = tap {
+            if !tap.relayed(direction, &buf[..n]).await {
+                return;
+            }
+        }
         if w.write_all(&buf[..n]).await.is_err() {
             return;
         }
@@ -398,6 +505,79 @@ fn negotiated_protocol(resp: &Response<hyper::body::Incoming>) -> Option<String>
         (Some(u), Some(s)) => Some(format!("{u}+{s}")),
         (Some(u), None) => Some(u.to_owned()),
         (None, _) => None,
+    }
+}
+
+/// The observer of a relayed session the upstream accepted, if its protocol can be followed.
+fn observer_for(resp: &Response<hyper::body::Incoming>) -> Option<Observer> {
+    let h = resp.headers();
+    let upgrade = h.get(header::UPGRADE).and_then(|v| v.to_str().ok());
+    let sub = h
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .or_else(|| h.get("x-stream-protocol-version"))
+        .and_then(|v| v.to_str().ok());
+    Observer::for_protocol(upgrade, sub)
+}
+
+/// The command and title of a session's recording, from its request: `ns/pod`, with the
+/// container when one is named.
+fn recording_title(path_and_query: &str) -> (Vec<String>, String) {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    let options = ExecOptions::from_query(query);
+    let title = match (parse_pod_subresource(path), &options.container) {
+        (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
+        (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
+        (None, _) => String::new(),
+    };
+    (options.command, title)
+}
+
+/// Audits a relayed session refused before it went upstream because it could not be
+/// recorded.
+async fn refused_unrecorded(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    session_id: u64,
+    kind: SessionKind,
+    error: &str,
+) {
+    if state.audit.is_none() {
+        return;
+    }
+    let credentials = req.parts.headers.get(header::AUTHORIZATION).cloned();
+    let identity = session_audit::identify(state, caller, credentials).await;
+    let info = session_audit::session_info(
+        session_id,
+        &req.path_and_query(),
+        peer,
+        identity,
+        match kind {
+            SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
+            _ => ProtocolPath::RelayWebsocket,
+        },
+        None,
+    );
+    end_refused(session_audit::start(state, info), error);
+}
+
+/// Ends the trail of a relay refused because it could not be recorded.
+fn end_refused(audit: Option<SessionAudit>, error: &str) {
+    if let Some(audit) = audit {
+        let duration_ms = audit.elapsed_ms();
+        audit.end(AuditEnd {
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms,
+            exit_code: None,
+            status: None,
+            outcome: SessionOutcome::RecordingFailed.label(),
+            ended_by: "refused: it could not be recorded",
+            recording_error: Some(error.to_owned()),
+        });
     }
 }
 

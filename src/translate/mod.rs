@@ -8,6 +8,7 @@
 pub mod channel;
 pub mod close_signal;
 pub mod exec_options;
+pub mod observe;
 pub mod protocol;
 pub mod remote_command;
 pub mod resize;

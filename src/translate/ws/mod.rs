@@ -15,7 +15,7 @@
 mod close;
 pub(crate) mod frame;
 mod keepalive;
-mod mask;
+pub(crate) mod mask;
 mod reader;
 mod writer;
 

@@ -1,0 +1,170 @@
+//! Passive observers of relayed exec/attach sessions: fed the bytes a relay copies each way,
+//! they follow the protocol the two ends agreed on (SPDY/3.1 or a legacy WebSocket channel
+//! protocol) and say what the session carried — stdin, stdout, stderr, terminal sizes and the
+//! error stream — so that the relay can record it without changing a byte on the wire.
+//!
+//! Pure logic, no sockets. Memory is bounded: an observer holds at most one incomplete frame
+//! (or message) per direction, up to [`MAX_FRAME`] bytes. Whatever it cannot follow ends the
+//! observation with one error; the relay goes on regardless, the observer is never in its way.
+
+mod spdy;
+mod websocket;
+
+#[cfg(test)]
+mod tests;
+
+use bytes::Bytes;
+
+pub use spdy::SpdyObserver;
+pub use websocket::{WebSocketFraming, WebSocketObserver};
+
+use crate::translate::resize::TerminalSize;
+use crate::translate::status::Status;
+
+/// Largest frame (SPDY) or message (WebSocket) an observer buffers, payload and head. Clients
+/// and kubelets write their streams in pieces of 32 KiB at most; 1 MiB leaves a wide margin.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// Most bytes of the error stream kept for the session's end (a Status is a few hundred).
+const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// Which way bytes were relayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client to the upstream: stdin and terminal sizes.
+    ClientToUpstream,
+    /// From the upstream to the client: stdout, stderr and the error stream.
+    UpstreamToClient,
+}
+
+/// What one piece of relayed bytes carried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// What the client sent to the process.
+    Stdin(Bytes),
+    /// The process's stdout, as the client got it.
+    Stdout(Bytes),
+    /// The process's stderr, as the client got it.
+    Stderr(Bytes),
+    /// The client's terminal size.
+    Resize(TerminalSize),
+    /// Bytes of the error stream (a Status, or a text message on the oldest protocols).
+    Error(Bytes),
+}
+
+/// Why an observer stopped following a session.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObserveError {
+    /// The SPDY framing could not be followed.
+    #[error("cannot follow the SPDY session: {0}")]
+    Spdy(String),
+    /// The WebSocket framing could not be followed.
+    #[error("cannot follow the WebSocket session: {0}")]
+    WebSocket(String),
+    /// A frame or message larger than the observer buffers.
+    #[error("a frame of {0} bytes is larger than the {MAX_FRAME} bytes observed")]
+    TooLarge(u64),
+    /// More streams than a remote-command session opens.
+    #[error("more than {0} streams open")]
+    TooManyStreams(usize),
+    /// The terminal sizes could not be decoded.
+    #[error("cannot decode a terminal size: {0}")]
+    Resize(String),
+    /// A base64 message could not be decoded.
+    #[error("cannot decode a base64 message: {0}")]
+    Base64(String),
+}
+
+/// The observer of one relayed session, whichever its protocol. After its first error it
+/// observes nothing more (and says so once).
+#[derive(Debug)]
+pub struct Observer {
+    /// `None` once stopped: its buffers and zlib contexts are freed at once.
+    protocol: Option<Protocol>,
+}
+
+#[derive(Debug)]
+enum Protocol {
+    Spdy(Box<SpdyObserver>),
+    WebSocket(Box<WebSocketObserver>),
+}
+
+impl Observer {
+    /// An observer for a session the upstream answered with `upgrade` (its `Upgrade` header)
+    /// and `subprotocol` (its `Sec-WebSocket-Protocol` or `X-Stream-Protocol-Version`); `None`
+    /// for a protocol it cannot follow.
+    pub fn for_protocol(upgrade: Option<&str>, subprotocol: Option<&str>) -> Option<Observer> {
+        let upgrade = upgrade?;
+        let protocol = if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
+            Protocol::Spdy(Box::default())
+        } else if upgrade.eq_ignore_ascii_case("websocket") {
+            // A kubelet that was offered no subprotocol speaks `channel.k8s.io` under no name
+            // (it answers with an empty `Sec-WebSocket-Protocol`, or none).
+            let framing = match subprotocol.filter(|p| !p.is_empty()) {
+                None => WebSocketFraming::Binary,
+                Some(name) => WebSocketFraming::from_subprotocol(name)?,
+            };
+            Protocol::WebSocket(Box::new(WebSocketObserver::new(framing)))
+        } else {
+            return None;
+        };
+        Some(Observer {
+            protocol: Some(protocol),
+        })
+    }
+
+    /// Follows `bytes`, relayed in `direction`, appending what they carried to `out`. The
+    /// first error stops the observer: later calls add nothing and return `Ok`.
+    pub fn feed(
+        &mut self,
+        direction: Direction,
+        bytes: &[u8],
+        out: &mut Vec<Observed>,
+    ) -> Result<(), ObserveError> {
+        let result = match &mut self.protocol {
+            None => return Ok(()),
+            Some(Protocol::Spdy(o)) => o.feed(direction, bytes, out),
+            Some(Protocol::WebSocket(o)) => o.feed(direction, bytes, out),
+        };
+        if result.is_err() {
+            // Free the buffers and zlib contexts now: nothing more will be looked at.
+            self.protocol = None;
+        }
+        result
+    }
+
+    /// Whether an error stopped the observer.
+    pub fn stopped(&self) -> bool {
+        self.protocol.is_none()
+    }
+}
+
+/// The error stream's bytes, kept (up to 64 KiB) to tell how the session ended.
+#[derive(Debug, Default)]
+pub struct ErrorStream {
+    bytes: Vec<u8>,
+}
+
+impl ErrorStream {
+    /// Adds bytes of the error stream; beyond 64 KiB they are dropped.
+    pub fn push(&mut self, data: &[u8]) {
+        let room = MAX_ERROR_BYTES.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    /// The exit code and a summary (`Success`, `exit 3`, a reason or the message), if the
+    /// stream said anything: a Status on v4 and later protocols; on older ones a text message
+    /// sent on failure only, so silence there says nothing either way.
+    pub fn outcome(&self) -> (Option<i32>, Option<String>) {
+        if self.bytes.is_empty() {
+            return (None, None);
+        }
+        match serde_json::from_slice::<Status>(&self.bytes) {
+            Ok(status) => (status.exit_code().map(i32::from), Some(status.summary())),
+            Err(_) => {
+                let text = String::from_utf8_lossy(&self.bytes);
+                (None, Some(text.trim().chars().take(512).collect()))
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Following a relayed SPDY/3.1 remote-command session (PROTOCOL.md §3). The client opens one
+//! stream per `streamtype` (error, stdin, stdout, stderr, resize) with SYN_STREAM; the kubelet
+//! answers on them with DATA. Each direction has its own zlib context for header blocks, so
+//! each has its own decoder, and every frame must go through it, observed or not.
+
+use std::collections::HashMap;
+
+use bytes::BytesMut;
+
+use super::{Direction, ObserveError, Observed, MAX_FRAME};
+use crate::spdy::codec::FrameDecoder;
+use crate::spdy::frame::{Frame, HEAD_LEN};
+use crate::translate::resize::ResizeDecoder;
+
+/// Streams a remote-command session opens: five, and a few spare for clients that reopen.
+const MAX_STREAMS: usize = 32;
+/// Largest inflated header block looked at; a SYN_STREAM of Kubernetes' holds a few dozen
+/// bytes.
+const MAX_HEADER_BLOCK: usize = 16 * 1024;
+
+/// What a stream carries, from its `streamtype` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamType {
+    Error,
+    Stdin,
+    Stdout,
+    Stderr,
+    Resize,
+    /// Anything else (a newer stream type): followed, not observed.
+    Other,
+}
+
+impl StreamType {
+    fn from_header(value: Option<&str>) -> StreamType {
+        match value {
+            Some("error") => StreamType::Error,
+            Some("stdin") => StreamType::Stdin,
+            Some("stdout") => StreamType::Stdout,
+            Some("stderr") => StreamType::Stderr,
+            Some("resize") => StreamType::Resize,
+            _ => StreamType::Other,
+        }
+    }
+}
+
+/// One direction: its bytes not yet a whole frame, and its header-compression context.
+#[derive(Debug)]
+struct Side {
+    buf: BytesMut,
+    decoder: FrameDecoder,
+}
+
+impl Side {
+    fn new() -> Side {
+        Side {
+            buf: BytesMut::new(),
+            decoder: FrameDecoder::with_limits(MAX_FRAME - HEAD_LEN, MAX_HEADER_BLOCK),
+        }
+    }
+}
+
+/// Follows both directions of a relayed SPDY/3.1 session.
+#[derive(Debug)]
+pub struct SpdyObserver {
+    client: Side,
+    upstream: Side,
+    streams: HashMap<u32, StreamType>,
+    resize: ResizeDecoder,
+}
+
+impl Default for SpdyObserver {
+    fn default() -> Self {
+        SpdyObserver::new()
+    }
+}
+
+impl SpdyObserver {
+    /// An observer of a session that has not sent a frame yet.
+    pub fn new() -> SpdyObserver {
+        SpdyObserver {
+            client: Side::new(),
+            upstream: Side::new(),
+            streams: HashMap::new(),
+            resize: ResizeDecoder::new(),
+        }
+    }
+
+    /// Follows `bytes` relayed in `direction`, appending what whole frames carried to `out`.
+    pub fn feed(
+        &mut self,
+        direction: Direction,
+        bytes: &[u8],
+        out: &mut Vec<Observed>,
+    ) -> Result<(), ObserveError> {
+        let side = match direction {
+            Direction::ClientToUpstream => &mut self.client,
+            Direction::UpstreamToClient => &mut self.upstream,
+        };
+        let mut bytes = bytes;
+        loop {
+            // Take in no more than the frame at the front needs, so the buffer never holds
+            // more than one frame whatever the size of the reads.
+            let want = match side.buf.get(..HEAD_LEN) {
+                None => HEAD_LEN - side.buf.len(),
+                Some(head) => {
+                    let total =
+                        HEAD_LEN + u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
+                    if total > MAX_FRAME {
+                        return Err(ObserveError::TooLarge(total as u64));
+                    }
+                    total - side.buf.len()
+                }
+            };
+            if want > 0 {
+                let take = want.min(bytes.len());
+                side.buf.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if take < want {
+                    return Ok(());
+                }
+                // The head may just have completed: look at it again.
+                continue;
+            }
+            let frame = side
+                .decoder
+                .decode(&mut side.buf)
+                .map_err(|e| ObserveError::Spdy(e.to_string()))?;
+            // The buffer holds exactly one whole frame here.
+            let Some(frame) = frame else {
+                return Err(ObserveError::Spdy("a whole frame did not decode".into()));
+            };
+            Self::observe(&mut self.streams, &mut self.resize, direction, frame, out)?;
+        }
+    }
+
+    fn observe(
+        streams: &mut HashMap<u32, StreamType>,
+        resize: &mut ResizeDecoder,
+        direction: Direction,
+        frame: Frame,
+        out: &mut Vec<Observed>,
+    ) -> Result<(), ObserveError> {
+        match frame {
+            Frame::SynStream(syn) => {
+                let id = syn.stream_id.get();
+                if !streams.contains_key(&id) && streams.len() >= MAX_STREAMS {
+                    return Err(ObserveError::TooManyStreams(MAX_STREAMS));
+                }
+                streams.insert(id, StreamType::from_header(syn.headers.get("streamtype")));
+            }
+            Frame::RstStream(rst) => {
+                streams.remove(&rst.stream_id.get());
+            }
+            Frame::Data(data) if !data.payload.is_empty() => {
+                let ty = streams.get(&data.stream_id.get()).copied();
+                let payload = data.payload;
+                match (direction, ty) {
+                    (Direction::ClientToUpstream, Some(StreamType::Stdin)) => {
+                        out.push(Observed::Stdin(payload))
+                    }
+                    (Direction::ClientToUpstream, Some(StreamType::Resize)) => {
+                        let sizes = resize
+                            .push(&payload)
+                            .map_err(|e| ObserveError::Resize(e.to_string()))?;
+                        out.extend(sizes.into_iter().map(Observed::Resize));
+                    }
+                    (Direction::UpstreamToClient, Some(StreamType::Stdout)) => {
+                        out.push(Observed::Stdout(payload))
+                    }
+                    (Direction::UpstreamToClient, Some(StreamType::Stderr)) => {
+                        out.push(Observed::Stderr(payload))
+                    }
+                    (Direction::UpstreamToClient, Some(StreamType::Error)) => {
+                        out.push(Observed::Error(payload))
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
