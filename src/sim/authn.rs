@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use http::HeaderMap;
 
-use super::subprotocols::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
 use super::identity::{AuthenticatedBy, SimIdentity, REQUIRED_TOKEN_USER};
 use super::peer_cert::PeerCert;
+use super::subprotocols::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
 use super::SimConfig;
 
 /// Request-header authentication: a front proxy (presenting a certificate of its own CA)

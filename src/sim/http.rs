@@ -19,9 +19,9 @@ use super::impersonation;
 use super::kill::KillSwitch;
 use super::objects::{self, CONTAINERS};
 use super::peer_cert::PeerCert;
-use super::status::Status;
 use super::query::Query;
 use super::response::{bad_request, full, json_response, status_response, text_response, Body};
+use super::status::Status;
 use super::{logs, portforward, reviews, spdy, websocket, Inner, SeenRequest, SessionKind};
 
 fn not_found() -> Response<Body> {

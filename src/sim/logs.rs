@@ -17,9 +17,9 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use tokio::sync::mpsc;
 
+use super::objects::rfc3339;
 use super::query::Query;
 use super::response::{full, status_response, Body};
-use super::objects::rfc3339;
 use super::status::Status;
 use super::websocket::{self, Framing, Out, Protocol};
 use super::{Inner, SessionKind, SimEvent, Transport};

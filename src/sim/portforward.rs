@@ -18,9 +18,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::exec::{CHANNEL_DEPTH, CHUNK};
+use super::kill::KillSwitch;
 use super::query::Query;
 use super::response::{text_response, Body};
-use super::kill::KillSwitch;
 use super::spdy::{self as spdy_server, PORT_FORWARD_VERSIONS, STREAM_CREATION_TIMEOUT};
 use super::websocket::{self, Framing, Out, Protocol};
 use super::{Inner, SessionKind, SimEvent, Transport};

@@ -10,8 +10,8 @@ use hyper::body::Incoming;
 use serde_json::{json, Map, Value};
 
 use super::authn::token_user;
-use super::response::{bad_request, json_response, Body};
 use super::identity::SimIdentity;
+use super::response::{bad_request, json_response, Body};
 use super::Inner;
 
 /// Group and version of the review APIs.

@@ -12,9 +12,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::exec::{self, ExecIo, Target, CHANNEL_DEPTH};
-use super::response::{text_response, Body};
 use super::kill::KillSwitch;
 use super::resize::SizeDecoder;
+use super::response::{text_response, Body};
 use super::{Inner, SimEvent};
 use crate::spdy::proto::{Config, Connection, Incoming, SendStream, SessionEnd, Stream};
 

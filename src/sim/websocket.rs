@@ -21,10 +21,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use super::exec::{self, ExecIo, Target, CHANNEL_DEPTH};
-use super::response::{bare, empty, Body};
-use super::subprotocols::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
 use super::kill::KillSwitch;
 use super::resize::SizeDecoder;
+use super::response::{bare, empty, Body};
+use super::subprotocols::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
 use super::{Inner, SimEvent, Transport};
 
 /// The upgraded connection type every WebSocket session runs on.
