@@ -80,3 +80,73 @@ async fn python_port_forward_is_byte_exact_both_ways() {
     assert!(r["error"].is_null(), "{r}");
     assert_eq!(pod.accepted(), 1);
 }
+
+/// Recordings and audit with the Python client: v5 (translated) and v4 (relayed, followed
+/// passively), each replayed by `asciinema cat` to exactly what the client read, with the exit
+/// code in the audit event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sessions_are_recorded_and_audited_on_both_paths() {
+    let (Some(py), Some(asciinema)) = (
+        require(
+            "python3 with the kubernetes package",
+            python_with_kubernetes(),
+        ),
+        common::clients::require_asciinema(),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("recordings");
+    std::fs::create_dir(&records).unwrap();
+    let audit = dir.path().join("audit.log");
+    let h = Harness::start_with(
+        kube_ws_proxy::sim::SimConfig::default(),
+        &[
+            "--record",
+            "required",
+            "--record-dir",
+            &records.display().to_string(),
+            "--audit-log",
+            &audit.display().to_string(),
+        ],
+    )
+    .await;
+    for (mode, protocol, path, shown, exit) in [
+        (
+            "exec-v5",
+            "v5.channel.k8s.io",
+            "translated",
+            "hello from python\ndone\n",
+            3,
+        ),
+        (
+            "exec-v4",
+            "v4.channel.k8s.io",
+            "relay_websocket",
+            "out\nerr\n",
+            4,
+        ),
+    ] {
+        let r = python(&h, &py, &[mode]).await;
+        assert_eq!(r["subprotocol"], protocol, "{r}");
+        assert_eq!(r["returncode"], exit, "{r}");
+        let ended = common::replay::ended_event(&audit, "web", path).await;
+        assert_eq!(ended["protocol_path"], path, "{ended}");
+        assert_eq!(ended["exit_code"], exit, "{ended}");
+        let recording = std::path::PathBuf::from(ended["recording"].as_str().expect("recorded"));
+        // The writer finishes the file on its own thread just after the session.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let asciinema = asciinema.clone();
+        let replayed =
+            tokio::task::spawn_blocking(move || common::replay::replay(&asciinema, &recording))
+                .await
+                .unwrap();
+        let client_saw = format!(
+            "{}{}",
+            r["stdout"].as_str().unwrap(),
+            r["stderr"].as_str().unwrap()
+        );
+        assert_eq!(replayed, shown, "the client read {client_saw:?}");
+        assert_eq!(replayed.len(), client_saw.len());
+    }
+}

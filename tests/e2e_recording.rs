@@ -16,6 +16,7 @@ use common::clients::{require_asciinema, require_kubectl, write_kubeconfig};
 use common::harness::{stderr, stdout};
 use common::proxy_process::ProxyProcess;
 use common::pty::{run_script_on_pty, PtyStep};
+use common::replay::replay;
 use kube_ws_proxy::sim::{SimCluster, SimConfig};
 use serde_json::Value;
 
@@ -107,23 +108,6 @@ impl Recorded {
         tokio::time::sleep(Duration::from_millis(200)).await;
         path
     }
-}
-
-/// What `asciinema cat` replays of a recording. It reads keys from `/dev/tty` (and sets it
-/// raw, so nothing is translated on the way out), so it runs on a terminal of its own.
-fn replay(asciinema: &Path, recording: &Path) -> String {
-    let mut c = std::process::Command::new(asciinema);
-    c.arg("cat")
-        .arg(recording)
-        .env("HOME", recording.parent().unwrap());
-    let run = run_script_on_pty(c, 200, 50, &[], T);
-    assert!(
-        run.status.success(),
-        "asciinema cat {}: {}",
-        recording.display(),
-        run.output
-    );
-    run.output
 }
 
 fn events(recording: &Path) -> (Value, Vec<Value>) {

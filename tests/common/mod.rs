@@ -13,5 +13,6 @@ pub mod pki;
 pub mod pod_server;
 pub mod proxy_process;
 pub mod pty;
+pub mod replay;
 pub mod tls_client;
 pub mod ws_client;

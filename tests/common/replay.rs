@@ -1,0 +1,46 @@
+//! Replaying a session recording as a person would see it: Debian's `asciinema cat`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::pty::run_script_on_pty;
+
+/// What `asciinema cat` replays of a recording. It reads keys from `/dev/tty` (and sets it
+/// raw, so nothing is translated on the way out), so it runs on a terminal of its own.
+pub fn replay(asciinema: &Path, recording: &Path) -> String {
+    let mut c = std::process::Command::new(asciinema);
+    c.arg("cat")
+        .arg(recording)
+        .env("HOME", recording.parent().unwrap());
+    let run = run_script_on_pty(c, 200, 50, &[], Duration::from_secs(60));
+    assert!(
+        run.status.success(),
+        "asciinema cat {}: {}",
+        recording.display(),
+        run.output
+    );
+    run.output
+}
+
+/// The `ended` audit event of the session on `pod` that took `protocol_path`, in the audit
+/// log at `path`, once written.
+pub async fn ended_event(path: &Path, pod: &str, protocol_path: &str) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(e) = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| {
+                e["stage"] == "ended" && e["pod"] == pod && e["protocol_path"] == protocol_path
+            })
+        {
+            return e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ended event for {pod} over {protocol_path}: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
