@@ -39,12 +39,17 @@ struct Run {
 /// Runs `scenario` of the page against a fresh cluster, proxy and gateway; `None` when
 /// Chromium is missing (outside CI).
 async fn run_page(scenario: &str) -> Option<Run> {
+    run_page_with(scenario, &[]).await
+}
+
+/// As [`run_page`], with extra flags for the proxy.
+async fn run_page_with(scenario: &str, proxy_flags: &[&str]) -> Option<Run> {
     let chromium = require("chromium", chromium())?;
     let sim = SimConfig {
         require_bearer_token: Some(TOKEN.into()),
         ..SimConfig::default()
     };
-    let h = Harness::start_with(sim, &[]).await;
+    let h = Harness::start_with(sim, proxy_flags).await;
     let mut pages =
         PageServer::start(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")).await;
     let mut url = url::Url::parse(&format!("http://{}/index.html", pages.addr)).unwrap();
@@ -207,4 +212,68 @@ async fn followed_log_over_base64_binary_with_bearer_subprotocol() {
         )
         .await;
     assert!(ended.is_some(), "{:?}", h.sim.events());
+}
+
+/// A browser's sessions are recorded and audited on both paths: v5 (translated) and
+/// `base64.channel.k8s.io` (relayed, followed passively); each replays exactly what the page
+/// received, and the audit names the token's user (a SelfSubjectReview made with the token the
+/// page offered in its bearer subprotocol entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_sessions_are_recorded_and_audited_on_both_paths() {
+    let Some(asciinema) = common::clients::require_asciinema() else {
+        return;
+    };
+    for (scenario, path, shown) in [
+        (
+            "v5-exec",
+            "translated",
+            "hello from the browser\nto-stderr\n",
+        ),
+        (
+            "base64-exec",
+            "relay_websocket",
+            "got:hello from the browser\nto-stderr\n",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = dir.path().join("audit.log");
+        let flags = [
+            "--record".to_owned(),
+            "required".to_owned(),
+            "--record-dir".to_owned(),
+            dir.path().display().to_string(),
+            "--audit-log".to_owned(),
+            audit.display().to_string(),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let Some(Run { h: _h, result: r }) = run_page_with(scenario, &flags).await else {
+            return;
+        };
+        let ended = common::replay::ended_event(&audit, "web", path).await;
+        if scenario == "v5-exec" {
+            assert_eq!(ended["exit_code"], 3, "{ended}");
+        } else {
+            // The v1 protocol reports a failure as text only, with no exit code as such.
+            assert_eq!(ended["exit_code"], Value::Null, "{ended}");
+            let status = ended["status"].as_str().unwrap_or_default();
+            assert!(status.contains("exit code 3"), "{ended}");
+        }
+        assert_eq!(ended["user"], "sim-user", "{ended}");
+        assert_eq!(ended["identity_source"], "self_subject_review", "{ended}");
+        let recording = std::path::PathBuf::from(ended["recording"].as_str().expect("recorded"));
+        // The writer finishes the file on its own thread just after the session.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let asciinema = asciinema.clone();
+        let replayed =
+            tokio::task::spawn_blocking(move || common::replay::replay(&asciinema, &recording))
+                .await
+                .unwrap();
+        let page_got = format!(
+            "{}{}",
+            r["stdout"].as_str().unwrap(),
+            r["stderr"].as_str().unwrap()
+        );
+        assert_eq!(replayed, shown, "{scenario}: the page got {page_got:?}");
+        assert_eq!(replayed, page_got, "{scenario}");
+    }
 }
