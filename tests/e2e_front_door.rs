@@ -540,6 +540,8 @@ async fn front_proxy_mode_asserts_the_caller_with_request_headers() {
         front_key.display().to_string(),
         "--upstream-token-file".to_owned(),
         door.proxy_token_file().display().to_string(),
+        "--audit-log".to_owned(),
+        door.path("audit.log").display().to_string(),
     ]);
     let proxy = door.proxy(&args, &[]);
     let cwd = door.dir.path();
@@ -558,6 +560,13 @@ async fn front_proxy_mode_asserts_the_caller_with_request_headers() {
         "alice\n"
     );
     port_forward_echo(&k, &kc, cwd, echo.port).await;
+    // The audit events name the caller the proxy asserted, on the exec and the tunnel.
+    for path in ["translated", "tunnel"] {
+        let ended = common::replay::ended_event(&door.path("audit.log"), "web", path).await;
+        assert_eq!(ended["user"], "alice", "{ended}");
+        assert_eq!(ended["groups"], serde_json::json!(["ops"]), "{ended}");
+        assert_eq!(ended["identity_source"], "authenticated", "{ended}");
+    }
     for r in door.sim.requests() {
         assert_eq!(
             r.authenticated_by,
