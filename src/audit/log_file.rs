@@ -227,14 +227,24 @@ impl Sink {
 }
 
 fn append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    // Who ran what where is for the proxy's user (and whoever it hands the files to) only.
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// `PATH.N-1` → `PATH.N` … `PATH` → `PATH.1`; the oldest beyond `keep` is removed. With
 /// `keep` 0 the file is simply emptied.
 fn rotate(path: &Path, keep: usize) -> io::Result<()> {
     if keep == 0 {
-        return File::create(path).map(drop);
+        return OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map(drop);
     }
     let numbered = |n: usize| {
         let mut name = path.as_os_str().to_owned();
@@ -320,6 +330,11 @@ mod tests {
         let ns =
             |p: &Path| -> Vec<i64> { lines(p).iter().map(|v| v["n"].as_i64().unwrap()).collect() };
         assert_eq!(ns(&path), [19]);
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
         assert_eq!(ns(&dir.path().join("audit.log.1")), [16, 17, 18]);
         assert_eq!(ns(&dir.path().join("audit.log.2")), [13, 14, 15]);
         assert!(!dir.path().join("audit.log.3").exists());

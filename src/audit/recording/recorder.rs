@@ -126,9 +126,12 @@ impl Recordings {
         let create = path.clone();
         // The disk is the writer thread's business, except for this one create.
         let file = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::OpenOptionsExt;
+            // What a session showed may hold secrets: readable by the proxy's user only.
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
+                .mode(0o600)
                 .open(&create)
         })
         .await
@@ -279,6 +282,11 @@ mod tests {
             .unwrap();
         let name = rec.path().file_name().unwrap().to_str().unwrap().to_owned();
         assert!(name.ends_with("_abcd-1.cast"), "{name}");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(rec.path()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
         rec.resize(100, 30).await;
         rec.output(&Bytes::from_static(b"$ \xe2\x82")).await;
         rec.output(&Bytes::from_static(b"\xac\r\n")).await;
