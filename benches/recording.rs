@@ -17,10 +17,14 @@ mod ws_client;
 #[path = "common/workloads.rs"]
 mod workloads;
 
+#[path = "common/process.rs"]
+mod process;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use process::cpu_seconds;
 use tokio::net::TcpStream;
 
 fn arg(name: &str) -> Option<String> {
@@ -28,17 +32,6 @@ fn arg(name: &str) -> Option<String> {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1).cloned())
-}
-
-/// User + system CPU seconds a process has used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 fn median(v: &mut [f64]) -> f64 {

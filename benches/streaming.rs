@@ -22,26 +22,19 @@ mod ws_client;
 #[path = "common/workloads.rs"]
 mod workloads;
 
+#[path = "common/process.rs"]
+mod process;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use process::cpu_seconds;
 use tokio::net::TcpStream;
 use workloads::{
     echo_run, pf_run, setup_run, start_pod_services, start_relay, stdin_run, stdout_run, Path,
     Setup, PATHS,
 };
-
-/// User + system CPU seconds a process has used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -1,5 +1,5 @@
 //! What the benches that run the proxy as a separate process share: free ports, the
-//! descriptor limit, and the memory a process holds.
+//! descriptor limit, and the memory and CPU time a process uses.
 #![allow(dead_code)]
 
 /// A loopback port nothing listens on right now.
@@ -49,4 +49,15 @@ pub fn raise_fd_limit() -> u64 {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
     }
     lim.rlim_cur
+}
+
+/// User + system CPU seconds a process has used so far.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
