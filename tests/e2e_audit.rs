@@ -2,7 +2,9 @@
 //! port-forward and `logs -f` (translated, tunnel, plain HTTP), kubectl 1.28 exec (relayed
 //! SPDY), a v4 WebSocket exec (relayed), each with its `started` and `ended` events and the
 //! caller's identity: asked of the cluster with the caller's own token in passthrough mode,
-//! the authenticated certificate in impersonate mode.
+//! the authenticated certificate in impersonate mode. Port-forwards through the tunnel
+//! (kubectl 1.33), relayed SPDY (kubectl 1.28) and the relayed legacy WebSocket protocol list
+//! each forwarded connection's port and exact bytes.
 //!
 //! kubectl sends a kubeconfig token only over TLS, so the proxy listens with TLS here and
 //! kubectl talks to it directly; each event's `protocol_path` shows which path was taken.
@@ -357,6 +359,143 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
     );
 }
 
+/// A server on 127.0.0.1 whose every connection says how much it moves: the client's first 8
+/// bytes are two big-endian u32, the bytes the client sends in all (those 8 included) and the
+/// bytes the server answers with. It reads them all, answers, and closes.
+async fn counting_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = [0u8; 8];
+                if s.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let [a, b, c, d, e, f, g, h] = head;
+                let sent = u32::from_be_bytes([a, b, c, d]) as usize;
+                let answer = u32::from_be_bytes([e, f, g, h]) as usize;
+                let mut rest = vec![0u8; sent.saturating_sub(head.len())];
+                if s.read_exact(&mut rest).await.is_err() {
+                    return;
+                }
+                let _ = s.write_all(&vec![b'r'; answer]).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+/// One connection through the forwarded `local` port that moves exactly `sent` bytes to the
+/// counting server and `answer` bytes back.
+async fn exchange(local: u16, sent: u32, answer: u32) {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", local))
+        .await
+        .unwrap();
+    let mut msg = vec![b's'; sent as usize];
+    msg[..4].copy_from_slice(&sent.to_be_bytes());
+    msg[4..8].copy_from_slice(&answer.to_be_bytes());
+    s.write_all(&msg).await.unwrap();
+    let mut got = vec![0u8; answer as usize];
+    tokio::time::timeout(T, s.read_exact(&mut got))
+        .await
+        .expect("the answer in time")
+        .expect("the whole answer");
+    assert!(got.iter().all(|&b| b == b'r'));
+}
+
+/// Runs `kubectl port-forward pod/<pod>` to both remote ports, makes one connection through
+/// each (`1000`/`70000` bytes through the first, `20`/`5` through the second), stops kubectl
+/// and checks the session's events list both connections with their exact bytes.
+async fn forward_two_connections(a: &Audited, k: &Path, kc: &Path, pod: &str, path: &str) {
+    let ports = [counting_server().await, counting_server().await];
+    let mut pf = kubectl_cmd(k, kc, a.dir.path());
+    pf.args([
+        "port-forward",
+        "--address",
+        "127.0.0.1",
+        &format!("pod/{pod}"),
+    ])
+    .args(ports.iter().map(|p| format!(":{p}")))
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = pf.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // "Forwarding from 127.0.0.1:<local> -> <remote>", once per port.
+    let mut local = [0u16; 2];
+    tokio::time::timeout(T, async {
+        let mut found = 0;
+        while found < 2 {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("port-forward ended");
+            let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") else {
+                continue;
+            };
+            let (l, r) = rest.split_once(" -> ").expect("local -> remote");
+            let remote: u16 = r.trim().parse().unwrap();
+            let i = ports
+                .iter()
+                .position(|&p| p == remote)
+                .expect("a port asked for");
+            local[i] = l.parse().unwrap();
+            found += 1;
+        }
+    })
+    .await
+    .expect("port-forward ready");
+    exchange(local[0], 1000, 70_000).await;
+    exchange(local[1], 20, 5).await;
+    child.kill().await.unwrap();
+
+    let (start, end) = a.pair(|e| e["pod"] == pod).await;
+    assert_common(&start, &end, "portforward", path);
+    assert_tina(&start);
+    // The request names no ports; the session's streams did.
+    assert_eq!(start["ports"], serde_json::json!([]), "{start}");
+    let mut sorted = ports;
+    sorted.sort_unstable();
+    assert_eq!(end["ports"], serde_json::json!(sorted), "{end}");
+    let connections = end["connections"].as_array().expect("a list");
+    assert_eq!(connections.len(), 2, "{end}");
+    for (port, bytes_in, bytes_out) in [(ports[0], 1000, 70_000), (ports[1], 20, 5)] {
+        let c = connections
+            .iter()
+            .find(|c| c["port"] == port)
+            .unwrap_or_else(|| panic!("no connection to {port}: {end}"));
+        assert_eq!(c["bytes_in"], bytes_in, "{c}");
+        assert_eq!(c["bytes_out"], bytes_out, "{c}");
+        assert_eq!(c["error"], Value::Null, "{c}");
+        assert!(c["request_id"].is_string(), "{c}");
+    }
+    assert_ne!(connections[0]["request_id"], connections[1]["request_id"]);
+    assert_eq!(end["connections_omitted"], 0, "{end}");
+    assert_eq!(end["connections_error"], Value::Null, "{end}");
+    // The session's raw bytes include the SPDY framing around the payloads.
+    assert!(end["bytes_in"].as_u64().unwrap() > 1020, "{end}");
+    assert!(end["bytes_out"].as_u64().unwrap() > 70_005, "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_forward_connections_are_listed_with_their_ports_and_bytes() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    let a = Audited::start(&[]).await;
+    let kc = a.kubeconfig("tina", Some(TINA), None);
+    forward_two_connections(&a, &k33, &kc, "db-tunnel", "tunnel").await;
+    forward_two_connections(&a, &k28, &kc, "db-spdy", "relay_spdy").await;
+    // Other sessions carry the field too, empty.
+    let o = kubectl(&k33, &kc, a.dir.path(), &["exec", "web", "--", "true"]).await;
+    assert!(o.status.success(), "kubectl: {}", stderr(&o));
+    let (_, end) = a.pair(|e| e["pod"] == "web").await;
+    assert_eq!(end["connections"], serde_json::json!([]), "{end}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relayed_websocket_exec_is_audited_with_the_callers_token() {
     use futures_util::StreamExt;
@@ -412,6 +551,100 @@ async fn a_relayed_websocket_exec_is_audited_with_the_callers_token() {
     assert_eq!(start["protocol"], "v4.channel.k8s.io", "{start}");
     assert_eq!(start["command"], serde_json::json!(["echo", "relayed v4"]));
     assert!(end["bytes_out"].as_u64().unwrap() > 0, "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_websocket_port_forward_lists_its_port_and_bytes() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let sim = SimCluster::start(SimConfig {
+        users: vec![SimUser {
+            token: TINA.to_owned(),
+            name: "tina".to_owned(),
+            groups: vec!["dev".to_owned()],
+        }],
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let proxy = ProxyProcess::start(&sim.url(), &["--audit-log", &log.display().to_string()]);
+    let port = counting_server().await;
+    let mut req = format!(
+        "ws://{}/api/v1/namespaces/default/pods/db-legacy/portforward?ports={port}",
+        proxy.addr
+    )
+    .into_client_request()
+    .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v4.channel.k8s.io".parse().unwrap(),
+    );
+    req.headers_mut()
+        .insert("Authorization", format!("Bearer {TINA}").parse().unwrap());
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    // 1000 bytes in (the counting server's header first), 3000 back on channel 0.
+    let (sent, answer) = (1000u32, 3000u32);
+    let mut msg = vec![0u8];
+    msg.extend(sent.to_be_bytes());
+    msg.extend(answer.to_be_bytes());
+    msg.resize(1 + sent as usize, b's');
+    ws.send(Message::Binary(msg.into())).await.unwrap();
+    let mut got = 0usize;
+    let mut prefixes = 0;
+    tokio::time::timeout(T, async {
+        while got < answer as usize {
+            let Some(Ok(Message::Binary(data))) = ws.next().await else {
+                panic!("the session ended early");
+            };
+            match data.first() {
+                // Each channel's first message is the port.
+                _ if prefixes < 2 => {
+                    assert_eq!(&data[1..], port.to_le_bytes());
+                    prefixes += 1;
+                }
+                Some(0) => got += data.len() - 1,
+                other => panic!("unexpected message on {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the answer in time");
+    assert_eq!(got, answer as usize);
+    let _ = ws.close(None).await;
+    drop(ws);
+    let deadline = tokio::time::Instant::now() + T;
+    let events = loop {
+        let events: Vec<Value> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if events.len() >= 2 || tokio::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(events.len(), 2, "{events:#?}");
+    let (start, end) = (&events[0], &events[1]);
+    assert_common(start, end, "portforward", "relay_websocket");
+    assert_eq!(start["ports"], serde_json::json!([port]), "{start}");
+    assert_eq!(end["ports"], serde_json::json!([port]), "{end}");
+    assert_eq!(
+        end["connections"],
+        serde_json::json!([{
+            "port": port,
+            "request_id": "0",
+            "bytes_in": sent,
+            "bytes_out": answer,
+            "error": null,
+        }]),
+        "{end}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

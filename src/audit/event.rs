@@ -3,6 +3,9 @@
 
 use serde::Serialize;
 
+pub use crate::translate::observe::ForwardedConnection;
+use crate::translate::observe::PortForwardReport;
+
 /// The streaming subresource a session uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -71,7 +74,7 @@ pub struct SessionInfo {
 }
 
 /// How a session ended.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct SessionEnd {
     /// Bytes from the client towards the pod (payload for exec/attach, raw for tunnels and
     /// relays, as the session metrics count them).
@@ -89,6 +92,32 @@ pub struct SessionEnd {
     pub ended_by: &'static str,
     /// Why the recording could not start or was cut short, if it was.
     pub recording_error: Option<String>,
+    /// A port-forward's connections (tunnel, relayed SPDY or legacy WebSocket), the first
+    /// 1,000 in the order they were opened; empty for other sessions.
+    pub connections: Vec<ForwardedConnection>,
+    /// Connections opened after those listed, counted only.
+    pub connections_omitted: u64,
+    /// Why the connections could not be followed to the session's end, if they could not
+    /// (those listed are then what was seen until then).
+    pub connections_error: Option<String>,
+    /// The ports the session was seen to forward. When set, the `ended` event's `ports` says
+    /// these instead of the ones the request named (a tunnel's or SPDY relay's request names
+    /// none).
+    #[serde(skip)]
+    pub ports_seen: Option<Vec<u16>>,
+}
+
+impl SessionEnd {
+    /// This end with what a port-forward's SPDY session was seen to carry.
+    pub fn with_port_forwards(self, report: PortForwardReport) -> SessionEnd {
+        SessionEnd {
+            connections: report.connections,
+            connections_omitted: report.omitted,
+            connections_error: report.failure,
+            ports_seen: Some(report.ports),
+            ..self
+        }
+    }
 }
 
 /// One line of the audit log.
@@ -150,6 +179,7 @@ mod tests {
             outcome: "success",
             ended_by: "upstream",
             recording_error: None,
+            ..Default::default()
         };
         let ended = Event {
             time: "t".into(),
@@ -163,5 +193,54 @@ mod tests {
         assert_eq!(v["exit_code"], serde_json::Value::Null);
         assert_eq!(v["ended_by"], "upstream");
         assert_eq!(v["pod"], "web");
+        // Present on every ended event, empty when nothing was forwarded or followed.
+        assert_eq!(v["connections"], serde_json::json!([]));
+        assert_eq!(v["connections_omitted"], 0);
+        assert_eq!(v["connections_error"], serde_json::Value::Null);
+        assert!(v.get("ports_seen").is_none());
+    }
+
+    #[test]
+    fn port_forward_connections_are_listed_in_the_ended_event() {
+        let info = info();
+        let end = SessionEnd {
+            outcome: "success",
+            ended_by: "client",
+            ..Default::default()
+        }
+        .with_port_forwards(PortForwardReport {
+            ports: vec![5432],
+            connections: vec![ForwardedConnection {
+                port: Some(5432),
+                request_id: "0".into(),
+                bytes_in: 1200,
+                bytes_out: 34_000,
+                error: Some("connection refused".into()),
+            }],
+            omitted: 2,
+            failure: None,
+        });
+        assert_eq!(end.ports_seen.as_deref(), Some(&[5432][..]));
+        let ended = Event {
+            time: "t".into(),
+            stage: "ended",
+            info: &info,
+            end: Some(&end),
+        };
+        let v: serde_json::Value = serde_json::to_value(&ended).unwrap();
+        assert_eq!(
+            v["connections"],
+            serde_json::json!([{
+                "port": 5432,
+                "request_id": "0",
+                "bytes_in": 1200,
+                "bytes_out": 34000,
+                "error": "connection refused",
+            }])
+        );
+        assert_eq!(v["connections_omitted"], 2);
+        // `ports` stays a single key: the session's own (SessionAudit::end puts the seen
+        // ones there).
+        assert_eq!(v["ports"], serde_json::json!([8080, 9090]));
     }
 }

@@ -42,8 +42,11 @@ impl SessionAudit {
     }
 
     /// Writes the `ended` event.
-    pub fn end(mut self, end: SessionEnd) {
+    pub fn end(mut self, mut end: SessionEnd) {
         self.ended = true;
+        if let Some(ports) = end.ports_seen.take() {
+            self.info.ports = ports;
+        }
         self.emit("ended", Some(&end));
     }
 
@@ -71,6 +74,7 @@ impl Drop for SessionAudit {
                 outcome: "aborted",
                 ended_by: "the proxy's session task ended without a result",
                 recording_error: None,
+                ..Default::default()
             };
             self.emit("ended", Some(&end));
         }

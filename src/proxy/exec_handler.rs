@@ -139,6 +139,7 @@ pub async fn handle(
                         outcome: SessionOutcome::ClientGone.label(),
                         ended_by: "the client's upgrade did not complete",
                         recording_error,
+                        ..Default::default()
                     });
                 }
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
@@ -174,6 +175,7 @@ pub async fn handle(
                 outcome: result.label(),
                 ended_by: outcome.end.describe(),
                 recording_error,
+                ..Default::default()
             });
         }
         drop(slot);

@@ -34,9 +34,11 @@ use super::upgrade_request::UpgradeRequest;
 use super::websocket::is_valid_key;
 use crate::activity_clock::ActivityClock;
 use crate::audit::recording::RecordPolicy;
-use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd};
+use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, Verb};
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
-use crate::translate::observe::{Direction, Observer};
+use crate::translate::observe::{
+    Direction, Observer, PortForwardWatch, WebSocketFraming, PORT_FORWARD,
+};
 
 /// Bytes moved by one relayed connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -225,6 +227,13 @@ pub async fn relay(
         return Response::from_parts(parts, body.boxed());
     }
 
+    // The audit log lists a port-forward's connections (kubectl ≤ 1.30's SPDY, the legacy
+    // WebSocket one): the relay shows its bytes to a watch. Without the log nothing looks at
+    // them.
+    let watch = audit
+        .as_ref()
+        .filter(|a| a.info().verb == Verb::PortForward)
+        .and_then(|_| port_forward_watch(&resp));
     let handshake_timeout = state.handshake_timeout;
     let upstream_io =
         match tokio::time::timeout(handshake_timeout, hyper::upgrade::on(&mut resp)).await {
@@ -278,7 +287,7 @@ pub async fn relay(
         };
         let mut recording_failure = None;
         let outcome = tokio::select! {
-            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, tap.as_ref()) => SessionOutcome::Success,
+            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, tap.as_ref(), watch.as_ref()) => SessionOutcome::Success,
             _ = slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
             _ = idle => SessionOutcome::IdleTimeout,
             // A relay has no way to tell either end why: closing both connections (dropping
@@ -296,7 +305,7 @@ pub async fn relay(
             .or(recording_error);
         // Before the slot goes: a drained proxy exits once every slot is back.
         if let Some(audit) = audit {
-            audit.end(AuditEnd {
+            let end = AuditEnd {
                 bytes_in: stats.client_to_upstream,
                 bytes_out: stats.upstream_to_client,
                 duration_ms: started.elapsed().as_millis() as u64,
@@ -310,6 +319,11 @@ pub async fn relay(
                     _ => "connection closed",
                 },
                 recording_error,
+                ..Default::default()
+            };
+            audit.end(match watch {
+                Some(watch) => end.with_port_forwards(watch.finish()),
+                None => end,
             });
         }
         drop(slot);
@@ -420,13 +434,15 @@ impl RelayCounters {
 
 /// Copies both ways until both directions end; a finished direction half-closes the other side.
 /// Bytes are counted on `counters` and every read is noted on `activity`; with a `tap`, every
-/// read is shown to it (the session's recording) before it is passed on.
+/// read is shown to it (the session's recording) before it is passed on, and with a `watch`
+/// (a port-forward's audit) too.
 pub async fn pump<C, U>(
     client: C,
     upstream: U,
     counters: &RelayCounters,
     activity: &ActivityClock,
     tap: Option<&RelayTap>,
+    watch: Option<&PortForwardWatch>,
 ) where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -435,24 +451,28 @@ pub async fn pump<C, U>(
     let (mut ur, mut uw) = tokio::io::split(upstream);
     let down = async {
         let tap = tap.map(|t| (t, Direction::UpstreamToClient));
+        let watch = watch.map(|w| (w, Direction::UpstreamToClient));
         copy(
             &mut ur,
             &mut cw,
             &counters.upstream_to_client,
             activity,
             tap,
+            watch,
         )
         .await;
         let _ = cw.shutdown().await;
     };
     let up = async {
         let tap = tap.map(|t| (t, Direction::ClientToUpstream));
+        let watch = watch.map(|w| (w, Direction::ClientToUpstream));
         copy(
             &mut cr,
             &mut uw,
             &counters.client_to_upstream,
             activity,
             tap,
+            watch,
         )
         .await;
         let _ = uw.shutdown().await;
@@ -468,6 +488,7 @@ async fn copy<R, W>(
     total: &AtomicU64,
     activity: &ActivityClock,
     tap: Option<(&RelayTap, Direction)>,
+    watch: Option<(&PortForwardWatch, Direction)>,
 ) where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -483,6 +504,9 @@ async fn copy<R, W>(
             if !tap.relayed(direction, &buf[..n]).await {
                 return;
             }
+        }
+        if let Some((watch, direction)) = watch {
+            watch.relayed(direction, &buf[..n]);
         }
         if w.write_all(&buf[..n]).await.is_err() {
             return;
@@ -506,6 +530,28 @@ fn negotiated_protocol(resp: &Response<hyper::body::Incoming>) -> Option<String>
         (Some(u), None) => Some(u.to_owned()),
         (None, _) => None,
     }
+}
+
+/// The watch on a port-forward the upstream accepted, for the protocol it agreed on: SPDY
+/// `portforward.k8s.io`, or a WebSocket channel protocol (legacy port-forward); `None` for
+/// one it cannot follow.
+fn port_forward_watch(resp: &Response<hyper::body::Incoming>) -> Option<PortForwardWatch> {
+    let h = resp.headers();
+    let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let upgrade = header("upgrade")?;
+    if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
+        return (header("x-stream-protocol-version") == Some(PORT_FORWARD))
+            .then(PortForwardWatch::new);
+    }
+    if !upgrade.eq_ignore_ascii_case("websocket") {
+        return None;
+    }
+    // A kubelet offered no subprotocol speaks the binary framing under no name.
+    let framing = match header("sec-websocket-protocol").filter(|p| !p.is_empty()) {
+        None => WebSocketFraming::Binary,
+        Some(name) => WebSocketFraming::from_subprotocol(name)?,
+    };
+    Some(PortForwardWatch::websocket(framing))
 }
 
 /// The observer of a relayed session the upstream accepted, if its protocol can be followed.
@@ -577,6 +623,7 @@ fn end_refused(audit: Option<SessionAudit>, error: &str) {
             outcome: SessionOutcome::RecordingFailed.label(),
             ended_by: "refused: it could not be recorded",
             recording_error: Some(error.to_owned()),
+            ..Default::default()
         });
     }
 }
@@ -597,6 +644,7 @@ fn end_unstarted(audit: Option<SessionAudit>, outcome: SessionOutcome, status: O
                 _ => "upstream refused",
             },
             recording_error: None,
+            ..Default::default()
         });
     }
 }

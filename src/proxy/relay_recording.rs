@@ -266,7 +266,14 @@ mod tests {
         };
         tokio::time::timeout(Duration::from_secs(5), async {
             tokio::join!(
-                pump(client_near, upstream_near, &counters, &activity, Some(&tap)),
+                pump(
+                    client_near,
+                    upstream_near,
+                    &counters,
+                    &activity,
+                    Some(&tap),
+                    None
+                ),
                 peers
             )
         })

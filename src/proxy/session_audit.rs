@@ -171,6 +171,7 @@ impl AuditedBody {
                 outcome: if success { "success" } else { "upstream_error" },
                 ended_by,
                 recording_error: None,
+                ..Default::default()
             });
         }
     }

@@ -23,6 +23,7 @@ use super::websocket::{socket_config, switching_protocols, upgraded, validate};
 use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::parse_pod_subresource;
+use crate::translate::observe::{PortForwardWatch, PORT_FORWARD};
 use crate::translate::protocol::TUNNEL_PREFIX;
 use crate::translate::tunnel::{self, TunnelEnd};
 
@@ -94,12 +95,17 @@ pub async fn handle(
                     outcome: SessionOutcome::UpstreamError.label(),
                     ended_by: "upstream refused",
                     recording_error: None,
+                    ..Default::default()
                 });
             }
             guard.finish(SessionOutcome::UpstreamError, 0, 0);
             return refusal_response(e);
         }
     };
+    // The audit log lists a port-forward's connections: the tunnel shows its bytes to a
+    // watch. Without the log nothing looks at them.
+    let watch = (audit.is_some() && upgraded_upstream.protocol.as_deref() == Some(PORT_FORWARD))
+        .then(PortForwardWatch::new);
     let ws_config = socket_config(&state);
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
@@ -119,6 +125,7 @@ pub async fn handle(
                         outcome: SessionOutcome::ClientGone.label(),
                         ended_by: "the client's upgrade did not complete",
                         recording_error: None,
+                        ..Default::default()
                     });
                 }
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
@@ -131,6 +138,7 @@ pub async fn handle(
             upgraded_upstream.leftover,
             slot.stop_token(),
             state.stream_idle_timeout,
+            watch.as_ref(),
         )
         .await;
         let result = match outcome.ended_by {
@@ -142,7 +150,7 @@ pub async fn handle(
         };
         // Before the slot goes: a drained proxy exits once every slot is back.
         if let Some(audit) = audit {
-            audit.end(AuditEnd {
+            let end = AuditEnd {
                 bytes_in: outcome.bytes_up,
                 bytes_out: outcome.bytes_down,
                 duration_ms: outcome.duration.as_millis() as u64,
@@ -151,6 +159,11 @@ pub async fn handle(
                 outcome: result.label(),
                 ended_by: outcome.ended_by.describe(),
                 recording_error: None,
+                ..Default::default()
+            };
+            audit.end(match watch {
+                Some(watch) => end.with_port_forwards(watch.finish()),
+                None => end,
             });
         }
         drop(slot);

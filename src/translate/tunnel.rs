@@ -10,6 +10,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use super::observe::{Direction, PortForwardWatch};
 use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket};
 use crate::activity_clock::ActivityClock;
 
@@ -72,13 +73,15 @@ impl TunnelEnd {
 /// `stop` ends the tunnel early (graceful shutdown), with Close 1001 to the client;
 /// `idle_timeout` ends a tunnel that carried no byte either way for that long (the client's
 /// pings do not count). A client that stops answering the WebSocket's keepalive pings ends it
-/// too, without a closing handshake.
+/// too, without a closing handshake. With a `watch` (the audit log's), the SPDY bytes of both
+/// directions are shown to it as they pass.
 pub async fn run<S, U>(
     ws: WebSocket<S>,
     upstream: U,
     leftover: Bytes,
     stop: CancellationToken,
     idle_timeout: Option<Duration>,
+    watch: Option<&PortForwardWatch>,
 ) -> TunnelOutcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -96,6 +99,9 @@ where
     let downstream = async {
         if !leftover.is_empty() {
             bytes_down += leftover.len() as u64;
+            if let Some(watch) = watch {
+                watch.relayed(Direction::UpstreamToClient, &leftover);
+            }
             if writer.send_binary(&[], leftover).await.is_err() {
                 return;
             }
@@ -120,6 +126,9 @@ where
                             read_size
                         };
                         let msg = buf.split().freeze();
+                        if let Some(watch) = watch {
+                            watch.relayed(Direction::UpstreamToClient, &msg);
+                        }
                         if writer.send_binary(&[], msg).await.is_err() {
                             return;
                         }
@@ -155,6 +164,9 @@ where
             match msg {
                 Ok(Incoming::Binary(data)) => {
                     activity.touch();
+                    if let Some(watch) = watch {
+                        watch.relayed(Direction::ClientToUpstream, &data);
+                    }
                     batch.push(data);
                     // A message already read is "arriving" too: `next` returns it at once.
                     if !batch.is_full() && reader.data_frame_arriving(BATCH_BYTES as u64) {
@@ -424,7 +436,14 @@ mod tests {
                 keepalive: None,
             },
         );
-        let task = tokio::spawn(run(ws, ours, Bytes::new(), CancellationToken::new(), None));
+        let task = tokio::spawn(run(
+            ws,
+            ours,
+            Bytes::new(),
+            CancellationToken::new(),
+            None,
+            None,
+        ));
         (client, upstream, task, writes)
     }
 

@@ -1,25 +1,36 @@
-//! Passive observers of relayed exec/attach sessions: fed the bytes a relay copies each way,
-//! they follow the protocol the two ends agreed on (SPDY/3.1 or a legacy WebSocket channel
-//! protocol) and say what the session carried — stdin, stdout, stderr, terminal sizes and the
-//! error stream — so that the relay can record it without changing a byte on the wire.
+//! Passive observers of relayed sessions: fed the bytes a relay copies each way, they follow
+//! the protocol the two ends agreed on (SPDY/3.1 or a legacy WebSocket channel protocol) and
+//! say what the session carried — for exec/attach stdin, stdout, stderr, terminal sizes and
+//! the error stream, so that the relay can record it; for a SPDY port-forward (relayed or in
+//! the tunnel) each forwarded connection's port and bytes, for its audit event
+//! ([`PortForwardWatch`]). Not a byte on the wire is changed.
 //!
 //! Pure logic, no sockets. Memory is bounded: an observer holds at most one incomplete frame
 //! (or message) per direction, up to [`MAX_FRAME`] bytes. Whatever it cannot follow ends the
 //! observation with one error; the relay goes on regardless, the observer is never in its way.
 
+mod port_forward;
 mod spdy;
 mod websocket;
 
 #[cfg(test)]
+mod port_forward_tests;
+#[cfg(test)]
 mod tests;
+
+use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+pub use port_forward::{ForwardedConnection, PortForwardReport, MAX_CONNECTIONS};
 pub use spdy::SpdyObserver;
 pub use websocket::{WebSocketFraming, WebSocketObserver};
 
 use crate::translate::resize::TerminalSize;
 use crate::translate::status::Status;
+
+/// The SPDY stream protocol of port-forward sessions.
+pub const PORT_FORWARD: &str = "portforward.k8s.io";
 
 /// Largest frame (SPDY) or message (WebSocket) an observer buffers, payload and head. Clients
 /// and kubelets write their streams in pieces of 32 KiB at most; 1 MiB leaves a wide margin.
@@ -96,7 +107,11 @@ impl Observer {
     pub fn for_protocol(upgrade: Option<&str>, subprotocol: Option<&str>) -> Option<Observer> {
         let upgrade = upgrade?;
         let protocol = if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
-            Protocol::Spdy(Box::default())
+            if subprotocol == Some(PORT_FORWARD) {
+                Protocol::Spdy(Box::new(SpdyObserver::port_forward()))
+            } else {
+                Protocol::Spdy(Box::default())
+            }
         } else if upgrade.eq_ignore_ascii_case("websocket") {
             // A kubelet that was offered no subprotocol speaks `channel.k8s.io` under no name
             // (it answers with an empty `Sec-WebSocket-Protocol`, or none).
@@ -136,6 +151,97 @@ impl Observer {
     /// Whether an error stopped the observer.
     pub fn stopped(&self) -> bool {
         self.protocol.is_none()
+    }
+}
+
+/// Follows one port-forward session (SPDY, relayed or carried by the tunnel, or a relayed
+/// legacy WebSocket one) for its audit event. Both directions of a session run in one task: the lock is never contended,
+/// and a `Mutex` rather than a `RefCell` only because that task may move between threads. It
+/// is never held across an await.
+#[derive(Debug)]
+pub struct PortForwardWatch {
+    state: Mutex<WatchState>,
+}
+
+#[derive(Debug)]
+struct WatchState {
+    /// `None` once stopped; what it had seen is then in `report`.
+    observer: Option<Protocol>,
+    report: PortForwardReport,
+}
+
+impl Protocol {
+    fn port_forwards(&self) -> PortForwardReport {
+        match self {
+            Protocol::Spdy(o) => o.port_forwards(),
+            Protocol::WebSocket(o) => o.port_forwards(),
+        }
+        .unwrap_or_default()
+    }
+}
+
+impl Default for PortForwardWatch {
+    fn default() -> Self {
+        PortForwardWatch::new()
+    }
+}
+
+impl PortForwardWatch {
+    /// A watch on a SPDY port-forward (`portforward.k8s.io`) that has not sent a frame yet.
+    pub fn new() -> PortForwardWatch {
+        Self::of(Protocol::Spdy(Box::new(SpdyObserver::port_forward())))
+    }
+
+    /// A watch on a legacy WebSocket port-forward (PROTOCOL.md §2.2) framed as `framing`.
+    pub fn websocket(framing: WebSocketFraming) -> PortForwardWatch {
+        Self::of(Protocol::WebSocket(Box::new(
+            WebSocketObserver::port_forward(framing),
+        )))
+    }
+
+    fn of(protocol: Protocol) -> PortForwardWatch {
+        PortForwardWatch {
+            state: Mutex::new(WatchState {
+                observer: Some(protocol),
+                report: PortForwardReport::default(),
+            }),
+        }
+    }
+
+    /// Follows the bytes relayed in `direction`. Once they cannot be followed the watch keeps
+    /// what it saw until then, and why it stopped, and looks at nothing more.
+    pub fn relayed(&self, direction: Direction, bytes: &[u8]) {
+        let mut state = self.lock();
+        let Some(observer) = state.observer.as_mut() else {
+            return;
+        };
+        // A port-forward observer yields no events: nothing is ever pushed here.
+        let mut none = Vec::new();
+        let fed = match observer {
+            Protocol::Spdy(o) => o.feed(direction, bytes, &mut none),
+            Protocol::WebSocket(o) => o.feed(direction, bytes, &mut none),
+        };
+        if let Err(e) = fed {
+            let mut report = observer.port_forwards();
+            report.failure = Some(e.to_string());
+            state.report = report;
+            // Frees the buffers and zlib contexts at once.
+            state.observer = None;
+        }
+    }
+
+    /// What the session carried.
+    pub fn finish(self) -> PortForwardReport {
+        let state = self.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        match state.observer {
+            Some(observer) => observer.port_forwards(),
+            None => state.report,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WatchState> {
+        // A panic while it was held loses at most the counts of one read.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -1,15 +1,18 @@
-//! Following a relayed SPDY/3.1 remote-command session (PROTOCOL.md §3). The client opens one
-//! stream per `streamtype` (error, stdin, stdout, stderr, resize) with SYN_STREAM; the kubelet
-//! answers on them with DATA. Each direction has its own zlib context for header blocks, so
-//! each has its own decoder, and every frame must go through it, observed or not.
+//! Following a relayed SPDY/3.1 session (PROTOCOL.md §3). In a remote-command session the
+//! client opens one stream per `streamtype` (error, stdin, stdout, stderr, resize) with
+//! SYN_STREAM; the kubelet answers on them with DATA. In a port-forward session each forwarded
+//! connection is an `error` and a `data` stream ([`super::port_forward`]); their DATA payloads
+//! are counted as they pass, never buffered. Each direction has its own zlib context for
+//! header blocks, so each has its own decoder, and every control frame must go through it.
 
 use std::collections::HashMap;
 
 use bytes::BytesMut;
 
+use super::port_forward::{PortForwardReport, PortForwards};
 use super::{Direction, ObserveError, Observed, MAX_FRAME};
 use crate::spdy::codec::FrameDecoder;
-use crate::spdy::frame::{Frame, HEAD_LEN};
+use crate::spdy::frame::{Frame, FLAG_FIN, HEAD_LEN};
 use crate::translate::resize::ResizeDecoder;
 
 /// Streams a remote-command session opens: five, and a few spare for clients that reopen.
@@ -48,6 +51,16 @@ impl StreamType {
 struct Side {
     buf: BytesMut,
     decoder: FrameDecoder,
+    /// The DATA frame whose payload is passing by uncopied (port-forward sessions).
+    skipping: Option<Skip>,
+}
+
+/// A DATA payload being counted rather than buffered.
+#[derive(Debug, Clone, Copy)]
+struct Skip {
+    stream: u32,
+    remaining: usize,
+    fin: bool,
 }
 
 impl Side {
@@ -55,6 +68,7 @@ impl Side {
         Side {
             buf: BytesMut::new(),
             decoder: FrameDecoder::with_limits(MAX_FRAME - HEAD_LEN, MAX_HEADER_BLOCK),
+            skipping: None,
         }
     }
 }
@@ -66,6 +80,8 @@ pub struct SpdyObserver {
     upstream: Side,
     streams: HashMap<u32, StreamType>,
     resize: ResizeDecoder,
+    /// Set for a port-forward session: its streams are followed there instead.
+    forwards: Option<Box<PortForwards>>,
 }
 
 impl Default for SpdyObserver {
@@ -82,7 +98,22 @@ impl SpdyObserver {
             upstream: Side::new(),
             streams: HashMap::new(),
             resize: ResizeDecoder::new(),
+            forwards: None,
         }
+    }
+
+    /// An observer of a port-forward session (`portforward.k8s.io`): it reports the forwarded
+    /// connections ([`SpdyObserver::port_forwards`]) and yields no [`Observed`] events.
+    pub fn port_forward() -> SpdyObserver {
+        SpdyObserver {
+            forwards: Some(Box::default()),
+            ..SpdyObserver::new()
+        }
+    }
+
+    /// What a port-forward observer has seen so far; `None` for a remote-command one.
+    pub fn port_forwards(&self) -> Option<PortForwardReport> {
+        self.forwards.as_deref().map(PortForwards::report)
     }
 
     /// Follows `bytes` relayed in `direction`, appending what whole frames carried to `out`.
@@ -98,10 +129,38 @@ impl SpdyObserver {
         };
         let mut bytes = bytes;
         loop {
+            if let Some(mut skip) = side.skipping {
+                let take = skip.remaining.min(bytes.len());
+                if let Some(forwards) = self.forwards.as_deref_mut() {
+                    forwards.payload(skip.stream, direction, &bytes[..take]);
+                }
+                bytes = &bytes[take..];
+                if take < skip.remaining {
+                    skip.remaining -= take;
+                    side.skipping = Some(skip);
+                    return Ok(());
+                }
+                side.skipping = None;
+                if let (true, Some(forwards)) = (skip.fin, self.forwards.as_deref_mut()) {
+                    forwards.finished(skip.stream, direction);
+                }
+                continue;
+            }
             // Take in no more than the frame at the front needs, so the buffer never holds
             // more than one frame whatever the size of the reads.
             let want = match side.buf.get(..HEAD_LEN) {
                 None => HEAD_LEN - side.buf.len(),
+                // A port-forward's DATA frame (control bit clear): its payload is counted as
+                // it passes, whatever its size.
+                Some(head) if self.forwards.is_some() && head[0] & 0x80 == 0 => {
+                    side.skipping = Some(Skip {
+                        stream: u32::from_be_bytes([head[0], head[1], head[2], head[3]]),
+                        remaining: u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize,
+                        fin: head[4] & FLAG_FIN != 0,
+                    });
+                    side.buf.clear();
+                    continue;
+                }
                 Some(head) => {
                     let total =
                         HEAD_LEN + u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
@@ -129,8 +188,38 @@ impl SpdyObserver {
             let Some(frame) = frame else {
                 return Err(ObserveError::Spdy("a whole frame did not decode".into()));
             };
-            Self::observe(&mut self.streams, &mut self.resize, direction, frame, out)?;
+            match self.forwards.as_deref_mut() {
+                Some(forwards) => Self::observe_forwards(forwards, direction, frame)?,
+                None => Self::observe(&mut self.streams, &mut self.resize, direction, frame, out)?,
+            }
         }
+    }
+
+    /// A port-forward session's control frame (its DATA frames never reach here).
+    fn observe_forwards(
+        forwards: &mut PortForwards,
+        direction: Direction,
+        frame: Frame,
+    ) -> Result<(), ObserveError> {
+        match frame {
+            Frame::SynStream(syn) => {
+                let h = &syn.headers;
+                forwards.opened(
+                    syn.stream_id.get(),
+                    direction,
+                    syn.fin,
+                    h.get("streamtype"),
+                    h.get("port"),
+                    h.get("requestid"),
+                )?;
+            }
+            Frame::SynReply(reply) if reply.fin => {
+                forwards.finished(reply.stream_id.get(), direction);
+            }
+            Frame::RstStream(rst) => forwards.reset(rst.stream_id.get()),
+            _ => {}
+        }
+        Ok(())
     }
 
     fn observe(

@@ -517,3 +517,110 @@ proptest! {
         prop_assert_eq!((merge(got_up), merge(got_down)), want_spdy());
     }
 }
+
+// --- Legacy WebSocket port-forward ---
+
+/// Ports 8080 (channels 0, 1) and 9090 (channels 2, 3): the kubelet's port prefixes, then
+/// 8080 carries 1000 bytes in (fragmented, a ping between) and 3 out, 9090 is refused.
+fn ws_port_forward_session() -> (Vec<u8>, Vec<u8>) {
+    let mut down = Vec::new();
+    for (channel, port) in [(0u8, 8080u16), (1, 8080), (2, 9090), (3, 9090)] {
+        let [lo, hi] = port.to_le_bytes();
+        down.extend(ws_frame(2, true, &[channel, lo, hi], None));
+    }
+    let mut up = Vec::new();
+    up.extend(ws_frame(
+        2,
+        false,
+        &[&[0u8][..], &[b'a'; 600]].concat(),
+        KEY,
+    ));
+    up.extend(ws_frame(9, true, b"still there?", KEY));
+    up.extend(ws_frame(0, true, &[b'b'; 400], KEY));
+    up.extend(ws_frame(2, true, b"\x02", KEY));
+    down.extend(ws_frame(2, true, b"\x00abc", None));
+    down.extend(ws_frame(
+        2,
+        true,
+        b"\x03error forwarding port 9090 to pod 4f1c: connection refused",
+        None,
+    ));
+    down.extend(ws_frame(8, true, &[0x03, 0xE8], None));
+    (up, down)
+}
+
+fn want_ws_port_forward() -> PortForwardReport {
+    PortForwardReport {
+        ports: vec![8080, 9090],
+        connections: vec![
+            ForwardedConnection {
+                port: Some(8080),
+                request_id: "0".into(),
+                bytes_in: 1000,
+                bytes_out: 3,
+                error: None,
+            },
+            ForwardedConnection {
+                port: Some(9090),
+                request_id: "1".into(),
+                bytes_in: 0,
+                bytes_out: 0,
+                error: Some("error forwarding port 9090 to pod 4f1c: connection refused".into()),
+            },
+        ],
+        omitted: 0,
+        failure: None,
+    }
+}
+
+#[test]
+fn websocket_port_forward_split_at_every_byte_boundary() {
+    let (up, down) = ws_port_forward_session();
+    for at in 0..=up.len() {
+        for down_at in [0, at.min(down.len()), down.len()] {
+            let watch = PortForwardWatch::websocket(WebSocketFraming::Binary);
+            watch.relayed(DOWN, &down[..down_at]);
+            watch.relayed(UP, &up[..at]);
+            watch.relayed(UP, &up[at..]);
+            watch.relayed(DOWN, &down[down_at..]);
+            assert_eq!(
+                watch.finish(),
+                want_ws_port_forward(),
+                "split at {at}/{down_at}"
+            );
+        }
+    }
+}
+
+#[test]
+fn websocket_port_forward_in_base64() {
+    use base64::Engine;
+    let b64 = |channel: u8, payload: &[u8]| {
+        let mut m = vec![b'0' + channel];
+        m.extend(
+            base64::engine::general_purpose::STANDARD
+                .encode(payload)
+                .bytes(),
+        );
+        m
+    };
+    let mut down = Vec::new();
+    // Channel 10 (':'), the sixth port's data channel.
+    for (channel, port) in [(0u8, 8080u16), (1, 8080), (10, 7000), (11, 7000)] {
+        down.extend(ws_frame(1, true, &b64(channel, &port.to_le_bytes()), None));
+    }
+    down.extend(ws_frame(1, true, &b64(10, &[7; 70]), None));
+    let mut up = Vec::new();
+    up.extend(ws_frame(1, true, &b64(0, &[1; 33]), KEY));
+    let watch = PortForwardWatch::websocket(WebSocketFraming::Base64);
+    watch.relayed(DOWN, &down);
+    watch.relayed(UP, &up);
+    let report = watch.finish();
+    assert_eq!(report.ports, [7000, 8080]);
+    assert_eq!(report.connections.len(), 6);
+    let c0 = &report.connections[0];
+    assert_eq!((c0.port, c0.bytes_in, c0.bytes_out), (Some(8080), 33, 0));
+    let c5 = &report.connections[5];
+    assert_eq!((c5.port, c5.bytes_in, c5.bytes_out), (Some(7000), 0, 70));
+    assert_eq!(report.connections[2].port, None);
+}

@@ -7,6 +7,7 @@
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 
+use super::port_forward::{ChannelForwards, PortForwardReport};
 use super::{Direction, ObserveError, Observed, MAX_FRAME};
 use crate::translate::channel::Channel;
 use crate::translate::resize::ResizeDecoder;
@@ -54,6 +55,8 @@ pub struct WebSocketObserver {
     client: Side,
     upstream: Side,
     resize: ResizeDecoder,
+    /// Set for a legacy port-forward: its channels are followed there instead.
+    forwards: Option<Box<ChannelForwards>>,
 }
 
 impl WebSocketObserver {
@@ -64,7 +67,22 @@ impl WebSocketObserver {
             client: Side::default(),
             upstream: Side::default(),
             resize: ResizeDecoder::new(),
+            forwards: None,
         }
+    }
+
+    /// An observer of a legacy WebSocket port-forward (PROTOCOL.md §2.2): it reports each
+    /// port's bytes ([`WebSocketObserver::port_forwards`]) and yields no [`Observed`] events.
+    pub fn port_forward(framing: WebSocketFraming) -> WebSocketObserver {
+        WebSocketObserver {
+            forwards: Some(Box::default()),
+            ..WebSocketObserver::new(framing)
+        }
+    }
+
+    /// What a port-forward observer has seen so far; `None` for a remote-command one.
+    pub fn port_forwards(&self) -> Option<PortForwardReport> {
+        self.forwards.as_deref().map(ChannelForwards::report)
     }
 
     /// Follows `bytes` relayed in `direction`, appending what whole messages carried to
@@ -77,6 +95,7 @@ impl WebSocketObserver {
     ) -> Result<(), ObserveError> {
         let framing = self.framing;
         let resize = &mut self.resize;
+        let mut forwards = self.forwards.as_deref_mut();
         let side = match direction {
             Direction::ClientToUpstream => &mut self.client,
             Direction::UpstreamToClient => &mut self.upstream,
@@ -110,7 +129,12 @@ impl WebSocketObserver {
                     apply_mask(&mut payload, key);
                 }
                 if let Some(message) = Self::assemble(side, head, payload)? {
-                    dispatch(framing, resize, direction, message, out)?;
+                    match forwards.as_deref_mut() {
+                        Some(forwards) => {
+                            dispatch_forwards(framing, forwards, direction, &message)?
+                        }
+                        None => dispatch(framing, resize, direction, message, out)?,
+                    }
                 }
                 if bytes.is_empty() {
                     return Ok(());
@@ -163,6 +187,33 @@ impl WebSocketObserver {
             }
         }
     }
+}
+
+/// Counts a whole message of a legacy port-forward on its channel.
+fn dispatch_forwards(
+    framing: WebSocketFraming,
+    forwards: &mut ChannelForwards,
+    direction: Direction,
+    message: &[u8],
+) -> Result<(), ObserveError> {
+    let Some((&first, rest)) = message.split_first() else {
+        return Ok(());
+    };
+    match framing {
+        WebSocketFraming::Binary => forwards.message(direction, first, rest),
+        WebSocketFraming::Base64 => {
+            // The channel as a character from '0' on (':' is 10, and so on).
+            let Some(channel) = first.checked_sub(b'0') else {
+                return Ok(());
+            };
+            // The kubelet drops a message that is not base64 (and forwards nothing of it).
+            let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(rest) else {
+                return Ok(());
+            };
+            forwards.message(direction, channel, &decoded);
+        }
+    }
+    Ok(())
 }
 
 /// Says what a whole message carried.

@@ -1,0 +1,319 @@
+//! What a port-forward's SPDY session carried (PROTOCOL.md §2.1, §3.6): each forwarded
+//! connection is a pair of streams, `error` and `data`, whose SYN_STREAM headers name the
+//! `port` and the `requestid` that pairs them. Kept per connection: the port, the bytes of its
+//! data stream each way and the text of its error stream. Payloads are counted, never kept,
+//! except a bounded piece of the error text.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use super::{Direction, ObserveError};
+
+/// Connections kept in detail; those after them are only counted.
+pub const MAX_CONNECTIONS: usize = 1_000;
+/// Streams open at once that are followed: a connection holds two, and kubectl opens one
+/// connection per accepted local socket, so this is 2,048 concurrent connections.
+const MAX_OPEN_STREAMS: usize = 4_096;
+/// Most bytes of a connection's error text kept (the kubelet's messages are one line).
+const MAX_ERROR_TEXT: usize = 1_024;
+
+/// One forwarded connection as the session carried it (and as the audit log writes it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ForwardedConnection {
+    /// The pod's port, `None` when the header did not hold a valid one.
+    pub port: Option<u16>,
+    /// The client's `requestid`, which pairs the error and data streams.
+    pub request_id: String,
+    /// Payload bytes of the data stream from the client towards the pod.
+    pub bytes_in: u64,
+    /// Payload bytes of the data stream from the pod towards the client.
+    pub bytes_out: u64,
+    /// What the error stream said, if anything (first KiB, trimmed).
+    pub error: Option<String>,
+}
+
+/// The port-forward part of an observation, as it stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortForwardReport {
+    /// Every valid port a stream named, ascending, without repeats.
+    pub ports: Vec<u16>,
+    /// The first [`MAX_CONNECTIONS`] connections, in the order they were opened.
+    pub connections: Vec<ForwardedConnection>,
+    /// Connections opened after those, counted only.
+    pub omitted: u64,
+    /// Why the observation stopped before the session ended, if it did.
+    pub failure: Option<String>,
+}
+
+/// What a stream is for, within its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Data,
+    Error,
+    /// Neither (an unknown streamtype): followed for its end, not observed.
+    Other,
+}
+
+#[derive(Debug)]
+struct Stream {
+    kind: Kind,
+    /// Index into `connections`; `None` beyond the detailed ones.
+    connection: Option<usize>,
+    client_done: bool,
+    upstream_done: bool,
+}
+
+#[derive(Debug)]
+struct Connection {
+    info: ForwardedConnection,
+    error: Vec<u8>,
+}
+
+/// The port-forward streams of one session, both directions.
+#[derive(Debug, Default)]
+pub(super) struct PortForwards {
+    streams: HashMap<u32, Stream>,
+    /// Detailed connections by request id.
+    by_request: HashMap<String, usize>,
+    connections: Vec<Connection>,
+    omitted: u64,
+    ports: BTreeSet<u16>,
+}
+
+impl PortForwards {
+    /// A stream opened by `direction`'s SYN_STREAM with these headers.
+    pub(super) fn opened(
+        &mut self,
+        id: u32,
+        direction: Direction,
+        fin: bool,
+        streamtype: Option<&str>,
+        port: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<(), ObserveError> {
+        if !self.streams.contains_key(&id) && self.streams.len() >= MAX_OPEN_STREAMS {
+            return Err(ObserveError::TooManyStreams(MAX_OPEN_STREAMS));
+        }
+        let kind = match streamtype {
+            Some("data") => Kind::Data,
+            Some("error") => Kind::Error,
+            _ => Kind::Other,
+        };
+        // The kubelet's rule: a port parses as uint16 and is not 0.
+        let port = port.and_then(|p| p.parse::<u16>().ok()).filter(|&p| p > 0);
+        if let Some(p) = port {
+            self.ports.insert(p);
+        }
+        let connection = match kind {
+            Kind::Other => None,
+            Kind::Data | Kind::Error => {
+                // Without a request id (clients older than kubectl 1.x sent none) each stream
+                // stands for itself.
+                let key = request_id.map_or_else(|| format!("stream {id}"), str::to_owned);
+                match self.by_request.get(&key) {
+                    Some(&i) => Some(i),
+                    None if self.connections.len() < MAX_CONNECTIONS => {
+                        let i = self.connections.len();
+                        self.connections.push(Connection {
+                            info: ForwardedConnection {
+                                port,
+                                request_id: key.clone(),
+                                bytes_in: 0,
+                                bytes_out: 0,
+                                error: None,
+                            },
+                            error: Vec::new(),
+                        });
+                        self.by_request.insert(key, i);
+                        Some(i)
+                    }
+                    None => {
+                        // Every connection has one data stream: counting those counts
+                        // each omitted connection once.
+                        if kind == Kind::Data {
+                            self.omitted += 1;
+                        }
+                        None
+                    }
+                }
+            }
+        };
+        self.streams.insert(
+            id,
+            Stream {
+                kind,
+                connection,
+                client_done: false,
+                upstream_done: false,
+            },
+        );
+        if fin {
+            self.finished(id, direction);
+        }
+        Ok(())
+    }
+
+    /// `direction` sent its last frame on stream `id`.
+    pub(super) fn finished(&mut self, id: u32, direction: Direction) {
+        let Some(stream) = self.streams.get_mut(&id) else {
+            return;
+        };
+        match direction {
+            Direction::ClientToUpstream => stream.client_done = true,
+            Direction::UpstreamToClient => stream.upstream_done = true,
+        }
+        if stream.client_done && stream.upstream_done {
+            self.streams.remove(&id);
+        }
+    }
+
+    /// Stream `id` was reset: nothing more goes over it either way.
+    pub(super) fn reset(&mut self, id: u32) {
+        self.streams.remove(&id);
+    }
+
+    /// Payload bytes (a whole DATA frame's or part of one) sent in `direction` on `id`.
+    pub(super) fn payload(&mut self, id: u32, direction: Direction, bytes: &[u8]) {
+        let Some(stream) = self.streams.get(&id) else {
+            return;
+        };
+        let Some(connection) = stream.connection.and_then(|i| self.connections.get_mut(i)) else {
+            return;
+        };
+        match (stream.kind, direction) {
+            (Kind::Data, Direction::ClientToUpstream) => {
+                connection.info.bytes_in += bytes.len() as u64
+            }
+            (Kind::Data, Direction::UpstreamToClient) => {
+                connection.info.bytes_out += bytes.len() as u64
+            }
+            (Kind::Error, Direction::UpstreamToClient) => {
+                let room = MAX_ERROR_TEXT.saturating_sub(connection.error.len());
+                connection
+                    .error
+                    .extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            _ => {}
+        }
+    }
+
+    /// What was seen so far.
+    pub(super) fn report(&self) -> PortForwardReport {
+        PortForwardReport {
+            ports: self.ports.iter().copied().collect(),
+            connections: self
+                .connections
+                .iter()
+                .map(|c| {
+                    let mut info = c.info.clone();
+                    let text = String::from_utf8_lossy(&c.error);
+                    let text = text.trim();
+                    info.error = (!text.is_empty()).then(|| text.to_owned());
+                    info
+                })
+                .collect(),
+            omitted: self.omitted,
+            failure: None,
+        }
+    }
+}
+
+/// One port of a legacy WebSocket port-forward: channels `2i` (data) and `2i + 1` (error).
+#[derive(Debug)]
+struct ChannelPair {
+    info: ForwardedConnection,
+    /// Whether the kubelet's first message on the data / error channel (the port, two bytes
+    /// little-endian, PROTOCOL.md §2.2) has come.
+    data_prefixed: bool,
+    error_prefixed: bool,
+    error: Vec<u8>,
+}
+
+/// The ports of a legacy WebSocket port-forward (`v4.channel.k8s.io`, or no subprotocol, and
+/// its base64 form), one connection per port the request named. At most 128 (channels are
+/// one byte), so none are left out.
+#[derive(Debug, Default)]
+pub(super) struct ChannelForwards {
+    pairs: Vec<ChannelPair>,
+}
+
+impl ChannelForwards {
+    /// A whole message's payload (channel number taken off, base64 decoded) on `channel`.
+    pub(super) fn message(&mut self, direction: Direction, channel: u8, payload: &[u8]) {
+        let index = usize::from(channel / 2);
+        while self.pairs.len() <= index {
+            let place = self.pairs.len();
+            self.pairs.push(ChannelPair {
+                info: ForwardedConnection {
+                    port: None,
+                    // Nothing names a request here: the port's place in the request's list
+                    // stands in.
+                    request_id: place.to_string(),
+                    bytes_in: 0,
+                    bytes_out: 0,
+                    error: None,
+                },
+                data_prefixed: false,
+                error_prefixed: false,
+                error: Vec::new(),
+            });
+        }
+        let Some(pair) = self.pairs.get_mut(index) else {
+            return;
+        };
+        let is_error = channel % 2 == 1;
+        match direction {
+            // The client writes no prefix, and nothing on error channels.
+            Direction::ClientToUpstream if !is_error => pair.info.bytes_in += payload.len() as u64,
+            Direction::ClientToUpstream => {}
+            Direction::UpstreamToClient => {
+                let prefixed = if is_error {
+                    &mut pair.error_prefixed
+                } else {
+                    &mut pair.data_prefixed
+                };
+                let mut payload = payload;
+                if !*prefixed {
+                    *prefixed = true;
+                    if let [lo, hi, rest @ ..] = payload {
+                        if pair.info.port.is_none() {
+                            pair.info.port = Some(u16::from_le_bytes([*lo, *hi]));
+                        }
+                        payload = rest;
+                    } else {
+                        payload = &[];
+                    }
+                }
+                if is_error {
+                    let room = MAX_ERROR_TEXT.saturating_sub(pair.error.len());
+                    pair.error
+                        .extend_from_slice(&payload[..payload.len().min(room)]);
+                } else {
+                    pair.info.bytes_out += payload.len() as u64;
+                }
+            }
+        }
+    }
+
+    /// What was seen so far.
+    pub(super) fn report(&self) -> PortForwardReport {
+        let ports: BTreeSet<u16> = self.pairs.iter().filter_map(|p| p.info.port).collect();
+        PortForwardReport {
+            ports: ports.into_iter().collect(),
+            connections: self
+                .pairs
+                .iter()
+                .map(|p| {
+                    let mut info = p.info.clone();
+                    let text = String::from_utf8_lossy(&p.error);
+                    let text = text.trim();
+                    info.error = (!text.is_empty()).then(|| text.to_owned());
+                    info
+                })
+                .collect(),
+            omitted: 0,
+            failure: None,
+        }
+    }
+}
