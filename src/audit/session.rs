@@ -41,6 +41,26 @@ impl SessionAudit {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// Writes the `ended` event of a session that never carried a byte: refused, or whose
+    /// client never completed its upgrade.
+    pub fn end_unstarted(
+        self,
+        outcome: &'static str,
+        ended_by: &'static str,
+        status: Option<String>,
+        recording_error: Option<String>,
+    ) {
+        let duration_ms = self.elapsed_ms();
+        self.end(SessionEnd {
+            duration_ms,
+            status,
+            outcome,
+            ended_by,
+            recording_error,
+            ..SessionEnd::default()
+        });
+    }
+
     /// Writes the `ended` event.
     pub fn end(mut self, mut end: SessionEnd) {
         self.ended = true;

@@ -128,20 +128,13 @@ pub async fn handle(
                 if let Ok(streams) = setup {
                     streams.conn.close().await;
                 }
-                if let Some(audit) = audit {
-                    let ms = audit.elapsed_ms();
-                    audit.end(AuditEnd {
-                        bytes_in: 0,
-                        bytes_out: 0,
-                        duration_ms: ms,
-                        exit_code: None,
-                        status: None,
-                        outcome: SessionOutcome::ClientGone.label(),
-                        ended_by: "the client's upgrade did not complete",
-                        recording_error,
-                        ..Default::default()
-                    });
-                }
+                session_audit::end_unstarted(
+                    audit,
+                    SessionOutcome::ClientGone,
+                    session_audit::CLIENT_UPGRADE_FAILED,
+                    None,
+                    recording_error,
+                );
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }

@@ -612,39 +612,20 @@ async fn refused_unrecorded(
 
 /// Ends the trail of a relay refused because it could not be recorded.
 fn end_refused(audit: Option<SessionAudit>, error: &str) {
-    if let Some(audit) = audit {
-        let duration_ms = audit.elapsed_ms();
-        audit.end(AuditEnd {
-            bytes_in: 0,
-            bytes_out: 0,
-            duration_ms,
-            exit_code: None,
-            status: None,
-            outcome: SessionOutcome::RecordingFailed.label(),
-            ended_by: "refused: it could not be recorded",
-            recording_error: Some(error.to_owned()),
-            ..Default::default()
-        });
-    }
+    session_audit::end_unstarted(
+        audit,
+        SessionOutcome::RecordingFailed,
+        "refused: it could not be recorded",
+        None,
+        Some(error.to_owned()),
+    );
 }
 
 /// Ends the trail of a relay that never carried a byte.
 fn end_unstarted(audit: Option<SessionAudit>, outcome: SessionOutcome, status: Option<String>) {
-    if let Some(audit) = audit {
-        let duration_ms = audit.elapsed_ms();
-        audit.end(AuditEnd {
-            bytes_in: 0,
-            bytes_out: 0,
-            duration_ms,
-            exit_code: None,
-            status,
-            outcome: outcome.label(),
-            ended_by: match outcome {
-                SessionOutcome::ClientGone => "the client's upgrade did not complete",
-                _ => "upstream refused",
-            },
-            recording_error: None,
-            ..Default::default()
-        });
-    }
+    let ended_by = match outcome {
+        SessionOutcome::ClientGone => session_audit::CLIENT_UPGRADE_FAILED,
+        _ => "upstream refused",
+    };
+    session_audit::end_unstarted(audit, outcome, ended_by, status, None);
 }

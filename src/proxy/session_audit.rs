@@ -15,6 +15,7 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use super::auth::Caller;
 use super::body::ProxyBody;
+use super::metrics::SessionOutcome;
 use super::state::ProxyState;
 use crate::audit::{IdentitySource, ProtocolPath, SessionAudit, SessionEnd, SessionInfo, Verb};
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
@@ -110,6 +111,22 @@ pub fn session_info(
         recording: None,
     })
 }
+
+/// Ends the trail (if any) of a session that never carried a byte.
+pub fn end_unstarted(
+    audit: Option<SessionAudit>,
+    outcome: SessionOutcome,
+    ended_by: &'static str,
+    status: Option<String>,
+    recording_error: Option<String>,
+) {
+    if let Some(audit) = audit {
+        audit.end_unstarted(outcome.label(), ended_by, status, recording_error);
+    }
+}
+
+/// What the trail says of a client whose upgrade never completed.
+pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
 
 /// Starts the trail of a session (its `started` event); `None` when there is nothing to audit.
 pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAudit> {

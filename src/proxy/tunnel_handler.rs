@@ -84,20 +84,13 @@ pub async fn handle(
         Ok(u) => u,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(e.upstream_status());
-            if let Some(audit) = audit {
-                let ms = audit.elapsed_ms();
-                audit.end(AuditEnd {
-                    bytes_in: 0,
-                    bytes_out: 0,
-                    duration_ms: ms,
-                    exit_code: None,
-                    status: Some(format!("upstream refused: {e}")),
-                    outcome: SessionOutcome::UpstreamError.label(),
-                    ended_by: "upstream refused",
-                    recording_error: None,
-                    ..Default::default()
-                });
-            }
+            session_audit::end_unstarted(
+                audit,
+                SessionOutcome::UpstreamError,
+                "upstream refused",
+                Some(format!("upstream refused: {e}")),
+                None,
+            );
             guard.finish(SessionOutcome::UpstreamError, 0, 0);
             return refusal_response(e);
         }
@@ -114,20 +107,13 @@ pub async fn handle(
             Ok(ws) => ws,
             Err(e) => {
                 warn!(error = %e, "client upgrade failed");
-                if let Some(audit) = audit {
-                    let ms = audit.elapsed_ms();
-                    audit.end(AuditEnd {
-                        bytes_in: 0,
-                        bytes_out: 0,
-                        duration_ms: ms,
-                        exit_code: None,
-                        status: None,
-                        outcome: SessionOutcome::ClientGone.label(),
-                        ended_by: "the client's upgrade did not complete",
-                        recording_error: None,
-                        ..Default::default()
-                    });
-                }
+                session_audit::end_unstarted(
+                    audit,
+                    SessionOutcome::ClientGone,
+                    session_audit::CLIENT_UPGRADE_FAILED,
+                    None,
+                    None,
+                );
                 guard.finish(SessionOutcome::ClientGone, 0, 0);
                 return;
             }
