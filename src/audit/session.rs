@@ -12,15 +12,15 @@ use crate::timestamp::rfc3339_millis;
 /// One session's audit trail.
 #[derive(Debug)]
 pub struct SessionAudit {
-    log: Option<Arc<AuditLog>>,
+    log: Arc<AuditLog>,
     info: SessionInfo,
     started: Instant,
     ended: bool,
 }
 
 impl SessionAudit {
-    /// Writes the `started` event (nothing without a log).
-    pub fn start(log: Option<Arc<AuditLog>>, info: SessionInfo) -> SessionAudit {
+    /// Writes the `started` event.
+    pub fn start(log: Arc<AuditLog>, info: SessionInfo) -> SessionAudit {
         let audit = SessionAudit {
             log,
             info,
@@ -71,14 +71,12 @@ impl SessionAudit {
     }
 
     fn emit(&self, stage: &'static str, end: Option<&SessionEnd>) {
-        if let Some(log) = &self.log {
-            log.emit(&Event {
-                time: rfc3339_millis(SystemTime::now()),
-                stage,
-                info: &self.info,
-                end,
-            });
-        }
+        self.log.emit(&Event {
+            time: rfc3339_millis(SystemTime::now()),
+            stage,
+            info: &self.info,
+            end,
+        });
     }
 }
 

@@ -131,7 +131,7 @@ pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
 /// Starts the trail of a session (its `started` event); `None` when there is nothing to audit.
 pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAudit> {
     let log = state.audit.clone()?;
-    Some(SessionAudit::start(Some(log), info?))
+    Some(SessionAudit::start(log, info?))
 }
 
 /// Whether a plain request is a followed pod log (`kubectl logs -f`): a streaming session over

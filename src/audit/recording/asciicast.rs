@@ -7,6 +7,8 @@
 //! it, so valid output replays byte for byte; bytes that are not UTF-8 at all (a binary `cp`)
 //! become U+FFFD, as a terminal would show them.
 
+use std::io::Write;
+
 use serde::Serialize;
 
 /// The header line.
@@ -56,7 +58,8 @@ pub fn encode_event(seconds: f64, code: EventCode, text: &str, out: &mut Vec<u8>
 pub fn begin_event(seconds: f64, code: EventCode, out: &mut Vec<u8>) {
     out.push(b'[');
     // Microseconds, as asciinema writes them.
-    out.extend_from_slice(format!("{seconds:.6}").as_bytes());
+    // Written in place: no string is allocated per event.
+    let _ = write!(out, "{seconds:.6}");
     out.extend_from_slice(b", \"");
     out.extend_from_slice(code.code().as_bytes());
     out.extend_from_slice(b"\", \"");
@@ -161,6 +164,7 @@ pub struct Utf8Carry {
 const REPLACEMENT: &[u8] = "\u{fffd}".as_bytes();
 
 impl Utf8Carry {
+    #[cfg(test)]
     /// The text of `chunk`, preceded by what the last chunk left incomplete; an incomplete
     /// character at the end waits for the next chunk, bytes that can never be UTF-8 are
     /// U+FFFD.
@@ -174,11 +178,6 @@ impl Utf8Carry {
     /// the chunk (no copy of it is made, except of a character split across chunks).
     pub fn decode_json_into(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         self.decode_with(chunk, out, escape_json);
-    }
-
-    /// Whether a character is waiting for the rest of its bytes.
-    pub fn is_pending(&self) -> bool {
-        !self.pending.is_empty()
     }
 
     /// Hands the valid UTF-8 runs of `chunk` (and U+FFFD for bytes that are not) to `emit`.

@@ -136,11 +136,10 @@ impl Observer {
         bytes: &[u8],
         out: &mut Vec<Observed>,
     ) -> Result<(), ObserveError> {
-        let result = match &mut self.protocol {
-            None => return Ok(()),
-            Some(Protocol::Spdy(o)) => o.feed(direction, bytes, out),
-            Some(Protocol::WebSocket(o)) => o.feed(direction, bytes, out),
+        let Some(protocol) = self.protocol.as_mut() else {
+            return Ok(());
         };
+        let result = protocol.feed(direction, bytes, out);
         if result.is_err() {
             // Free the buffers and zlib contexts now: nothing more will be looked at.
             self.protocol = None;
@@ -171,6 +170,19 @@ struct WatchState {
 }
 
 impl Protocol {
+    /// Follows `bytes` with whichever observer the session's protocol needs.
+    fn feed(
+        &mut self,
+        direction: Direction,
+        bytes: &[u8],
+        out: &mut Vec<Observed>,
+    ) -> Result<(), ObserveError> {
+        match self {
+            Protocol::Spdy(o) => o.feed(direction, bytes, out),
+            Protocol::WebSocket(o) => o.feed(direction, bytes, out),
+        }
+    }
+
     fn port_forwards(&self) -> PortForwardReport {
         match self {
             Protocol::Spdy(o) => o.port_forwards(),
@@ -216,12 +228,7 @@ impl PortForwardWatch {
             return;
         };
         // A port-forward observer yields no events: nothing is ever pushed here.
-        let mut none = Vec::new();
-        let fed = match observer {
-            Protocol::Spdy(o) => o.feed(direction, bytes, &mut none),
-            Protocol::WebSocket(o) => o.feed(direction, bytes, &mut none),
-        };
-        if let Err(e) = fed {
+        if let Err(e) = observer.feed(direction, bytes, &mut Vec::new()) {
             let mut report = observer.port_forwards();
             report.failure = Some(e.to_string());
             state.report = report;
