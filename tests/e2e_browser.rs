@@ -273,7 +273,11 @@ async fn browser_sessions_are_recorded_and_audited_on_both_paths() {
             r["stdout"].as_str().unwrap(),
             r["stderr"].as_str().unwrap()
         );
-        assert_eq!(replayed, shown, "{scenario}: the page got {page_got:?}");
-        assert_eq!(replayed, page_got, "{scenario}");
+        common::replay::assert_same_lines(
+            &replayed,
+            shown,
+            &format!("{scenario}: the page got {page_got:?}"),
+        );
+        common::replay::assert_same_lines(&replayed, &page_got, scenario);
     }
 }

@@ -146,7 +146,11 @@ async fn python_sessions_are_recorded_and_audited_on_both_paths() {
             r["stdout"].as_str().unwrap(),
             r["stderr"].as_str().unwrap()
         );
-        assert_eq!(replayed, shown, "the client read {client_saw:?}");
+        common::replay::assert_same_lines(
+            &replayed,
+            shown,
+            &format!("the client read {client_saw:?}"),
+        );
         assert_eq!(replayed.len(), client_saw.len());
     }
 }

@@ -44,3 +44,21 @@ pub async fn ended_event(path: &Path, pod: &str, protocol_path: &str) -> serde_j
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Asserts that `replayed` holds exactly the lines of `expected`, each once, in any order.
+///
+/// For commands writing to stdout and stderr back to back: they are separate pipes in the pod,
+/// so which line reaches the client (and the recording) first depends on which pipe the cluster
+/// read first.
+pub fn assert_same_lines(replayed: &str, expected: &str, context: &str) {
+    let sorted = |s: &str| {
+        let mut lines: Vec<String> = s.split_inclusive('\n').map(str::to_owned).collect();
+        lines.sort_unstable();
+        lines
+    };
+    assert_eq!(
+        sorted(replayed),
+        sorted(expected),
+        "{context}: replayed {replayed:?}, expected {expected:?}"
+    );
+}
