@@ -6,11 +6,15 @@
 //! * `relay`: the same SPDY client through a plain TCP relay (the floor of any extra hop).
 //!
 //! Measured: exec stdout (`head -c N /dev/zero`), exec stdin (`cat > /dev/null`), and 1-byte
-//! echo round trips through `cat` (p50/p99). Medians of the rounds and ratios to `direct`
+//! echo round trips through `cat` (p50/p99), session setup and teardown, and plain GETs
+//! (the reverse-proxy path, p50/p99). Medians of the rounds and ratios to `direct`
 //! are printed with the targets from the benchmarks issue.
 //!
 //!     cargo bench --bench streaming -- [--bytes 1073741824] [--rounds 5] [--echoes 2000]
 //!     cargo bench --bench streaming -- --smoke      (seconds; what CI may run)
+//!
+//! `KUBE_WS_PROXY_BENCH_BIN=path` runs another build of the proxy (to compare two commits with
+//! the same harness).
 //!
 //! Not a test: nothing here asserts on time.
 
@@ -32,8 +36,8 @@ use kube_ws_proxy::sim::{SimCluster, SimConfig};
 use process::cpu_seconds;
 use tokio::net::TcpStream;
 use workloads::{
-    echo_run, pf_run, setup_run, start_pod_services, start_relay, stdin_run, stdout_run, Path,
-    Setup, PATHS,
+    echo_run, get_run, pf_run, setup_run, start_pod_services, start_relay, stdin_run, stdout_run,
+    Path, Setup, PATHS,
 };
 
 fn median(v: &mut [f64]) -> f64 {
@@ -71,7 +75,9 @@ fn main() {
     rt.block_on(async {
         let sim = SimCluster::start(SimConfig::default()).await.unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+        let bin = std::env::var("KUBE_WS_PROXY_BENCH_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-ws-proxy").to_owned());
+        let mut proxy = std::process::Command::new(bin)
             .args(["--listen", &format!("127.0.0.1:{port}"), "--admin-listen", "127.0.0.1:0"])
             .args(["--upstream", &sim.url(), "--log-format", "json"])
             .env("RUST_LOG", "warn")
@@ -98,6 +104,7 @@ fn main() {
         let mut pf_up = vec![Vec::new(); 3];
         let mut rtt = vec![Vec::new(); 3];
         let mut setup = vec![Vec::new(); 3];
+        let mut gets = vec![Vec::new(); 3];
         let mut proxy_cpu = 0.0;
         let mut proxy_bytes = 0u64;
         for round in 0..rounds {
@@ -113,6 +120,7 @@ fn main() {
                 }
                 rtt[i].extend(echo_run(&s, p, echoes).await);
                 setup[i].extend(setup_run(&s, p, setups).await);
+                gets[i].extend(get_run(&s, p, echoes).await);
             }
             println!("round {} done", round + 1);
         }
@@ -149,6 +157,13 @@ fn main() {
             1e3 / s50[0], s50[0], s50[1], s50[2], s50[0] / s50[1]
         );
         println!("| exec session setup+teardown p99, ms | {:.2} | {:.2} | {:.2} | | |", s99[0], s99[1], s99[2]);
+        let g50: Vec<f64> = gets.iter_mut().map(|v| percentile(v, 0.50)).collect();
+        let g99: Vec<f64> = gets.iter_mut().map(|v| percentile(v, 0.99)).collect();
+        println!(
+            "| plain GET p50, µs | {:.0} | {:.0} | {:.0} | +{:.0} µs | |",
+            g50[0], g50[1], g50[2], g50[0] - g50[1]
+        );
+        println!("| plain GET p99, µs | {:.0} | {:.0} | {:.0} | +{:.0} µs | |", g99[0], g99[1], g99[2], g99[0] - g99[1]);
         let gb = proxy_bytes as f64 / 1e9;
         println!(
             "\nproxy CPU: {proxy_cpu:.2} s for {gb:.2} GB relayed through it = {:.2} CPU s/GB",

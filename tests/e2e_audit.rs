@@ -30,7 +30,7 @@ const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
 
 /// The simulated cluster (plain HTTP, tokens), a proxy with listener TLS writing an audit log.
 struct Audited {
-    _sim: SimCluster,
+    sim: SimCluster,
     proxy: ProxyProcess,
     dir: tempfile::TempDir,
     proxy_ca: Ca,
@@ -84,7 +84,7 @@ impl Audited {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let proxy = ProxyProcess::launch(&refs, &[]);
         Audited {
-            _sim: sim,
+            sim,
             proxy,
             dir,
             proxy_ca,
@@ -122,6 +122,7 @@ impl Audited {
                     .iter()
                     .find(|e| e["stage"] == "ended" && &e["session_id"] == id)
                 {
+                    self.assert_audit_id(start, end);
                     return (start.clone(), end.clone());
                 }
             }
@@ -132,6 +133,26 @@ impl Audited {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+impl Audited {
+    /// The session's `audit_id` is the `Audit-ID` its request reached the cluster with, so the
+    /// API server's audit log and ours name the same request.
+    fn assert_audit_id(&self, start: &Value, end: &Value) {
+        let id = start["audit_id"].as_str().unwrap_or_default();
+        assert!(!id.is_empty(), "no audit_id in {start}");
+        assert_eq!(start["audit_id"], end["audit_id"], "{start} / {end}");
+        let pod_path = format!("/pods/{}/", start["pod"].as_str().unwrap());
+        let seen = self.sim.requests();
+        assert!(
+            seen.iter()
+                .any(|r| r.path.contains(&pod_path) && r.header("audit-id") == Some(id)),
+            "the cluster saw no request for {pod_path} with Audit-ID {id}: {:?}",
+            seen.iter()
+                .map(|r| (r.path.as_str(), r.header("audit-id")))
+                .collect::<Vec<_>>()
+        );
     }
 }
 

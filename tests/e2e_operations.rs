@@ -332,9 +332,16 @@ async fn exec_session_log_line_has_the_fields_and_no_token() {
         "base64url.bearer.authorization.k8s.io.{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token)
     );
-    let (mut ws, _) = connect(h.proxy.addr, &path, &format!("v5.channel.k8s.io, {entry}"))
+    let (mut ws, answer) = connect(h.proxy.addr, &path, &format!("v5.channel.k8s.io, {entry}"))
         .await
         .unwrap();
+    let audit_id = answer
+        .headers()
+        .get("audit-id")
+        .expect("the answer names the request's audit id")
+        .to_str()
+        .unwrap()
+        .to_owned();
     send(&mut ws, b"\x00four").await;
     send(&mut ws, b"\xff\x00").await;
     let t = read_to_close(&mut ws).await;
@@ -358,6 +365,14 @@ async fn exec_session_log_line_has_the_fields_and_no_token() {
     assert_eq!(f["exit_code"], 3);
     assert_eq!(f["close_reason"], "completed");
     assert!(f["duration_ms"].as_u64().is_some(), "{line}");
+    // The line names its request as the cluster's audit log does.
+    assert_eq!(v["span"]["audit_id"], audit_id.as_str(), "{line}");
+    let seen = h.sim.requests();
+    assert!(
+        seen.iter()
+            .any(|r| r.path.ends_with("/exec") && r.header("audit-id") == Some(&audit_id)),
+        "{seen:?}"
+    );
     let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token);
     for l in h.proxy.log_lines() {
         assert!(

@@ -413,3 +413,35 @@ pub async fn start_relay(target: SocketAddr) -> SocketAddr {
     });
     addr
 }
+
+/// Microseconds for each of `count` sequential plain GETs of a pod on one kept-alive HTTP/1.1
+/// connection: the reverse-proxy path (request layers, auth, header rewriting, the pooled
+/// upstream client) rather than a stream.
+pub async fn get_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
+    use http_body_util::{BodyExt, Empty};
+    let addr = match path {
+        Path::Proxy => s.proxy,
+        Path::Direct => s.sim,
+        Path::Relay => s.relay,
+    };
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut times = Vec::with_capacity(count);
+    for _ in 0..count {
+        let req = http::Request::get("/api/v1/namespaces/default/pods/web")
+            .header(http::header::HOST, addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let t = Instant::now();
+        let resp = sender.send_request(req).await.unwrap();
+        assert!(resp.status().is_success(), "GET: {}", resp.status());
+        resp.into_body().collect().await.unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times
+}

@@ -71,6 +71,9 @@ pub struct SessionInfo {
     pub protocol: Option<String>,
     /// The session's recording (`--record`), if it has one.
     pub recording: Option<String>,
+    /// The `Audit-ID` of the request that opened the session: the id the API server's own audit
+    /// log has for it (the proxy sets one where the client did not).
+    pub audit_id: Option<String>,
 }
 
 /// How a session ended.
@@ -154,6 +157,7 @@ mod tests {
             protocol_path: ProtocolPath::Tunnel,
             protocol: Some("SPDY/3.1+portforward.k8s.io".into()),
             recording: None,
+            audit_id: Some("5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59".into()),
         }
     }
 
@@ -168,7 +172,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&started).unwrap(),
-            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null}"#
+            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null,"audit_id":"5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59"}"#
         );
         let end = SessionEnd {
             bytes_in: 10,

@@ -5,11 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::Response;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use super::auth::Caller;
 use super::body::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
+use super::request_layers;
 use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
@@ -44,6 +45,7 @@ pub async fn handle(
     };
     let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
     let path_and_query = req.path_and_query();
+    let audit_id = request_layers::audit_id(&req.parts.headers);
     let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
     state.auth.apply(&caller, &mut headers);
     let on_upgrade = req.on_upgrade;
@@ -108,6 +110,7 @@ pub async fn handle(
         identity,
         ProtocolPath::Translated,
         Some(ChannelProtocol::V5.name().to_owned()),
+        audit_id,
     );
     if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
         info.recording = Some(r.recorder.path().display().to_string());
@@ -120,80 +123,84 @@ pub async fn handle(
     let ws_config = socket_config(&state);
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
-    tokio::spawn(async move {
-        let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
-            Ok(ws) => ws,
-            Err(e) => {
-                warn!(error = %e, "client upgrade failed");
-                if let Ok(streams) = setup {
-                    streams.conn.close().await;
+    tokio::spawn(
+        async move {
+            let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
+                Ok(ws) => ws,
+                Err(e) => {
+                    warn!(error = %e, "client upgrade failed");
+                    if let Ok(streams) = setup {
+                        streams.conn.close().await;
+                    }
+                    session_audit::end_unstarted(
+                        audit,
+                        SessionOutcome::ClientGone,
+                        session_audit::CLIENT_UPGRADE_FAILED,
+                        None,
+                        recording_error,
+                    );
+                    guard.finish(SessionOutcome::ClientGone, 0, 0);
+                    return;
                 }
-                session_audit::end_unstarted(
-                    audit,
-                    SessionOutcome::ClientGone,
-                    session_audit::CLIENT_UPGRADE_FAILED,
-                    None,
+            };
+            let outcome = match setup {
+                Ok(streams) => {
+                    let stop = slot.stop_token();
+                    remote_command::run(ws, streams, ready, tty, &limits, stop, recording.as_ref())
+                        .await
+                }
+                Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
+            };
+            let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
+            let result = if refused_for_recording {
+                SessionOutcome::RecordingFailed
+            } else {
+                metrics_outcome(&outcome)
+            };
+            let recording_error =
+                recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
+            // The recording is complete once its recorder is gone.
+            drop(recording);
+            // Before the slot goes: a drained proxy exits once every slot is back.
+            if let Some(audit) = audit {
+                audit.end(AuditEnd {
+                    bytes_in: outcome.bytes_in,
+                    bytes_out: outcome.bytes_out,
+                    duration_ms: outcome.duration.as_millis() as u64,
+                    exit_code: exit_code.map(i32::from),
+                    status: outcome.status.as_ref().map(|s| s.summary()),
+                    outcome: result.label(),
+                    ended_by: outcome.end.describe(),
                     recording_error,
-                );
-                guard.finish(SessionOutcome::ClientGone, 0, 0);
-                return;
+                    ..Default::default()
+                });
             }
-        };
-        let outcome = match setup {
-            Ok(streams) => {
-                let stop = slot.stop_token();
-                remote_command::run(ws, streams, ready, tty, &limits, stop, recording.as_ref())
-                    .await
-            }
-            Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
-        };
-        let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
-        let result = if refused_for_recording {
-            SessionOutcome::RecordingFailed
-        } else {
-            metrics_outcome(&outcome)
-        };
-        let recording_error =
-            recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
-        // The recording is complete once its recorder is gone.
-        drop(recording);
-        // Before the slot goes: a drained proxy exits once every slot is back.
-        if let Some(audit) = audit {
-            audit.end(AuditEnd {
-                bytes_in: outcome.bytes_in,
-                bytes_out: outcome.bytes_out,
-                duration_ms: outcome.duration.as_millis() as u64,
-                exit_code: exit_code.map(i32::from),
-                status: outcome.status.as_ref().map(|s| s.summary()),
-                outcome: result.label(),
-                ended_by: outcome.end.describe(),
-                recording_error,
-                ..Default::default()
-            });
+            drop(slot);
+            guard.finish(result, outcome.bytes_in, outcome.bytes_out);
+            info!(
+                session = session_id,
+                verb = kind.label(),
+                user = user.as_deref().unwrap_or(""),
+                namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
+                pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
+                container = options.container.as_deref().unwrap_or(""),
+                tty,
+                bytes_in = outcome.bytes_in,
+                bytes_out = outcome.bytes_out,
+                duration_ms = outcome.duration.as_millis() as u64,
+                exit_code = exit_code.map(i64::from).unwrap_or(-1),
+                status = outcome
+                    .status
+                    .as_ref()
+                    .map(|s| s.summary())
+                    .unwrap_or_default(),
+                close_reason = outcome.end.describe(),
+                "exec session finished"
+            );
         }
-        drop(slot);
-        guard.finish(result, outcome.bytes_in, outcome.bytes_out);
-        info!(
-            session = session_id,
-            verb = kind.label(),
-            user = user.as_deref().unwrap_or(""),
-            namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
-            pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
-            container = options.container.as_deref().unwrap_or(""),
-            tty,
-            bytes_in = outcome.bytes_in,
-            bytes_out = outcome.bytes_out,
-            duration_ms = outcome.duration.as_millis() as u64,
-            exit_code = exit_code.map(i64::from).unwrap_or(-1),
-            status = outcome
-                .status
-                .as_ref()
-                .map(|s| s.summary())
-                .unwrap_or_default(),
-            close_reason = outcome.end.describe(),
-            "exec session finished"
-        );
-    });
+        // The session's log lines name the request they came from (its audit id).
+        .in_current_span(),
+    );
     switching_protocols(&accept, Some(ChannelProtocol::V5.name()))
 }
 

@@ -125,6 +125,7 @@ pub struct Metrics {
     connections_shed: IntCounterVec,
     requests_total: IntCounterVec,
     request_duration: HistogramVec,
+    handler_panics: IntCounter,
     audit: AuditCounters,
     recording: RecordingCounters,
 }
@@ -225,6 +226,10 @@ impl Metrics {
                 &["method"],
                 prometheus::DEFAULT_BUCKETS.to_vec(),
             ),
+            handler_panics: plain_counter(
+                "kube_ws_proxy_handler_panics_total",
+                "Requests whose handler panicked (answered 500; a bug: please report it).",
+            ),
             audit: AuditCounters {
                 written: plain_counter(
                     "kube_ws_proxy_audit_events_total",
@@ -311,6 +316,11 @@ impl Metrics {
         self.request_duration
             .with_label_values(&[method])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a request whose handler panicked.
+    pub fn handler_panicked(&self) {
+        self.handler_panics.inc();
     }
 
     /// The Prometheus text exposition of every family.

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod pem;
 pub mod relay;
 pub mod relay_recording;
+pub mod request_layers;
 pub mod self_subject_review;
 pub mod server;
 pub mod session_audit;

@@ -18,7 +18,7 @@ use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use super::auth::Caller;
 use super::body::ProxyBody;
@@ -26,6 +26,7 @@ use super::classify::RelayKind;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
 use super::relay_recording::RelayTap;
+use super::request_layers;
 use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
@@ -137,6 +138,7 @@ pub async fn relay(
     let guard = state.metrics.session(kind);
     let path = req.parts.uri.path().to_owned();
     let path_and_query = req.path_and_query();
+    let audit_id = request_layers::audit_id(&req.parts.headers);
     let on_upgrade = req.on_upgrade;
     let upstream_req = match upstream_request(state, &req.parts, req.body, peer, caller) {
         Ok(r) => r,
@@ -179,6 +181,7 @@ pub async fn relay(
             _ => ProtocolPath::RelayWebsocket,
         },
         protocol,
+        audit_id,
     );
     if let (Some(info), Some(tap)) = (info.as_mut(), &tap) {
         info.recording = Some(tap.path().display().to_string());
@@ -339,7 +342,9 @@ pub async fn relay(
             duration_ms = started.elapsed().as_millis() as u64,
             "relayed upgrade finished"
         );
-    });
+    }
+    // The session's log lines name the request they came from (its audit id).
+    .in_current_span());
     // The upstream's 101 headers verbatim: Upgrade, Sec-WebSocket-Accept/-Protocol,
     // X-Stream-Protocol-Version … belong to the protocol the two ends agreed on.
     let mut answer = Response::new(
@@ -606,6 +611,7 @@ async fn refused_unrecorded(
             _ => ProtocolPath::RelayWebsocket,
         },
         None,
+        request_layers::audit_id(&req.parts.headers),
     );
     end_refused(session_audit::start(state, info), error);
 }

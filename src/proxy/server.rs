@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tower::service_fn;
 use tracing::{debug, warn};
 
 use std::time::Instant;
@@ -26,6 +27,7 @@ use super::maybe_tls::MaybeTls;
 use super::metrics::ConnectionShed;
 use super::metrics::HandshakeRejection;
 use super::relay::relay;
+use super::request_layers;
 use super::session_audit::{self, AuditedBody};
 use super::sessions::{next_session_id, Refusal};
 use super::state::ProxyState;
@@ -99,15 +101,19 @@ async fn serve_connection(tcp: TcpStream, peer: SocketAddr, state: Arc<ProxyStat
     let service = {
         let activity = activity.clone();
         let state = state.clone();
-        service_fn(move |req| {
-            let in_flight = activity.request_started();
-            let state = state.clone();
-            let conn = conn.clone();
-            async move {
-                let resp = route(state, req, &conn).await;
-                Ok::<_, Infallible>(resp.map(|body| InFlightBody::new(body, in_flight)))
-            }
-        })
+        let metrics = state.metrics.clone();
+        TowerToHyperService::new(request_layers::wrap(
+            service_fn(move |req| {
+                let in_flight = activity.request_started();
+                let state = state.clone();
+                let conn = conn.clone();
+                async move {
+                    let resp = route(state, req, &conn).await;
+                    Ok::<_, Infallible>(resp.map(|body| InFlightBody::new(body, in_flight)))
+                }
+            }),
+            metrics,
+        ))
     };
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
@@ -283,6 +289,7 @@ async fn followed_log(
         .path_and_query()
         .map(|pq| pq.as_str().to_owned())
         .unwrap_or_default();
+    let audit_id = request_layers::audit_id(req.headers());
     // The credentials as they go upstream: in passthrough mode, the caller's own.
     let credentials = req.headers().get(http::header::AUTHORIZATION).cloned();
     let (resp, identity) = tokio::join!(
@@ -301,6 +308,7 @@ async fn followed_log(
             identity,
             ProtocolPath::Http,
             None,
+            audit_id,
         ),
     );
     AuditedBody::wrap(resp, audit)

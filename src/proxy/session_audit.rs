@@ -80,6 +80,7 @@ pub fn session_info(
     identity: AuditIdentity,
     protocol_path: ProtocolPath,
     protocol: Option<String>,
+    audit_id: Option<String>,
 ) -> Option<SessionInfo> {
     let (path, query) = path_and_query
         .split_once('?')
@@ -109,6 +110,7 @@ pub fn session_info(
         protocol_path,
         protocol,
         recording: None,
+        audit_id,
     })
 }
 
@@ -265,8 +267,10 @@ mod tests {
             who(),
             ProtocolPath::Translated,
             Some("v5.channel.k8s.io".into()),
+            Some("0a1b".into()),
         )
         .unwrap();
+        assert_eq!(info.audit_id.as_deref(), Some("0a1b"));
         assert_eq!(info.verb, Verb::Exec);
         assert_eq!(info.namespace, "team");
         assert_eq!(info.pod, "web");
@@ -307,6 +311,7 @@ mod tests {
             who(),
             ProtocolPath::RelayWebsocket,
             None,
+            None,
         )
         .unwrap();
         assert_eq!(info.verb, Verb::PortForward);
@@ -317,7 +322,8 @@ mod tests {
             peer,
             who(),
             ProtocolPath::RelayWebsocket,
-            None
+            None,
+            None,
         )
         .is_none());
     }

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use super::auth::Caller;
 use super::body::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
+use super::request_layers;
 use super::session_audit;
 use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
@@ -48,6 +49,7 @@ pub async fn handle(
         );
     }
     let path_and_query = req.path_and_query();
+    let audit_id = request_layers::audit_id(&req.parts.headers);
     let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
     state.auth.apply(&caller, &mut headers);
     let on_upgrade = req.on_upgrade;
@@ -78,6 +80,7 @@ pub async fn handle(
             identity,
             ProtocolPath::Tunnel,
             chosen.clone(),
+            audit_id,
         ),
     );
     let upgraded_upstream = match dialed {
@@ -102,74 +105,78 @@ pub async fn handle(
     let ws_config = socket_config(&state);
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
-    tokio::spawn(async move {
-        let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
-            Ok(ws) => ws,
-            Err(e) => {
-                warn!(error = %e, "client upgrade failed");
-                session_audit::end_unstarted(
-                    audit,
-                    SessionOutcome::ClientGone,
-                    session_audit::CLIENT_UPGRADE_FAILED,
-                    None,
-                    None,
-                );
-                guard.finish(SessionOutcome::ClientGone, 0, 0);
-                return;
-            }
-        };
-        let outcome = tunnel::run(
-            ws,
-            upgraded_upstream.io,
-            upgraded_upstream.leftover,
-            slot.stop_token(),
-            state.stream_idle_timeout,
-            watch.as_ref(),
-        )
-        .await;
-        let result = match outcome.ended_by {
-            TunnelEnd::Drained => SessionOutcome::Drained,
-            TunnelEnd::Upstream => SessionOutcome::Success,
-            TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
-            TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
-            TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
-        };
-        // Before the slot goes: a drained proxy exits once every slot is back.
-        if let Some(audit) = audit {
-            let end = AuditEnd {
-                bytes_in: outcome.bytes_up,
-                bytes_out: outcome.bytes_down,
-                duration_ms: outcome.duration.as_millis() as u64,
-                exit_code: None,
-                status: None,
-                outcome: result.label(),
-                ended_by: outcome.ended_by.describe(),
-                recording_error: None,
-                ..Default::default()
+    tokio::spawn(
+        async move {
+            let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
+                Ok(ws) => ws,
+                Err(e) => {
+                    warn!(error = %e, "client upgrade failed");
+                    session_audit::end_unstarted(
+                        audit,
+                        SessionOutcome::ClientGone,
+                        session_audit::CLIENT_UPGRADE_FAILED,
+                        None,
+                        None,
+                    );
+                    guard.finish(SessionOutcome::ClientGone, 0, 0);
+                    return;
+                }
             };
-            audit.end(match watch {
-                Some(watch) => end.with_port_forwards(watch.finish()),
-                None => end,
-            });
+            let outcome = tunnel::run(
+                ws,
+                upgraded_upstream.io,
+                upgraded_upstream.leftover,
+                slot.stop_token(),
+                state.stream_idle_timeout,
+                watch.as_ref(),
+            )
+            .await;
+            let result = match outcome.ended_by {
+                TunnelEnd::Drained => SessionOutcome::Drained,
+                TunnelEnd::Upstream => SessionOutcome::Success,
+                TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
+                TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
+                TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
+            };
+            // Before the slot goes: a drained proxy exits once every slot is back.
+            if let Some(audit) = audit {
+                let end = AuditEnd {
+                    bytes_in: outcome.bytes_up,
+                    bytes_out: outcome.bytes_down,
+                    duration_ms: outcome.duration.as_millis() as u64,
+                    exit_code: None,
+                    status: None,
+                    outcome: result.label(),
+                    ended_by: outcome.ended_by.describe(),
+                    recording_error: None,
+                    ..Default::default()
+                };
+                audit.end(match watch {
+                    Some(watch) => end.with_port_forwards(watch.finish()),
+                    None => end,
+                });
+            }
+            drop(slot);
+            guard.finish(result, outcome.bytes_up, outcome.bytes_down);
+            let path = path_and_query.split('?').next().unwrap_or("");
+            let target = parse_pod_subresource(path);
+            info!(
+                session = session_id,
+                verb = "portforward",
+                user = user.as_deref().unwrap_or(""),
+                namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
+                pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
+                outcome = result.label(),
+                bytes_up = outcome.bytes_up,
+                bytes_down = outcome.bytes_down,
+                ended_by = outcome.ended_by.describe(),
+                duration_ms = outcome.duration.as_millis() as u64,
+                "port-forward tunnel finished"
+            );
         }
-        drop(slot);
-        guard.finish(result, outcome.bytes_up, outcome.bytes_down);
-        let path = path_and_query.split('?').next().unwrap_or("");
-        let target = parse_pod_subresource(path);
-        info!(
-            session = session_id,
-            verb = "portforward",
-            user = user.as_deref().unwrap_or(""),
-            namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
-            pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
-            outcome = result.label(),
-            bytes_up = outcome.bytes_up,
-            bytes_down = outcome.bytes_down,
-            ended_by = outcome.ended_by.describe(),
-            duration_ms = outcome.duration.as_millis() as u64,
-            "port-forward tunnel finished"
-        );
-    });
+        // The session's log lines name the request they came from (its audit id).
+        .in_current_span(),
+    );
     switching_protocols(&accept, chosen.as_deref())
 }
 
