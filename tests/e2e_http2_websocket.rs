@@ -442,24 +442,29 @@ async fn stalled_sessions_do_not_stall_their_siblings() {
     // Let A's window and C's pipeline fill.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let (mut b, _) = conn
-        .websocket(&sh(&format!("head -c {B_BYTES} /dev/zero")), V5)
+    // Bounded, so that a stalled sibling fails the test instead of hanging it.
+    let siblings = async {
+        let (mut b, _) = conn
+            .websocket(&sh(&format!("head -c {B_BYTES} /dev/zero")), V5)
+            .await
+            .unwrap();
+        let ob = read_outcome(&mut b).await;
+        let (mut d, _) = conn.websocket(&sh("wc -c"), V5).await.unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        let mut sent = 0;
+        while sent < D_BYTES {
+            let n = chunk.len().min(D_BYTES - sent);
+            stdin(&mut d, &chunk[..n]).await;
+            sent += n;
+        }
+        close_stdin(&mut d).await;
+        (ob, read_outcome(&mut d).await)
+    };
+    let (ob, od) = tokio::time::timeout(T, siblings)
         .await
-        .unwrap();
-    let ob = read_outcome(&mut b).await;
+        .expect("a sibling of the stalled sessions stalled");
     assert_eq!(ob.stdout.len(), B_BYTES);
     assert_eq!(ob.exit_code, Some(0));
-
-    let (mut d, _) = conn.websocket(&sh("wc -c"), V5).await.unwrap();
-    let chunk = vec![7u8; 64 * 1024];
-    let mut sent = 0;
-    while sent < D_BYTES {
-        let n = chunk.len().min(D_BYTES - sent);
-        stdin(&mut d, &chunk[..n]).await;
-        sent += n;
-    }
-    close_stdin(&mut d).await;
-    let od = read_outcome(&mut d).await;
     assert_eq!(
         String::from_utf8_lossy(&od.stdout).trim(),
         D_BYTES.to_string()
