@@ -7,6 +7,8 @@
 //! * throughput: N sessions at once, each `head -c BYTES/N /dev/zero`, all read to the end;
 //!   aggregate MiB/s from the first request to the last byte.
 //!
+//! Run with:
+//!
 //!     cargo bench --bench http2_sessions -- [--sessions 100] [--bytes 1073741824] [--rounds 3]
 //!     cargo bench --bench http2_sessions -- --smoke
 //!
