@@ -211,6 +211,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.request_header_timeout = args.request_header_timeout;
     state.idle_connection_timeout = args.idle_connection_timeout;
     state.trust_forwarded_for = args.trust_x_forwarded_for;
+    state.http2_websockets = args.http2_websockets;
     state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
     if let Some(path) = &args.audit_log {
         let config = AuditLogConfig {

@@ -288,6 +288,20 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_IDLE_CONNECTION_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
     pub idle_connection_timeout: Duration,
 
+    /// Let HTTP/2 clients (browsers, HTTP/2-only gateways) open WebSockets as streams of one
+    /// TLS connection (RFC 8441 extended CONNECT, advertised in the HTTP/2 SETTINGS), on the
+    /// same paths, subprotocols, authentication and limits as HTTP/1.1 upgrades; each session
+    /// counts against `--max-sessions`. `false`: HTTP/2 clients open their WebSockets over
+    /// HTTP/1.1 connections, as before.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_HTTP2_WEBSOCKETS",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub http2_websockets: bool,
+
     /// The proxy sits behind a proxy or load balancer it trusts that sets `X-Forwarded-For`:
     /// keep the client's `X-Forwarded-For` and append the peer's address to it, and charge
     /// TokenReviews to the last address in it. Without it (the default), a caller's own

@@ -197,6 +197,24 @@ mod tests {
     }
 
     #[test]
+    fn a_switch_that_defaults_on_is_turned_off_by_the_file() {
+        let on = with_file("upstream: https://10.0.0.1:6443\n", &[]).unwrap();
+        assert!(on.serve.http2_websockets);
+        let off = with_file(
+            "upstream: https://10.0.0.1:6443\nhttp2-websockets: false\n",
+            &[],
+        )
+        .unwrap();
+        assert!(!off.serve.http2_websockets);
+        let cli = with_file(
+            "upstream: https://10.0.0.1:6443\nhttp2-websockets: false\n",
+            &["--http2-websockets=true"],
+        )
+        .unwrap();
+        assert!(cli.serve.http2_websockets, "the command line wins");
+    }
+
+    #[test]
     fn conflicting_file_value_gives_way() {
         let cli = with_file("upstream: https://a:6443\n", &["--kubeconfig", "/tmp/kc"]).unwrap();
         assert_eq!(cli.serve.upstream, None);

@@ -17,7 +17,7 @@ use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
-use super::websocket::{socket_config, switching_protocols, upgraded, validate};
+use super::websocket::{socket_config, upgraded, validate_handshake};
 use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
@@ -39,8 +39,9 @@ pub async fn handle(
     subresource: Subresource,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
-    let accept = match validate(&req.parts.method, &req.parts.headers) {
-        Ok(accept) => accept,
+    let client = req.client;
+    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
+        Ok(answer) => answer,
         Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
     };
     let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
@@ -181,6 +182,8 @@ pub async fn handle(
                 session = session_id,
                 verb = kind.label(),
                 user = user.as_deref().unwrap_or(""),
+                http_version = client.form.http_version(),
+                connection = client.connection.0,
                 namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
                 pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
                 container = options.container.as_deref().unwrap_or(""),
@@ -201,7 +204,7 @@ pub async fn handle(
         // The session's log lines name the request they came from (its audit id).
         .in_current_span(),
     );
-    switching_protocols(&accept, Some(ChannelProtocol::V5.name()))
+    answer.response(Some(ChannelProtocol::V5.name()))
 }
 
 /// Dials, upgrades and opens the streams; any failure becomes the Status the client will see.

@@ -9,6 +9,7 @@ use prometheus::{
     TextEncoder,
 };
 
+use super::client_stream::HandshakeForm;
 use crate::audit::recording::RecordingCounters;
 use crate::audit::AuditCounters;
 
@@ -118,6 +119,7 @@ pub struct Metrics {
     sessions_active: IntGaugeVec,
     sessions_total: IntCounterVec,
     session_bytes: IntCounterVec,
+    sessions_admitted: IntCounterVec,
     session_duration: HistogramVec,
     upstream_upgrade_failures: IntCounterVec,
     handshake_rejections: IntCounterVec,
@@ -185,6 +187,13 @@ impl Metrics {
                 "Payload bytes of streaming sessions by kind and direction (up: client to \
                  upstream, down: upstream to client).",
                 &["kind", "direction"],
+            ),
+            sessions_admitted: counter(
+                "kube_ws_proxy_sessions_admitted_total",
+                "Streaming sessions admitted, by the HTTP version of the client's handshake \
+                 (1.1: an upgrade with its own connection; 2: an extended CONNECT, one stream \
+                 of a shared connection).",
+                &["http_version"],
             ),
             session_duration: histogram(
                 "kube_ws_proxy_session_duration_seconds",
@@ -279,6 +288,13 @@ impl Metrics {
             started: Instant::now(),
             finished: false,
         }
+    }
+
+    /// Counts a session admitted, by how its client asked for it.
+    pub fn session_admitted(&self, form: HandshakeForm) {
+        self.sessions_admitted
+            .with_label_values(&[form.http_version()])
+            .inc();
     }
 
     /// Counts an upstream refusal of an upgrade.
@@ -406,6 +422,7 @@ mod tests {
         );
         g.finish(SessionOutcome::NonZeroExit, 5, 7);
         m.upstream_upgrade_failure(403);
+        m.session_admitted(HandshakeForm::ExtendedConnect);
         m.handshake_rejected(HandshakeRejection::TooManySessions);
         m.request(&http::Method::GET, 200, Duration::from_millis(3));
         m.request(
@@ -420,6 +437,7 @@ mod tests {
             r#"kube_ws_proxy_session_bytes_total{direction="up",kind="exec"} 5"#,
             r#"kube_ws_proxy_session_bytes_total{direction="down",kind="exec"} 7"#,
             r#"kube_ws_proxy_upstream_upgrade_failures_total{code="403"} 1"#,
+            r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 1"#,
             r#"kube_ws_proxy_handshake_rejections_total{reason="too_many_sessions"} 1"#,
             r#"kube_ws_proxy_http_requests_total{code="200",method="GET"} 1"#,
             r#"kube_ws_proxy_http_requests_total{code="404",method="other"} 1"#,

@@ -25,6 +25,7 @@ use super::body::ProxyBody;
 use super::classify::RelayKind;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
+use super::relay_answer;
 use super::relay_recording::RelayTap;
 use super::request_layers;
 use super::session_audit;
@@ -140,6 +141,10 @@ pub async fn relay(
     let path_and_query = req.path_and_query();
     let audit_id = request_layers::audit_id(&req.parts.headers);
     let on_upgrade = req.on_upgrade;
+    let client_stream = req.client;
+    // On HTTP/2 the key is the proxy's own (extended_connect.rs): the upstream's accept is
+    // checked against it here, not by the client.
+    let sent_key = req.parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
     let upstream_req = match upstream_request(state, &req.parts, req.body, peer, caller) {
         Ok(r) => r,
         Err(e) => return e.response(),
@@ -212,6 +217,21 @@ pub async fn relay(
         }
     };
 
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS
+        && !relay_answer::may_pass_refusal(client_stream.form, resp.status())
+    {
+        drop(slot);
+        let e = format!(
+            "the upstream answered the WebSocket upgrade with {} instead of switching protocols",
+            resp.status().as_u16()
+        );
+        end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.clone()));
+        state
+            .metrics
+            .upstream_upgrade_failure(resp.status().as_u16());
+        guard.finish(SessionOutcome::UpstreamError, 0, 0);
+        return failure(StatusCode::BAD_GATEWAY, "BadGateway", e);
+    }
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Not a session: the slot goes back now, the answer streams through as it comes.
         drop(slot);
@@ -237,6 +257,21 @@ pub async fn relay(
         .as_ref()
         .filter(|a| a.info().verb == Verb::PortForward)
         .and_then(|_| port_forward_watch(&resp));
+    // What the client will be told; on HTTP/2 only once the upstream's accept checks out.
+    let answer = match relay_answer::accepted(
+        client_stream.form,
+        sent_key.as_ref(),
+        std::mem::take(resp.headers_mut()),
+    ) {
+        Ok(answer) => answer,
+        Err(e) => {
+            drop(slot);
+            end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
+            state.metrics.upstream_upgrade_failure(101);
+            guard.finish(SessionOutcome::UpstreamError, 0, 0);
+            return failure(StatusCode::BAD_GATEWAY, "BadGateway", e.to_string());
+        }
+    };
     let handshake_timeout = state.handshake_timeout;
     let upstream_io =
         match tokio::time::timeout(handshake_timeout, hyper::upgrade::on(&mut resp)).await {
@@ -335,6 +370,8 @@ pub async fn relay(
             session = session_id,
             kind = kind.label(),
             user = user.as_deref().unwrap_or(""),
+            http_version = client_stream.form.http_version(),
+            connection = client_stream.connection.0,
             path = %path,
             outcome = outcome.label(),
             bytes_up = stats.client_to_upstream,
@@ -345,15 +382,6 @@ pub async fn relay(
     }
     // The session's log lines name the request they came from (its audit id).
     .in_current_span());
-    // The upstream's 101 headers verbatim: Upgrade, Sec-WebSocket-Accept/-Protocol,
-    // X-Stream-Protocol-Version … belong to the protocol the two ends agreed on.
-    let mut answer = Response::new(
-        Full::new(Bytes::new())
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *answer.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    *answer.headers_mut() = std::mem::take(resp.headers_mut());
     answer
 }
 

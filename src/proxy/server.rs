@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -20,7 +21,9 @@ use std::time::Instant;
 use super::auth::{Caller, PeerCertificate, Rejection};
 use super::body::ProxyBody;
 use super::classify::{classify, Class, RelayKind};
+use super::client_stream::{ConnectionId, HandshakeForm};
 use super::connection_deadline::{Activity, Expiry, InFlightBody};
+use super::extended_connect;
 use super::forward::forward;
 use super::headers::caller_address;
 use super::maybe_tls::MaybeTls;
@@ -37,6 +40,20 @@ use super::{exec_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
 use crate::translate::exec_options::Subresource;
 use crate::translate::subprotocol::BearerToken;
+
+/// Receive window of one HTTP/2 stream: how much a client may send on one stream (one
+/// session) that the proxy has not yet read. A session whose upstream stops reading holds at
+/// most this much.
+pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
+
+/// Most concurrent streams (sessions and plain requests) on one HTTP/2 connection.
+pub const H2_MAX_STREAMS: u32 = 128;
+
+/// Receive window of a whole HTTP/2 connection: room for every stream's full window, so that
+/// however many of its sessions stall, the others still have window to receive in (a stalled
+/// stream can never starve its siblings of connection window). The most a client can make the
+/// proxy buffer on one connection (32 MiB).
+pub const H2_CONNECTION_WINDOW: u32 = H2_STREAM_WINDOW * H2_MAX_STREAMS;
 
 /// Serves `listener` until `shutdown` turns true; running connections finish on their own.
 pub async fn serve(
@@ -62,13 +79,20 @@ pub async fn serve(
         if let Some(idle) = state.tcp_keepalive {
             super::tcp_keepalive::enable(&tcp, idle);
         }
-        tokio::spawn(serve_connection(tcp, peer, state.clone()));
+        tokio::spawn(serve_connection(tcp, peer, state.clone(), shutdown.clone()));
     }
 }
 
 /// One client connection: the TLS handshake (if any), then HTTP/1.1 or HTTP/2, within the
-/// connection's clocks ([`connection_deadline`](super::connection_deadline)).
-async fn serve_connection(tcp: TcpStream, peer: SocketAddr, state: Arc<ProxyState>) {
+/// connection's clocks ([`connection_deadline`](super::connection_deadline)). When the proxy
+/// starts draining (`shutdown`), an HTTP/2 connection gets a GOAWAY: no new streams, while
+/// its running sessions go on to their end (or the drain timeout).
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    state: Arc<ProxyState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     // The request-header clock starts at the accept: the TLS handshake counts against it.
     let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
     let (io, certificate) = match &state.tls {
@@ -96,8 +120,13 @@ async fn serve_connection(tcp: TcpStream, peer: SocketAddr, state: Arc<ProxyStat
             }
         }
     };
-    let conn = Arc::new(Connection { peer, certificate });
     let activity = Activity::new();
+    let conn = Arc::new(Connection {
+        peer,
+        certificate,
+        id: ConnectionId::next(),
+        activity: activity.clone(),
+    });
     let service = {
         let activity = activity.clone();
         let state = state.clone();
@@ -121,15 +150,32 @@ async fn serve_connection(tcp: TcpStream, peer: SocketAddr, state: Arc<ProxyStat
         .timer(TokioTimer::new())
         .header_read_timeout(state.request_header_timeout)
         .max_buf_size(state.max_request_header_bytes);
-    builder
-        .http2()
+    let mut http2 = builder.http2();
+    http2
         .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(state.max_request_header_bytes).unwrap_or(u32::MAX));
+        .max_header_list_size(u32::try_from(state.max_request_header_bytes).unwrap_or(u32::MAX))
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_concurrent_streams(H2_MAX_STREAMS);
+    if state.http2_websockets {
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL = 1: clients may open WebSockets as streams
+        // (RFC 8441). Without it h2 refuses any `:protocol` itself.
+        http2.enable_connect_protocol();
+    }
     let served = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(served);
     let mut closing = false;
+    let mut draining = false;
     loop {
         tokio::select! {
+            stop = shutdown.wait_for(|stop| *stop).map(|r| r.is_ok()), if !draining => {
+                draining = true;
+                // (A dropped sender is no signal.) HTTP/2: GOAWAY; an idle HTTP/1.1
+                // keep-alive connection is closed, one with a request in flight after it.
+                if stop {
+                    served.as_mut().graceful_shutdown();
+                }
+            }
             result = served.as_mut() => {
                 if let Err(e) = result {
                     // hyper's own header timer may beat ours to a slow request head.
@@ -176,6 +222,10 @@ pub struct Connection {
     pub peer: SocketAddr,
     /// What the verified client certificate says, if one was presented.
     pub certificate: PeerCertificate,
+    /// Its number in logs.
+    pub id: ConnectionId,
+    /// Its requests in flight (the idle clock); an HTTP/2 session counts as one while it runs.
+    pub activity: Arc<Activity>,
 }
 
 /// What the verified client certificate (`--client-ca-file`) of a connection says. A refused
@@ -215,10 +265,19 @@ pub async fn route(
 
 async fn route_authenticated(
     state: Arc<ProxyState>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     conn: &Connection,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
     let peer = conn.peer;
+    // An HTTP/2 WebSocket (extended CONNECT) takes the HTTP/1.1 upgrade's form here, so that
+    // everything below is one code path for both.
+    if let Err(refusal) = extended_connect::normalize(&mut req) {
+        state
+            .metrics
+            .handshake_rejected(HandshakeRejection::BadRequest);
+        let (code, reason) = refusal.status();
+        return Ok(failure(code, reason, refusal.to_string()));
+    }
     let (bearer, session) = match classify(req.method(), req.uri().path(), req.headers()) {
         Class::BadRequest(reason) => {
             state
@@ -248,21 +307,28 @@ async fn route_authenticated(
     };
     // A streaming session: everything the request carries is read (within a time limit) and
     // its caller authenticated before it may take one of the `--max-sessions` slots.
-    let req = match UpgradeRequest::read(req, MAX_UPGRADE_BODY, state.handshake_timeout).await {
-        Ok(req) => req,
-        Err(e) => {
-            state
-                .metrics
-                .handshake_rejected(HandshakeRejection::BadRequest);
-            let (code, reason) = e.status();
-            return Ok(failure(code, reason, e.to_string()));
-        }
-    };
+    let req =
+        match UpgradeRequest::read(req, conn.id, MAX_UPGRADE_BODY, state.handshake_timeout).await {
+            Ok(req) => req,
+            Err(e) => {
+                state
+                    .metrics
+                    .handshake_rejected(HandshakeRejection::BadRequest);
+                let (code, reason) = e.status();
+                return Ok(failure(code, reason, e.to_string()));
+            }
+        };
     let caller = authenticate(&state, &req.parts.headers, bearer, conn).await?;
     let slot = match state.sessions.admit() {
         Ok(slot) => slot,
         Err(refusal) => return Ok(refuse(&state, refusal)),
     };
+    let form = req.client.form;
+    state.metrics.session_admitted(form);
+    // An HTTP/1.1 upgrade takes its connection away from hyper; an HTTP/2 one is a stream the
+    // connection must stay open for: it is busy (never idle-closed) until the session ends.
+    let slot = slot
+        .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
     Ok(match session {
         Session::Translate(subresource) => {
             exec_handler::handle(state.clone(), req, peer, caller, subresource, slot).await

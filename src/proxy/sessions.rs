@@ -7,6 +7,8 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::connection_deadline::RequestInFlight;
+
 /// Session ids for log lines, unique within one process.
 static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -65,6 +67,7 @@ impl Sessions {
                 Ok(_) => {
                     return Ok(SessionSlot {
                         sessions: self.clone(),
+                        connection_hold: None,
                     })
                 }
                 Err(now) => current = now,
@@ -108,9 +111,19 @@ impl Sessions {
 #[derive(Debug)]
 pub struct SessionSlot {
     sessions: Arc<Sessions>,
+    /// An HTTP/2 session is a stream of a connection that stays open for it: the connection
+    /// counts it as a request in flight (its idle clock stopped) for as long as it runs.
+    connection_hold: Option<RequestInFlight>,
 }
 
 impl SessionSlot {
+    /// The slot, keeping `hold` (the session's place on its client connection) until it
+    /// drops.
+    pub fn holding(mut self, hold: Option<RequestInFlight>) -> SessionSlot {
+        self.connection_hold = hold;
+        self
+    }
+
     /// Fires when the session must end now because of a shutdown.
     pub fn stop_token(&self) -> CancellationToken {
         self.sessions.stop.clone()

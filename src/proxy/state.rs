@@ -45,6 +45,9 @@ pub struct ProxyState {
     pub trust_forwarded_for: bool,
     /// Largest request head accepted from a client.
     pub max_request_header_bytes: usize,
+    /// Whether HTTP/2 clients may open WebSockets as streams (RFC 8441 extended CONNECT,
+    /// `--http2-websockets`).
+    pub http2_websockets: bool,
     /// TLS for the main listener; plain HTTP when absent.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Prometheus metrics served on the admin listener.
@@ -83,6 +86,7 @@ impl ProxyState {
             idle_connection_timeout: Duration::from_secs(90),
             trust_forwarded_for: false,
             max_request_header_bytes: 64 * 1024,
+            http2_websockets: true,
             tls: None,
             metrics: Metrics::new(),
             sessions: Sessions::new(None),

@@ -20,7 +20,7 @@ use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
-use super::websocket::{socket_config, switching_protocols, upgraded, validate};
+use super::websocket::{socket_config, upgraded, validate_handshake};
 use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::parse_pod_subresource;
@@ -37,8 +37,9 @@ pub async fn handle(
     protocols: Vec<String>,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
-    let accept = match validate(&req.parts.method, &req.parts.headers) {
-        Ok(accept) => accept,
+    let client = req.client;
+    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
+        Ok(answer) => answer,
         Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
     };
     if protocols.is_empty() {
@@ -164,6 +165,8 @@ pub async fn handle(
                 session = session_id,
                 verb = "portforward",
                 user = user.as_deref().unwrap_or(""),
+                http_version = client.form.http_version(),
+                connection = client.connection.0,
                 namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
                 pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
                 outcome = result.label(),
@@ -177,7 +180,7 @@ pub async fn handle(
         // The session's log lines name the request they came from (its audit id).
         .in_current_span(),
     );
-    switching_protocols(&accept, chosen.as_deref())
+    answer.response(chosen.as_deref())
 }
 
 /// The answer to a failed upstream dial: a refusal ≥ 400 replayed as the upstream sent it,

@@ -13,6 +13,8 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
+use super::client_stream::{ClientStream, ConnectionId, HandshakeForm};
+
 /// Largest request body accepted with an upgrade request (they normally have none).
 pub const MAX_UPGRADE_BODY: usize = 1024 * 1024;
 
@@ -23,8 +25,12 @@ pub struct UpgradeRequest {
     pub parts: Parts,
     /// The request body (empty for WebSocket handshakes and kubectl's SPDY upgrades).
     pub body: Bytes,
-    /// Resolves to the client's connection once the 101 has gone out.
+    /// Resolves to the client's connection (or HTTP/2 stream) once the 101 (or 200) has gone
+    /// out.
     pub on_upgrade: OnUpgrade,
+    /// The client connection it came on, and how it asked (HTTP/1.1 upgrade or HTTP/2
+    /// extended CONNECT).
+    pub client: ClientStream,
 }
 
 /// Why an upgrade request was refused before anything else happened.
@@ -56,13 +62,24 @@ impl UpgradeRequestError {
 }
 
 impl UpgradeRequest {
-    /// Reads the body of `req` (at most `limit` bytes, within `timeout`).
+    /// Reads the body of `req` (at most `limit` bytes, within `timeout`), which came on
+    /// `connection`.
     pub async fn read(
         req: Request<Incoming>,
+        connection: ConnectionId,
         limit: usize,
         timeout: Duration,
     ) -> Result<UpgradeRequest, UpgradeRequestError> {
         let (mut parts, body) = req.into_parts();
+        let client = ClientStream {
+            connection,
+            // Marked by extended_connect::normalize; anything else is an HTTP/1.1 upgrade.
+            form: parts
+                .extensions
+                .get::<HandshakeForm>()
+                .copied()
+                .unwrap_or_default(),
+        };
         let on_upgrade = parts
             .extensions
             .remove::<OnUpgrade>()
@@ -81,6 +98,7 @@ impl UpgradeRequest {
             parts,
             body,
             on_upgrade,
+            client,
         })
     }
 

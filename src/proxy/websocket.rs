@@ -1,16 +1,17 @@
 //! Accepting a client's WebSocket upgrade ourselves (for the translated and tunnelled paths):
-//! RFC 6455 validation, the 101 answer, and the [`WebSocket`] over hyper's upgraded
-//! connection.
+//! RFC 6455 validation, the answer (101 on HTTP/1.1, 200 on HTTP/2, RFC 8441), and the
+//! [`WebSocket`] over hyper's upgraded connection or HTTP/2 stream.
 
 use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
+use super::client_stream::HandshakeForm;
 use super::state::ProxyState;
 use crate::translate::ws::{Config, WebSocket};
 
-/// The client's WebSocket once the 101 went out.
+/// The client's WebSocket once the 101 (or, on HTTP/2, the 200) went out.
 pub type ClientSocket = WebSocket<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// Why a WebSocket handshake was refused (before any upgrade).
@@ -34,8 +35,44 @@ impl HandshakeError {
     }
 }
 
-/// Checks the parts of the handshake the routing did not: method, version and key. Returns
-/// the `Sec-WebSocket-Accept` value.
+/// How the client's WebSocket is accepted, once its handshake checked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientAnswer {
+    /// HTTP/1.1: 101 with this `Sec-WebSocket-Accept`.
+    SwitchingProtocols { accept: String },
+    /// HTTP/2 extended CONNECT: 200; RFC 8441 has no key and no accept.
+    ConnectOk,
+}
+
+impl ClientAnswer {
+    /// The answer choosing `protocol` (the `Sec-WebSocket-Protocol` of either form).
+    pub fn response<B: Default>(&self, protocol: Option<&str>) -> Response<B> {
+        match self {
+            ClientAnswer::SwitchingProtocols { accept } => switching_protocols(accept, protocol),
+            ClientAnswer::ConnectOk => connect_ok(protocol),
+        }
+    }
+}
+
+/// Checks the parts of the handshake the routing did not: method, version and key, and says
+/// how to answer (`form`: how the client asked).
+pub fn validate_handshake(
+    method: &Method,
+    headers: &HeaderMap,
+    form: HandshakeForm,
+) -> Result<ClientAnswer, HandshakeError> {
+    // An extended CONNECT arrives here rewritten to the HTTP/1.1 form, with a key of our own
+    // (extended_connect.rs): the same checks apply, `Sec-WebSocket-Version: 13` included
+    // (RFC 8441 §5).
+    let accept = validate(method, headers)?;
+    Ok(match form {
+        HandshakeForm::Http1Upgrade => ClientAnswer::SwitchingProtocols { accept },
+        HandshakeForm::ExtendedConnect => ClientAnswer::ConnectOk,
+    })
+}
+
+/// Checks the parts of an HTTP/1.1 handshake the routing did not: method, version and key.
+/// Returns the `Sec-WebSocket-Accept` value.
 pub fn validate(method: &Method, headers: &HeaderMap) -> Result<String, HandshakeError> {
     if method != Method::GET {
         return Err(HandshakeError::Method);
@@ -75,6 +112,15 @@ pub fn switching_protocols<B: Default>(accept: &str, protocol: Option<&str>) -> 
     }
     if let Some(p) = protocol.and_then(|p| HeaderValue::from_str(p).ok()) {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, p);
+    }
+    resp
+}
+
+/// The 200 that opens a WebSocket on an HTTP/2 stream, choosing `protocol` (RFC 8441 §5).
+pub fn connect_ok<B: Default>(protocol: Option<&str>) -> Response<B> {
+    let mut resp = Response::new(B::default());
+    if let Some(p) = protocol.and_then(|p| HeaderValue::from_str(p).ok()) {
+        resp.headers_mut().insert(header::SEC_WEBSOCKET_PROTOCOL, p);
     }
     resp
 }
@@ -141,6 +187,38 @@ mod tests {
         assert_eq!(validate(&v8).unwrap_err(), HandshakeError::Version);
         let nokey = req(Method::GET, "13", "short");
         assert_eq!(validate(&nokey).unwrap_err(), HandshakeError::Key);
+    }
+
+    #[test]
+    fn the_answer_follows_the_form() {
+        let (method, headers) = req(Method::GET, "13", "dGhlIHNhbXBsZSBub25jZQ==");
+        let h1 = validate_handshake(&method, &headers, HandshakeForm::Http1Upgrade).unwrap();
+        let resp: Response<()> = h1.response(Some("v5.channel.k8s.io"));
+        assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(
+            resp.headers()[header::SEC_WEBSOCKET_ACCEPT],
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        let h2 = validate_handshake(&method, &headers, HandshakeForm::ExtendedConnect).unwrap();
+        let resp: Response<()> = h2.response(Some("v5.channel.k8s.io"));
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers()[header::SEC_WEBSOCKET_PROTOCOL],
+            "v5.channel.k8s.io"
+        );
+        for hop in [
+            header::SEC_WEBSOCKET_ACCEPT,
+            header::UPGRADE,
+            header::CONNECTION,
+        ] {
+            assert!(!resp.headers().contains_key(&hop), "{hop} on an h2 answer");
+        }
+        // The version is checked on HTTP/2 too.
+        let (method, headers) = req(Method::GET, "8", "dGhlIHNhbXBsZSBub25jZQ==");
+        assert_eq!(
+            validate_handshake(&method, &headers, HandshakeForm::ExtendedConnect).unwrap_err(),
+            HandshakeError::Version
+        );
     }
 
     #[test]

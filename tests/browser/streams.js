@@ -3,7 +3,8 @@
 // `base64url.bearer.authorization.k8s.io.<token>` subprotocol entry (PROTOCOL.md §1.2).
 //
 // Query string: proxy=<host:port>, token=<bearer token>,
-// scenario=<v5-exec|base64-exec|log|idle-exec>, idle=<ms> (idle-exec).
+// scenario=<v5-exec|base64-exec|log|idle-exec|h2-sessions>, idle=<ms> (idle-exec),
+// tls=1 (wss:// to a TLS proxy; h2-sessions needs it).
 // The outcome is POSTed as JSON to /result: {scenario, ok: true, result} or {scenario, ok:
 // false, error}.
 'use strict';
@@ -13,6 +14,7 @@ const proxy = params.get('proxy');
 const token = params.get('token');
 const scenario = params.get('scenario');
 const TIMEOUT_MS = 30000;
+const wsScheme = params.get('tls') === '1' ? 'wss' : 'ws';
 const utf8 = new TextEncoder();
 const text = new TextDecoder();
 
@@ -56,7 +58,7 @@ function execUrl(command) {
   const q = new URLSearchParams();
   for (const part of command) q.append('command', part);
   for (const s of ['stdin', 'stdout', 'stderr']) q.append(s, 'true');
-  return `ws://${proxy}/api/v1/namespaces/default/pods/web/exec?${q}`;
+  return `${wsScheme}://${proxy}/api/v1/namespaces/default/pods/web/exec?${q}`;
 }
 
 /**
@@ -142,7 +144,7 @@ async function base64Exec() {
 /** A followed log over base64.binary.k8s.io: read until 12 lines are in, then close. */
 async function followLog() {
   const want = 12;
-  const url = `ws://${proxy}/api/v1/namespaces/default/pods/web/log?follow=true`;
+  const url = `${wsScheme}://${proxy}/api/v1/namespaces/default/pods/web/log?follow=true`;
   const s = session(url, [bearerEntry(token), 'base64.binary.k8s.io']);
   await s.opened;
   let logText = '';
@@ -225,11 +227,53 @@ async function idleExec() {
   };
 }
 
+/** One v5 exec of `sh -c 'cat; echo err<n> >&2; exit <n+2>'`: stdin, CLOSE, everything back. */
+async function numberedExec(n) {
+  const s = session(execUrl(['sh', '-c', `cat; echo err${n} >&2; exit ${n + 2}`]), [
+    bearerEntry(token),
+    'v5.channel.k8s.io',
+  ]);
+  await s.opened;
+  s.ws.send(concat([Uint8Array.of(0), utf8.encode(`hello ${n}\n`)]));
+  s.ws.send(Uint8Array.of(255, 0));
+  const close = await s.closed;
+  const byChannel = { 1: [], 2: [], 3: [] };
+  for (const m of s.messages) {
+    if (typeof m === 'string') throw new Error('text message on a v5 session');
+    if (m.length > 0 && byChannel[m[0]]) byChannel[m[0]].push(m.subarray(1));
+  }
+  const status = JSON.parse(text.decode(concat(byChannel[3])));
+  return {
+    protocol: s.ws.protocol,
+    stdout: text.decode(concat(byChannel[1])),
+    stderr: text.decode(concat(byChannel[2])),
+    exitCode: exitCodeOf(status),
+    close,
+  };
+}
+
+/**
+ * Several v5 execs and a followed log at once. Chromium opens a WebSocket as a stream of an
+ * HTTP/2 connection it already has to the origin (when that connection's SETTINGS allow
+ * extended CONNECT), so a plain request goes first to open one.
+ */
+async function h2Sessions() {
+  await fetch(`https://${proxy}/version`, { mode: 'no-cors', credentials: 'include' }).catch(
+    () => {},
+  );
+  const [execs, logResult] = await Promise.all([
+    Promise.all([0, 1, 2].map(numberedExec)),
+    followLog(),
+  ]);
+  return { execs, log: logResult };
+}
+
 const scenarios = {
   'v5-exec': v5Exec,
   'base64-exec': base64Exec,
   log: followLog,
   'idle-exec': idleExec,
+  'h2-sessions': h2Sessions,
 };
 
 async function report(body) {

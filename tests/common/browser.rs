@@ -14,6 +14,11 @@ pub struct Browser {
 impl Browser {
     /// Starts `chromium` on `url`.
     pub fn open(chromium: &Path, url: &str) -> Browser {
+        Self::open_with(chromium, url, &[])
+    }
+
+    /// Starts `chromium` on `url` with extra command-line flags.
+    pub fn open_with(chromium: &Path, url: &str, flags: &[&str]) -> Browser {
         let profile = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(profile.path().join("stderr.log")).unwrap();
         let child = Command::new(chromium)
@@ -31,6 +36,7 @@ impl Browser {
                 "--user-data-dir={}",
                 profile.path().join("profile").display()
             ))
+            .args(flags)
             .arg(url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

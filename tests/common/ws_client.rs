@@ -96,7 +96,10 @@ pub async fn send(ws: &mut Ws, data: &[u8]) {
 }
 
 /// Carries a WebSocket's binary messages as a byte stream (what kubectl's tunnel does).
-pub fn as_io(ws: Ws) -> tokio::io::DuplexStream {
+pub fn as_io<S>(ws: WebSocketStream<S>) -> tokio::io::DuplexStream
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (ours, theirs) = tokio::io::duplex(256 * 1024);
     let (mut rd, mut wr) = tokio::io::split(theirs);
     let (mut sink, mut stream) = ws.split();

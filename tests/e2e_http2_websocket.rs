@@ -1,0 +1,483 @@
+//! WebSockets over HTTP/2 (RFC 8441) with the `h2` crate as the client, through the proxy's
+//! TLS listener into the simulated SPDY-only cluster: several v5 exec sessions (translated), a
+//! followed log (relayed as an HTTP/1.1 WebSocket upstream) and a port-forward tunnel on ONE
+//! connection; the handshake's edge cases (plain CONNECT, another `:protocol`, a bad
+//! subprotocol or version, the feature turned off); RST_STREAM ending one session only; the
+//! drain's GOAWAY letting running sessions finish; and sessions whose reader or writer stalls
+//! never stalling a sibling on the same connection.
+
+mod common;
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use http::StatusCode;
+use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use tokio_tungstenite::tungstenite::Message;
+
+use common::h2_ws::{H2Connection, H2Ws};
+use common::pki::Ca;
+use common::proxy_process::ProxyProcess;
+use common::ws_client::exec_path;
+
+const T: Duration = Duration::from_secs(60);
+const V5: &str = "v5.channel.k8s.io";
+
+/// The simulated cluster and the proxy over TLS in front of it.
+struct Setup {
+    sim: SimCluster,
+    proxy: ProxyProcess,
+    ca: Ca,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(extra: &[&str]) -> Setup {
+    let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("proxy");
+    let (cert, key) = ca.server().write(dir.path(), "serving");
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let mut args = vec![
+        "--upstream",
+        &sim.url(),
+        "--tls-cert-file",
+        &cert,
+        "--tls-private-key-file",
+        &key,
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect::<Vec<_>>();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let proxy = ProxyProcess::launch(&refs, &[]);
+    Setup {
+        sim,
+        proxy,
+        ca,
+        _dir: dir,
+    }
+}
+
+impl Setup {
+    /// An HTTP/2 connection with roomy windows.
+    async fn connect(&self) -> H2Connection {
+        H2Connection::connect(self.proxy.addr, &self.ca.pem, 1 << 20, 16 << 20).await
+    }
+
+    /// The proxy's JSON log lines with `message`, as JSON.
+    fn finished(&self, message: &str) -> Vec<serde_json::Value> {
+        self.proxy
+            .log_lines()
+            .iter()
+            .filter(|l| l.contains(message))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Waits until `n` log lines with `message` are there.
+    async fn wait_finished(&self, message: &str, n: usize) -> Vec<serde_json::Value> {
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let lines = self.finished(message);
+            if lines.len() >= n || tokio::time::Instant::now() > deadline {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A v5 session's stdout, stderr and exit code (from its Status), read to its Close.
+#[derive(Debug, Default, PartialEq)]
+struct Outcome {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit_code: Option<i64>,
+}
+
+async fn read_outcome(ws: &mut H2Ws) -> Outcome {
+    let mut o = Outcome::default();
+    let mut status = Vec::new();
+    while let Some(msg) = tokio::time::timeout(T, ws.next())
+        .await
+        .expect("session output")
+    {
+        match msg {
+            Ok(Message::Binary(data)) => match data.first() {
+                Some(1) => o.stdout.extend_from_slice(&data[1..]),
+                Some(2) => o.stderr.extend_from_slice(&data[1..]),
+                Some(3) => status.extend_from_slice(&data[1..]),
+                _ => {}
+            },
+            Ok(Message::Close(_)) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let status: serde_json::Value = serde_json::from_slice(&status).expect("a v5 Status");
+    o.exit_code = if status["status"] == "Success" {
+        Some(0)
+    } else {
+        status["details"]["causes"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["reason"] == "ExitCode"))
+            .and_then(|c| c["message"].as_str())
+            .and_then(|m| m.parse().ok())
+    };
+    o
+}
+
+async fn stdin(ws: &mut H2Ws, data: &[u8]) {
+    let mut m = vec![0u8];
+    m.extend_from_slice(data);
+    ws.send(Message::Binary(m.into())).await.unwrap();
+}
+
+/// The v5 CLOSE signal for stdin.
+async fn close_stdin(ws: &mut H2Ws) {
+    ws.send(Message::Binary(vec![255u8, 0].into()))
+        .await
+        .unwrap();
+}
+
+/// Reads stdout until it holds `want` (echo checks).
+async fn read_stdout_until(ws: &mut H2Ws, want: &[u8]) {
+    let mut got = Vec::new();
+    while !got.windows(want.len()).any(|w| w == want) {
+        match tokio::time::timeout(T, ws.next()).await.expect("echo") {
+            Some(Ok(Message::Binary(data))) if data.first() == Some(&1) => {
+                got.extend_from_slice(&data[1..])
+            }
+            Some(Ok(_)) => {}
+            other => panic!("session ended before {want:?}: {other:?} after {got:?}"),
+        }
+    }
+}
+
+fn sh(script: &str) -> String {
+    exec_path("web", &["sh", "-c", script], true, true, true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_sessions_log_and_tunnel_share_one_http2_connection() {
+    let s = setup(&[]).await;
+    let conn = s.connect().await;
+    assert!(
+        conn.extended_connect_enabled(),
+        "SETTINGS_ENABLE_CONNECT_PROTOCOL not advertised"
+    );
+    // Three translated execs at once, each with its own stdin, output and exit code.
+    let mut sessions = Vec::new();
+    for n in 0..3 {
+        let path = sh(&format!("cat; echo err{n} >&2; exit {}", n + 2));
+        let (ws, chosen) = conn.websocket(&path, V5).await.expect("v5 over h2");
+        assert_eq!(chosen, V5);
+        sessions.push(ws);
+    }
+    // A followed log (relayed: the cluster's own WebSocket, asked over HTTP/1.1).
+    let (mut log, chosen) = conn
+        .websocket(
+            "/api/v1/namespaces/default/pods/web/log?follow=true",
+            "binary.k8s.io",
+        )
+        .await
+        .expect("log over h2");
+    assert_eq!(chosen, "binary.k8s.io");
+    for (n, ws) in sessions.iter_mut().enumerate() {
+        stdin(ws, format!("hello {n}\n").as_bytes()).await;
+    }
+    let mut lines = String::new();
+    while lines.lines().count() < 12 {
+        match tokio::time::timeout(T, log.next()).await.expect("log") {
+            Some(Ok(Message::Binary(b))) => lines.push_str(&String::from_utf8_lossy(&b)),
+            Some(Ok(_)) => {}
+            other => panic!("log ended: {other:?} after {lines:?}"),
+        }
+    }
+    let want: Vec<String> = (1..=12).map(|n| format!("log line {n}")).collect();
+    assert_eq!(lines.lines().take(12).collect::<Vec<_>>(), want);
+    // A port-forward tunnel (SPDY inside the WebSocket) to an echo service in the pod.
+    let pod = common::pod_server::PodServer::echo().await;
+    let (tunnel, chosen) = conn
+        .websocket(
+            "/api/v1/namespaces/default/pods/web/portforward",
+            "SPDY/3.1+portforward.k8s.io",
+        )
+        .await
+        .expect("tunnel over h2");
+    assert_eq!(chosen, "SPDY/3.1+portforward.k8s.io");
+    {
+        use kube_ws_proxy::spdy::frame::HeaderBlock;
+        use kube_ws_proxy::spdy::proto::{Config, Connection};
+        let spdy = Connection::client(
+            common::ws_client::as_io(tunnel),
+            bytes::Bytes::new(),
+            Config::default(),
+        );
+        let headers = |kind: &str| {
+            let mut hb = HeaderBlock::new();
+            hb.push("streamtype", kind);
+            hb.push("port", pod.port.to_string());
+            hb.push("requestid", "0");
+            hb
+        };
+        let _error = spdy.open_stream(headers("error")).await.unwrap();
+        let (mut tx, mut rx) = spdy.open_stream(headers("data")).await.unwrap().split();
+        tx.send(bytes::Bytes::from(vec![7u8; 100_000]))
+            .await
+            .unwrap();
+        tx.finish().await.unwrap();
+        let mut echoed = 0;
+        while let Some(chunk) = rx.recv().await {
+            echoed += chunk.unwrap().len();
+        }
+        assert_eq!(echoed, 100_000);
+        spdy.close().await;
+    }
+    for (n, ws) in sessions.iter_mut().enumerate() {
+        close_stdin(ws).await;
+        let o = read_outcome(ws).await;
+        assert_eq!(String::from_utf8_lossy(&o.stdout), format!("hello {n}\n"));
+        assert_eq!(String::from_utf8_lossy(&o.stderr), format!("err{n}\n"));
+        assert_eq!(o.exit_code, Some(n as i64 + 2));
+    }
+    log.close(None).await.unwrap();
+    drop(log);
+
+    // The proxy saw them all as HTTP/2 sessions of one connection.
+    let execs = s.wait_finished("exec session finished", 3).await;
+    let relays = s.wait_finished("relayed upgrade finished", 1).await;
+    assert_eq!(execs.len(), 3, "{execs:?}");
+    let tunnels = s.wait_finished("port-forward tunnel finished", 1).await;
+    assert_eq!(relays.len(), 1, "{relays:?}");
+    assert_eq!(tunnels.len(), 1, "{tunnels:?}");
+    let all: Vec<_> = execs.iter().chain(&relays).chain(&tunnels).collect();
+    for l in &all {
+        assert_eq!(l["fields"]["http_version"], "2", "{l}");
+    }
+    let connection = &all[0]["fields"]["connection"];
+    assert!(
+        all.iter().all(|l| &l["fields"]["connection"] == connection),
+        "{all:?}"
+    );
+    let metrics = s.proxy.metrics();
+    assert!(
+        metrics.contains(r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 5"#),
+        "{metrics}"
+    );
+    // Upstream, the relayed log was an ordinary HTTP/1.1 WebSocket upgrade.
+    let upstream_log = s
+        .sim
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/log"))
+        .expect("log request upstream");
+    assert_eq!(upstream_log.header("upgrade"), Some("websocket"));
+    assert!(upstream_log.header("sec-websocket-key").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshake_edge_cases_are_refused_clearly() {
+    let s = setup(&[]).await;
+    let conn = s.connect().await;
+
+    // A plain CONNECT (no :protocol) asks for a tunnel: 405, saying what is served.
+    let (resp, _send) = conn.connect_stream("", None, &[]).await.expect("an answer");
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let body = common::h2_ws::read_body(resp.into_body()).await;
+    assert!(body.contains(":protocol websocket"), "{body}");
+
+    // Another :protocol.
+    let (resp, _send) = conn
+        .connect_stream(
+            &sh("true"),
+            Some("webtransport"),
+            &[("sec-websocket-version", "13")],
+        )
+        .await
+        .expect("an answer");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+
+    // A bearer subprotocol entry offered alone, as on HTTP/1.1.
+    let err = conn
+        .websocket(&sh("true"), "base64url.bearer.authorization.k8s.io.dG9rZW4")
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(err.status, StatusCode::BAD_REQUEST, "{}", err.body);
+    assert!(err.body.contains("bearer"), "{}", err.body);
+
+    // Sec-WebSocket-Version other than 13.
+    let (resp, _send) = conn
+        .connect_stream(
+            &sh("true"),
+            Some("websocket"),
+            &[
+                ("sec-websocket-version", "8"),
+                ("sec-websocket-protocol", V5),
+            ],
+        )
+        .await
+        .expect("an answer");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+
+    // The connection is fine after all that: a session still works.
+    let (mut ws, _) = conn.websocket(&sh("cat"), V5).await.expect("v5");
+    stdin(&mut ws, b"still fine\n").await;
+    close_stdin(&mut ws).await;
+    let o = read_outcome(&mut ws).await;
+    assert_eq!(o.stdout, b"still fine\n");
+    assert_eq!(o.exit_code, Some(0));
+    // Refused before admission: the plain CONNECT, the other :protocol and the bearer entry
+    // alone; the version is checked by the handler after admission, as on HTTP/1.1.
+    let metrics = s.proxy.metrics();
+    assert!(
+        metrics.contains(r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turned_off_the_proxy_does_not_advertise_it() {
+    let s = setup(&["--http2-websockets=false"]).await;
+    let conn = s.connect().await;
+    assert!(!conn.extended_connect_enabled());
+    // h2 itself refuses to send a :protocol the server did not allow.
+    assert!(conn
+        .connect_stream(&sh("true"), Some("websocket"), &[])
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rst_stream_ends_only_that_session() {
+    let s = setup(&[]).await;
+    let conn = s.connect().await;
+    let (mut a, _) = conn.websocket(&sh("cat"), V5).await.unwrap();
+    let (mut b, _) = conn.websocket(&sh("cat"), V5).await.unwrap();
+    stdin(&mut a, b"a1\n").await;
+    read_stdout_until(&mut a, b"a1\n").await;
+    stdin(&mut b, b"b1\n").await;
+    read_stdout_until(&mut b, b"b1\n").await;
+
+    a.get_mut().reset(h2::Reason::CANCEL);
+    // The proxy ends A's session (its upstream side too) ...
+    let ended = s.wait_finished("exec session finished", 1).await;
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0]["fields"]["http_version"], "2");
+    // ... while B goes on to a normal end.
+    stdin(&mut b, b"b2\n").await;
+    read_stdout_until(&mut b, b"b2\n").await;
+    close_stdin(&mut b).await;
+    let o = read_outcome(&mut b).await;
+    assert_eq!(o.exit_code, Some(0));
+    let ended = s.wait_finished("exec session finished", 2).await;
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert!(!conn.driver.is_finished(), "the connection must survive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_sends_goaway_and_running_sessions_finish() {
+    let mut s = setup(&["--drain-timeout", "30s"]).await;
+    let conn = s.connect().await;
+    let (mut a, _) = conn.websocket(&sh("cat; exit 4"), V5).await.unwrap();
+    stdin(&mut a, b"before\n").await;
+    read_stdout_until(&mut a, b"before\n").await;
+
+    s.proxy.terminate();
+    s.proxy
+        .wait_for_log("draining", T)
+        .expect("the proxy drains");
+    // No new session on this connection any more (GOAWAY, or refused while draining).
+    let mut refused = false;
+    for _ in 0..100 {
+        match conn.websocket(&sh("true"), V5).await {
+            Err(e) => {
+                assert_ne!(e.status, StatusCode::OK);
+                refused = true;
+                break;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    assert!(refused, "a new session was accepted while draining");
+    // The running one finishes normally, after the GOAWAY.
+    stdin(&mut a, b"after\n").await;
+    close_stdin(&mut a).await;
+    let o = read_outcome(&mut a).await;
+    assert_eq!(o.stdout, b"after\n");
+    assert_eq!(o.exit_code, Some(4));
+    assert_eq!(s.proxy.wait_exit(T), Some(0), "drained and exited");
+}
+
+/// Session A's client stops reading (its stream window closes) and session C's upstream stops
+/// reading (the proxy stops reading C's stream); siblings B and D on the same connection still
+/// move megabytes both ways to completion, and A then completes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_sessions_do_not_stall_their_siblings() {
+    let s = setup(&[]).await;
+    // Small stream windows on our side, a connection window with room for all.
+    let conn = H2Connection::connect(s.proxy.addr, &s.ca.pem, 64 * 1024, 16 << 20).await;
+    const A_BYTES: usize = 8_000_000;
+    const B_BYTES: usize = 4_000_000;
+    const D_BYTES: usize = 4_000_000;
+    let (mut a, _) = conn
+        .websocket(&sh(&format!("head -c {A_BYTES} /dev/zero")), V5)
+        .await
+        .unwrap();
+    // C never reads its stdin; we push more into it than any buffer on the way holds (the
+    // loopback sockets to the cluster take several MiB).
+    let (c, _) = conn.websocket(&sh("sleep 600"), V5).await.unwrap();
+    let (mut c_sink, _c_stream) = c.split();
+    let c_writer = tokio::spawn(async move {
+        let chunk = vec![0u8; 64 * 1024];
+        for _ in 0..1024 {
+            let mut m = vec![0u8];
+            m.extend_from_slice(&chunk);
+            if c_sink.send(Message::Binary(m.into())).await.is_err() {
+                break;
+            }
+        }
+    });
+    // Let A's window and C's pipeline fill.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Bounded, so that a stalled sibling fails the test instead of hanging it.
+    let siblings = async {
+        let (mut b, _) = conn
+            .websocket(&sh(&format!("head -c {B_BYTES} /dev/zero")), V5)
+            .await
+            .unwrap();
+        let ob = read_outcome(&mut b).await;
+        let (mut d, _) = conn.websocket(&sh("wc -c"), V5).await.unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        let mut sent = 0;
+        while sent < D_BYTES {
+            let n = chunk.len().min(D_BYTES - sent);
+            stdin(&mut d, &chunk[..n]).await;
+            sent += n;
+        }
+        close_stdin(&mut d).await;
+        (ob, read_outcome(&mut d).await)
+    };
+    let (ob, od) = tokio::time::timeout(T, siblings)
+        .await
+        .expect("a sibling of the stalled sessions stalled");
+    assert_eq!(ob.stdout.len(), B_BYTES);
+    assert_eq!(ob.exit_code, Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&od.stdout).trim(),
+        D_BYTES.to_string()
+    );
+    assert_eq!(od.exit_code, Some(0));
+    assert!(
+        !c_writer.is_finished(),
+        "C's upstream should still be stalled"
+    );
+
+    // A was only paused: reading it now yields everything.
+    let oa = read_outcome(&mut a).await;
+    assert_eq!(oa.stdout.len(), A_BYTES);
+    assert_eq!(oa.exit_code, Some(0));
+    c_writer.abort();
+}
