@@ -69,6 +69,7 @@ impl ClientStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const SUCCESS_JSON: &[u8] = br#"{"metadata":{},"status":"Success"}"#;
     const EXIT_3: &[u8] = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: command terminated with exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
@@ -136,5 +137,16 @@ mod tests {
             Bytes::from(s.status.to_json_bytes())
         );
         assert_eq!(s.error_stream_payload(UpstreamVersion::V3).unwrap(), "idle");
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_give_a_status_for_every_version(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let s = ClientStatus::from_upstream(&bytes);
+            prop_assert!(s.error_stream_payload(UpstreamVersion::V4).is_some());
+            for v in [UpstreamVersion::V1, UpstreamVersion::V2, UpstreamVersion::V3] {
+                prop_assert_eq!(s.error_stream_payload(v).is_none(), s.status.status == SUCCESS);
+            }
+        }
     }
 }
