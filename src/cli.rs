@@ -332,6 +332,10 @@ pub struct DemoArgs {
     /// Where to write the demo kubeconfig.
     #[arg(long, default_value = "kube-ws-proxy-demo.kubeconfig")]
     pub kubeconfig: PathBuf,
+    /// Streaming protocols of the simulated cluster: `spdy-only`, `new`, `websocket-only`
+    /// (see `sim-cluster --streaming`).
+    #[arg(long, default_value = "spdy-only")]
+    pub sim_streaming: crate::sim::SimStreaming,
 }
 
 /// Flags of `sim-cluster`. Authentication flags are named like kube-apiserver's; with any of
@@ -376,6 +380,11 @@ pub struct SimArgs {
     /// Prefixes of headers carrying extra attributes behind a front proxy (comma list).
     #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
     pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Which streaming protocols the cluster speaks: `spdy-only` (an old cluster), `new` (a
+    /// 1.31+ API server that also serves v5 exec/attach and the port-forward tunnel itself) or
+    /// `websocket-only` (`new` behind a path that answers SPDY upgrades with 400).
+    #[arg(long, default_value = "spdy-only")]
+    pub streaming: crate::sim::SimStreaming,
 }
 
 /// How log lines are written.
