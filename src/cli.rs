@@ -193,6 +193,12 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_STREAM_IDLE_TIMEOUT", default_value = "4h", value_parser = parse_duration)]
     pub stream_idle_timeout: Duration,
 
+    /// Interim switch until `--upstream-streaming websocket` sets it: the upstream takes
+    /// WebSockets only, so SPDY clients' exec, attach and port-forward are translated to
+    /// WebSocket instead of relayed.
+    #[arg(long, hide = true)]
+    pub upstream_websocket_only: bool,
+
     /// Write an audit event (a JSON line) when each streaming session starts and ends: exec,
     /// attach, cp, port-forward and followed logs, on every path. A file path, or `-` for
     /// stdout. Off by default.
