@@ -338,3 +338,74 @@ async fn kubectl_1_28_against_a_spdy_only_cluster_is_still_relayed() {
         }
     )));
 }
+
+/// The reverse path is audited and recorded like the others: the ended events name it
+/// (`reverse_translated`), carry the exit code and the port-forward's connections, and the
+/// recording holds what kubectl printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_28_sessions_are_audited_and_recorded() {
+    let Some(k) = require_kubectl("1.28") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
+    let records = dir.path().join("recordings");
+    std::fs::create_dir(&records).unwrap();
+    let h = Harness::start_with(
+        SimConfig {
+            streaming: SimStreaming::WebSocketOnly,
+            ..SimConfig::default()
+        },
+        &[
+            "--upstream-websocket-only",
+            "--audit-log",
+            audit.to_str().unwrap(),
+            "--record",
+            "best-effort",
+            "--record-dir",
+            records.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let mut c = spdy_kubectl(&h, &k);
+    c.args([
+        "exec",
+        "audited",
+        "--",
+        "sh",
+        "-c",
+        "echo hi-reverse; exit 3",
+    ]);
+    let o = run(c, None, T).await;
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let ended = common::replay::ended_event(&audit, "audited", "reverse_translated").await;
+    assert_eq!(ended["exit_code"], 3, "{ended}");
+    assert_eq!(ended["outcome"], "non_zero_exit", "{ended}");
+    let recording = std::fs::read_dir(&records)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .find(|r| r.contains("hi-reverse"));
+    assert!(recording.is_some(), "no recording holds the output");
+
+    let pod = PodServer::echo().await;
+    let (mut child, local) = port_forward(&h, &k, pod.port).await;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", local))
+        .await
+        .unwrap();
+    s.write_all(b"echo through the reverse tunnel")
+        .await
+        .unwrap();
+    let mut back = [0u8; 31];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"echo through the reverse tunnel");
+    drop(s);
+    // The connection is listed once kubectl's session ends.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = child.kill().await;
+    let ended = common::replay::ended_event(&audit, "web", "reverse_translated").await;
+    assert_eq!(ended["verb"], "portforward", "{ended}");
+    let connections = ended["connections"].as_array().expect("connections");
+    assert_eq!(connections.len(), 1, "{ended}");
+    assert_eq!(connections[0]["port"], pod.port, "{ended}");
+    assert_eq!(connections[0]["bytes_in"], 31, "{ended}");
+}
