@@ -18,6 +18,8 @@ use super::upstream::{Upstream, UpstreamError};
 /// The upstream's side of a WebSocket the proxy dialled.
 pub type UpstreamSocket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
+/// The upstream socket's read buffer.
+const READ_BUFFER: usize = 16 * 1024;
 /// Largest refusal body kept for the client.
 const MAX_REFUSAL_BODY: usize = 64 * 1024;
 
@@ -177,7 +179,10 @@ pub async fn dial_websocket(
         Ok(upgraded) => upgraded?,
         Err(_) => return Err(WebSocketDialError::Timeout(timeout)),
     };
+    // tungstenite allocates its read buffer up front (128 KiB by default): an idle session
+    // should not hold that; reads of a busy one still take 16 KiB at a time.
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
         .max_message_size(Some(max_message))
         .max_frame_size(Some(max_message));
     let socket =
