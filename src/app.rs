@@ -195,6 +195,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         timeout: nonzero(args.client_ping_timeout),
     });
     state.stream_idle_timeout = nonzero(args.stream_idle_timeout);
+    state.upstream_websocket_only = args.upstream_websocket_only;
     state.tcp_keepalive = nonzero(args.tcp_keepalive);
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
     state.sessions = crate::proxy::sessions::Sessions::new(args.max_sessions);

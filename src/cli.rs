@@ -193,6 +193,12 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_STREAM_IDLE_TIMEOUT", default_value = "4h", value_parser = parse_duration)]
     pub stream_idle_timeout: Duration,
 
+    /// Interim switch until `--upstream-streaming websocket` sets it: the upstream takes
+    /// WebSockets only, so SPDY clients' exec, attach and port-forward are translated to
+    /// WebSocket instead of relayed.
+    #[arg(long, hide = true)]
+    pub upstream_websocket_only: bool,
+
     /// Write an audit event (a JSON line) when each streaming session starts and ends: exec,
     /// attach, cp, port-forward and followed logs, on every path. A file path, or `-` for
     /// stdout. Off by default.
@@ -346,6 +352,10 @@ pub struct DemoArgs {
     /// Where to write the demo kubeconfig.
     #[arg(long, default_value = "kube-ws-proxy-demo.kubeconfig")]
     pub kubeconfig: PathBuf,
+    /// Streaming protocols of the simulated cluster: `spdy-only`, `new`, `websocket-only`
+    /// (see `sim-cluster --streaming`).
+    #[arg(long, default_value = "spdy-only")]
+    pub sim_streaming: crate::sim::SimStreaming,
 }
 
 /// Flags of `sim-cluster`. Authentication flags are named like kube-apiserver's; with any of
@@ -390,6 +400,11 @@ pub struct SimArgs {
     /// Prefixes of headers carrying extra attributes behind a front proxy (comma list).
     #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
     pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Which streaming protocols the cluster speaks: `spdy-only` (an old cluster), `new` (a
+    /// 1.31+ API server that also serves v5 exec/attach and the port-forward tunnel itself) or
+    /// `websocket-only` (`new` behind a path that answers SPDY upgrades with 400).
+    #[arg(long, default_value = "spdy-only")]
+    pub streaming: crate::sim::SimStreaming,
 }
 
 /// How log lines are written.

@@ -25,7 +25,11 @@ pub fn kubeconfig(server: &str, token: Option<&str>) -> String {
 
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
-    let sim = SimCluster::start(SimConfig::default()).await?;
+    let sim = SimCluster::start(SimConfig {
+        streaming: args.sim_streaming,
+        ..SimConfig::default()
+    })
+    .await?;
     // Parsed like the command line, so every flag keeps its documented default.
     let serve = crate::cli::Cli::try_parse_from([
         "kube-ws-proxy".to_owned(),
@@ -40,7 +44,7 @@ pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
     write_kubeconfig(&args.kubeconfig, &kubeconfig(&server, None))?;
     let k = args.kubeconfig.display();
     println!(
-        "\nSimulated SPDY-only cluster: {sim_url}\nkube-ws-proxy in front of it: {server} (admin {admin})\n\
+        "\nSimulated cluster ({streaming}): {sim_url}\nkube-ws-proxy in front of it: {server} (admin {admin})\n\
          Kubeconfig written to {k}\n\nTry (kubectl 1.31+ speaks WebSocket and is translated to SPDY):\n\
          \x20 kubectl --kubeconfig {k} get pods demo\n\
          \x20 kubectl --kubeconfig {k} exec demo -- sh -c 'echo hello from the pod; uname -a'\n\
@@ -50,6 +54,7 @@ pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
          \x20 kubectl --kubeconfig {k} port-forward pod/demo 9000:<a local port with a server>\n\
          \nPress Ctrl-C to stop.",
         sim_url = sim.url(),
+        streaming = args.sim_streaming,
         admin = proxy.admin_addr,
     );
     crate::app::wait_for_signal().await;
@@ -100,6 +105,7 @@ pub fn sim_config(args: SimArgs) -> Result<SimConfig, SimFileError> {
         users: args.token_users,
         impersonators: args.impersonators,
         front_proxy,
+        streaming: args.streaming,
         ..SimConfig::default()
     })
 }
@@ -107,7 +113,11 @@ pub fn sim_config(args: SimArgs) -> Result<SimConfig, SimFileError> {
 /// Runs only the simulated cluster until Ctrl-C.
 pub async fn run_sim(args: SimArgs) -> Result<(), BoxError> {
     let sim = SimCluster::start(sim_config(args)?).await?;
-    println!("simulated SPDY-only cluster listening on {}", sim.url());
+    println!(
+        "simulated cluster ({}) listening on {}",
+        sim.streaming(),
+        sim.url()
+    );
     crate::app::wait_for_signal().await;
     sim.shutdown().await;
     Ok(())

@@ -30,6 +30,9 @@ pub enum ProtocolPath {
     RelayWebsocket,
     /// A plain streaming request (`kubectl logs -f`).
     Http,
+    /// SPDY from the client (kubectl ≤ 1.30), a WebSocket upstream: exec/attach translated to
+    /// `v5.channel.k8s.io`, port-forward carried in the `SPDY/3.1+portforward.k8s.io` tunnel.
+    ReverseTranslated,
 }
 
 /// Where the event's user and groups come from.

@@ -36,7 +36,7 @@ use super::sessions::{next_session_id, Refusal};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
-use super::{exec_handler, tunnel_handler};
+use super::{exec_handler, reverse_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
 use crate::translate::exec_options::Subresource;
 use crate::translate::subprotocol::BearerToken;
@@ -335,6 +335,11 @@ async fn route_authenticated(
         }
         Session::Tunnel(protocols) => {
             tunnel_handler::handle(state.clone(), req, peer, caller, protocols, slot).await
+        }
+        Session::Relay(RelayKind::Spdy)
+            if reverse_handler::wants_reverse(&state, req.parts.uri.path()) =>
+        {
+            reverse_handler::handle(state.clone(), req, peer, caller, slot).await
         }
         Session::Relay(kind) => relay(&state, req, peer, kind, slot, &caller).await,
     })

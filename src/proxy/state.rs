@@ -62,6 +62,9 @@ pub struct ProxyState {
     pub recordings: Option<Arc<Recordings>>,
     /// Passthrough callers' identities, for audit events.
     pub self_reviews: SelfSubjectReviews,
+    /// The upstream takes WebSockets only (it refuses SPDY): SPDY clients' exec, attach and
+    /// port-forward are translated to WebSocket instead of relayed.
+    pub upstream_websocket_only: bool,
 }
 
 impl ProxyState {
@@ -94,6 +97,7 @@ impl ProxyState {
             audit: None,
             recordings: None,
             self_reviews: SelfSubjectReviews::default(),
+            upstream_websocket_only: false,
         }
     }
 }

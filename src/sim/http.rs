@@ -22,7 +22,7 @@ use super::peer_cert::PeerCert;
 use super::query::Query;
 use super::response::{bad_request, full, json_response, status_response, text_response, Body};
 use super::status::Status;
-use super::{logs, portforward, reviews, spdy, websocket, Inner, SeenRequest, SessionKind};
+use super::{logs, portforward, reviews, spdy, tunnel, websocket, Inner, SeenRequest, SessionKind};
 
 fn not_found() -> Response<Body> {
     status_response(
@@ -243,6 +243,13 @@ async fn handle(
         authenticated_user: authn.map(|a| a.identity),
         impersonated,
     });
+    if !inner.config.streaming.accepts_spdy() && spdy::wants_spdy(req.headers()) {
+        // What a gateway that dropped SPDY answers, before the API server sees the request.
+        return text_response(
+            StatusCode::BAD_REQUEST,
+            "SPDY upgrades are not allowed on this path; use WebSocket",
+        );
+    }
     let user = match effective {
         Ok(e) => e.user,
         Err(refusal) => return refusal,
@@ -420,7 +427,15 @@ async fn subresource(
             403,
         );
     }
-    if pod.starts_with("error500-") {
+    // A new API server serves these itself (translator, tunnel); everything else goes to the
+    // kubelet's own handlers.
+    let native =
+        inner.config.streaming.accepts_websocket_streaming() && is_websocket_upgrade(req.headers());
+    let translated = native && sub != "portforward" && websocket::offers_v5(req.headers());
+    let tunnelled = native && sub == "portforward" && tunnel::offers_tunnel(req.headers());
+    // The translator accepts the WebSocket before it dials the kubelet, so a kubelet error
+    // comes inside the WebSocket (below); everywhere else it is the HTTP answer.
+    if pod.starts_with("error500-") && !translated {
         return text_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             "container runtime is not responding",
@@ -467,6 +482,12 @@ async fn subresource(
                 "you must specify at least 1 of stdin, stdout, stderr",
             );
         }
+        if translated && pod.starts_with("error500-") {
+            let status = Status::internal_error(
+                "unable to upgrade connection: container runtime is not responding",
+            );
+            return websocket::exec_refused(inner, req, target, status).await;
+        }
         if is_websocket_upgrade(req.headers()) {
             return websocket::exec(inner, kill, req, target).await;
         }
@@ -477,6 +498,9 @@ async fn subresource(
     }
 
     // portforward
+    if tunnelled {
+        return portforward::tunnel(inner, kill, req, ns, pod);
+    }
     if is_websocket_upgrade(req.headers()) {
         return portforward::websocket(inner, kill, req, &query, ns, pod).await;
     }

@@ -36,16 +36,19 @@ const WS_PROTOCOLS: [Protocol; 3] = [
         name: "",
         framing: Framing::Binary,
         v4: false,
+        close_signal: false,
     },
     Protocol {
         name: "binary.k8s.io",
         framing: Framing::Binary,
         v4: false,
+        close_signal: false,
     },
     Protocol {
         name: "base64.binary.k8s.io",
         framing: Framing::Base64,
         v4: false,
+        close_signal: false,
     },
 ];
 

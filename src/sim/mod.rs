@@ -1,6 +1,24 @@
-//! A simulated **SPDY-only Kubernetes cluster** on loopback: what an old (1.28-era) API server
-//! plus kubelet look like to kubectl and to the proxy. Used by integration tests and by
-//! `kube-ws-proxy demo`.
+//! A simulated **Kubernetes cluster** on loopback: by default what an old (1.28-era) SPDY-only
+//! API server plus kubelet look like to kubectl and to the proxy; with
+//! [`SimConfig::streaming`] a 1.31+ API server that serves v5 and the port-forward tunnel
+//! itself ([`SimStreaming::New`]), or that behind a path that refuses SPDY
+//! ([`SimStreaming::WebSocketOnly`]). Used by integration tests and by `kube-ws-proxy demo`.
+//!
+//! # Streaming modes ([`SimStreaming`])
+//!
+//! * `SpdyOnly` (default): as described below; v5 and tunnel offers are refused the way an old
+//!   cluster refuses them (bare 403 from the kubelet's WebSocket handshake; 400
+//!   `query parameter "port" is required` from its legacy port-forward handler).
+//! * `New`: additionally, a WebSocket exec/attach offering `v5.channel.k8s.io` is served as
+//!   kube-apiserver's translator serves it: v5 chosen wherever it is in the offer, ready
+//!   message, stdin/stdout/stderr/resize channels, the CLOSE signal `FF 00` ends the process's
+//!   stdin (`FF 04` ends resizing, a malformed one ends the session), JSON Status on channel 3,
+//!   Close 1000; a kubelet error (`error500-*`) comes inside the WebSocket as an InternalError
+//!   Status. A port-forward WebSocket offering `SPDY/3.1+portforward.k8s.io` is the tunnel:
+//!   accepted with that subprotocol, then the same SPDY port-forward server runs over the
+//!   messages' bytes. [`SimEvent::SessionStarted`] names the protocol each session used.
+//! * `WebSocketOnly`: `New`, but every `Upgrade: SPDY/3.1` request is answered
+//!   `400 Bad Request` (text/plain) before authentication, as a gateway that drops SPDY does.
 //!
 //! # What it serves
 //!
@@ -17,8 +35,9 @@
 //!   RBAC here).
 //! * `pods/{pod}/exec` and `/attach` over **SPDY/3.1** (versions v4, v3, v2, v1 — never v5) and
 //!   over the **legacy WebSocket** protocols an old kubelet serves (`v4.channel.k8s.io`,
-//!   `v4.base64.channel.k8s.io`, `channel.k8s.io`, `base64.channel.k8s.io`, none). `v5` and
-//!   `SPDY/3.1+…` WebSocket offers get a bare 403, so kubectl ≥ 1.29 falls back to SPDY.
+//!   `v4.base64.channel.k8s.io`, `channel.k8s.io`, `base64.channel.k8s.io`, none). In the
+//!   default `SpdyOnly` mode `v5` and `SPDY/3.1+…` WebSocket offers get a bare 403, so
+//!   kubectl ≥ 1.29 falls back to SPDY.
 //!   Exec runs the command as a **real local process** in a per-pod scratch directory
 //!   (`<scratch>/<namespace>/<pod>`; relative paths in `kubectl cp` land there, absolute paths
 //!   are the host's). `tty=true` uses a pseudo-terminal that follows resize events.
@@ -86,8 +105,10 @@ mod response;
 mod reviews;
 mod spdy;
 mod status;
+mod streaming;
 mod subprotocols;
 mod tls;
+mod tunnel;
 mod websocket;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -109,6 +130,7 @@ pub use identity::{
     REQUIRED_TOKEN_USER, UNAUTHENTICATED_GROUP,
 };
 pub use objects::{CONTAINERS, NODE_NAME};
+pub use streaming::{SimStreaming, SimStreamingParseError};
 pub use tls::{SimTls, SimTlsError};
 
 /// How many requests and events are kept for inspection (oldest dropped first).
@@ -133,6 +155,8 @@ pub struct SimConfig {
     pub impersonators: Vec<String>,
     /// Request-header (front-proxy) authentication; needs `tls`. Turns authentication on.
     pub front_proxy: Option<SimFrontProxy>,
+    /// Which streaming protocols the cluster speaks (default: an old SPDY-only cluster).
+    pub streaming: SimStreaming,
 }
 
 impl Default for SimConfig {
@@ -145,6 +169,7 @@ impl Default for SimConfig {
             users: Vec::new(),
             impersonators: Vec::new(),
             front_proxy: None,
+            streaming: SimStreaming::SpdyOnly,
         }
     }
 }
@@ -226,7 +251,9 @@ pub enum SimEvent {
         session: u64,
         kind: SessionKind,
         transport: Transport,
-        /// Negotiated protocol (`v4.channel.k8s.io`, `portforward.k8s.io`, `""` for none).
+        /// Negotiated protocol: the SPDY `X-Stream-Protocol-Version` (`v4.channel.k8s.io`,
+        /// `portforward.k8s.io`) or the WebSocket subprotocol (`v5.channel.k8s.io`,
+        /// `SPDY/3.1+portforward.k8s.io`, `v4.channel.k8s.io`, `""` for none).
         protocol: String,
         namespace: String,
         pod: String,
@@ -440,7 +467,7 @@ impl SimCluster {
             attach: Mutex::new(HashMap::new()),
         });
         let accept = tokio::spawn(http::accept_loop(inner.clone(), listener));
-        tracing::info!(%addr, scratch = %inner.scratch.display(), "simulated SPDY-only cluster listening");
+        tracing::info!(%addr, scratch = %inner.scratch.display(), streaming = %inner.config.streaming, "simulated cluster listening");
         Ok(SimCluster {
             inner,
             accept: Some(accept),
@@ -461,6 +488,11 @@ impl SimCluster {
             "http"
         };
         format!("{scheme}://{}", self.inner.addr)
+    }
+
+    /// Which streaming protocols this cluster speaks.
+    pub fn streaming(&self) -> SimStreaming {
+        self.inner.config.streaming
     }
 
     /// How many TokenReviews were answered so far.

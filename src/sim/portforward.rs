@@ -34,16 +34,19 @@ const WS_PROTOCOLS: [Protocol; 3] = [
         name: "",
         framing: Framing::Binary,
         v4: true,
+        close_signal: false,
     },
     Protocol {
         name: "v4.channel.k8s.io",
         framing: Framing::Binary,
         v4: true,
+        close_signal: false,
     },
     Protocol {
         name: "v4.base64.channel.k8s.io",
         framing: Framing::Base64,
         v4: true,
+        close_signal: false,
     },
 ];
 
@@ -147,6 +150,58 @@ pub(crate) fn spdy(
         });
     });
     spdy_server::switching_protocols(&version)
+}
+
+/// Handles a tunnel request (`SPDY/3.1+portforward.k8s.io` over WebSocket) on a cluster that
+/// serves it: the same SPDY server as [`spdy`], over the WebSocket's bytes.
+pub(crate) fn tunnel(
+    inner: Arc<Inner>,
+    kill: KillSwitch,
+    mut req: Request<Incoming>,
+    ns: &str,
+    pod: &str,
+) -> Response<Body> {
+    let (resp, protocol) =
+        match websocket::handshake(&req, std::slice::from_ref(&super::tunnel::TUNNEL)) {
+            Ok(ok) => ok,
+            Err(refusal) => return refusal,
+        };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let session = inner.next_session();
+    let (ns, pod) = (ns.to_string(), pod.to_string());
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "WebSocket upgrade failed");
+                return;
+            }
+        };
+        inner.event(SimEvent::SessionStarted {
+            session,
+            kind: SessionKind::PortForward,
+            transport: Transport::WebSocket,
+            protocol: protocol.name.to_string(),
+            namespace: ns,
+            pod: pod.clone(),
+        });
+        let ctx = PfContext {
+            cancel: inner.shutdown.child_token(),
+            inner: inner.clone(),
+            session,
+            dying: pod.starts_with("dying-"),
+            pod,
+            kill,
+        };
+        let io = super::tunnel::bridge(websocket::accept(upgraded).await);
+        let reason = spdy_session(&ctx, io).await;
+        ctx.cancel.cancel();
+        inner.event(SimEvent::SessionEnded {
+            session,
+            reason: reason.to_string(),
+        });
+    });
+    resp
 }
 
 /// A request's streams while they arrive.

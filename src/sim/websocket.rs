@@ -24,6 +24,7 @@ use super::exec::{self, ExecIo, Target, CHANNEL_DEPTH};
 use super::kill::KillSwitch;
 use super::resize::SizeDecoder;
 use super::response::{bare, empty, Body};
+use super::status::Status;
 use super::subprotocols::{offered_subprotocols, BEARER_PROTOCOL_PREFIX};
 use super::{Inner, SimEvent, Transport};
 
@@ -44,40 +45,60 @@ pub(crate) enum Framing {
     Base64,
 }
 
-/// One supported subprotocol: its name (`""` = none offered), framing, and whether the status
-/// is JSON (v4) rather than text-on-failure (v1).
+/// One supported subprotocol: its name (`""` = none offered), framing, whether the status
+/// is JSON (v4, v5) rather than text-on-failure (v1), and whether the client may half-close a
+/// channel with the v5 CLOSE signal (channel 255).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Protocol {
     pub name: &'static str,
     pub framing: Framing,
     pub v4: bool,
+    pub close_signal: bool,
 }
+
+/// v5 as kube-apiserver's translator serves it: v4 plus the CLOSE signal, binary only.
+pub(crate) const V5: Protocol = Protocol {
+    name: super::streaming::V5_PROTOCOL,
+    framing: Framing::Binary,
+    v4: true,
+    close_signal: true,
+};
+
+/// The v5 CLOSE signal's channel byte (PROTOCOL.md §1.4).
+const CLOSE_SIGNAL: u8 = 255;
+/// Channels of an exec/attach session (stdin, stdout, stderr, error, resize).
+const EXEC_CHANNELS: u8 = 5;
 
 pub(crate) const EXEC_PROTOCOLS: [Protocol; 5] = [
     Protocol {
         name: "",
         framing: Framing::Binary,
         v4: false,
+        close_signal: false,
     },
     Protocol {
         name: "channel.k8s.io",
         framing: Framing::Binary,
         v4: false,
+        close_signal: false,
     },
     Protocol {
         name: "base64.channel.k8s.io",
         framing: Framing::Base64,
         v4: false,
+        close_signal: false,
     },
     Protocol {
         name: "v4.channel.k8s.io",
         framing: Framing::Binary,
         v4: true,
+        close_signal: false,
     },
     Protocol {
         name: "v4.base64.channel.k8s.io",
         framing: Framing::Base64,
         v4: true,
+        close_signal: false,
     },
 ];
 
@@ -247,6 +268,35 @@ pub(crate) async fn finish(writer: JoinHandle<bool>, reader: JoinHandle<()>) {
     }
 }
 
+/// Whether the client offers `v5.channel.k8s.io` (the bearer entry aside): a new API server
+/// routes such a request to its translator, which accepts nothing else.
+pub(crate) fn offers_v5(headers: &http::HeaderMap) -> bool {
+    offered_subprotocols(headers)
+        .iter()
+        .any(|p| p == super::streaming::V5_PROTOCOL)
+}
+
+/// The protocols a WebSocket exec/attach request is served with: v5 alone when the cluster
+/// translates and the client offers it, else the kubelet's legacy set.
+fn exec_protocols(inner: &Inner, req: &Request<Incoming>) -> &'static [Protocol] {
+    if inner.config.streaming.accepts_websocket_streaming() && offers_v5(req.headers()) {
+        std::slice::from_ref(&V5)
+    } else {
+        &EXEC_PROTOCOLS
+    }
+}
+
+/// The lowest channel the server writes to, where the ready message goes.
+fn ready_channel(target: &Target) -> u8 {
+    if target.stdout {
+        1
+    } else if target.stderr {
+        2
+    } else {
+        3
+    }
+}
+
 /// Handles a WebSocket exec/attach request: handshake now, session in the background.
 pub(crate) async fn exec(
     inner: Arc<Inner>,
@@ -254,7 +304,7 @@ pub(crate) async fn exec(
     mut req: Request<Incoming>,
     target: Target,
 ) -> Response<Body> {
-    let (resp, protocol) = match handshake(&req, &EXEC_PROTOCOLS) {
+    let (resp, protocol) = match handshake(&req, exec_protocols(&inner, &req)) {
         Ok(ok) => ok,
         Err(refusal) => return refusal,
     };
@@ -286,6 +336,54 @@ pub(crate) async fn exec(
     resp
 }
 
+/// A v5 request the translator accepted but the kubelet refused: kube-apiserver accepts the
+/// WebSocket first, so the refusal arrives as a Status on channel 3 (after the ready message),
+/// then Close 1000.
+pub(crate) async fn exec_refused(
+    inner: Arc<Inner>,
+    mut req: Request<Incoming>,
+    target: Target,
+    status: Status,
+) -> Response<Body> {
+    let (resp, protocol) = match handshake(&req, std::slice::from_ref(&V5)) {
+        Ok(ok) => ok,
+        Err(refusal) => return refusal,
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let session = inner.next_session();
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        inner.event(SimEvent::SessionStarted {
+            session,
+            kind: target.kind,
+            transport: Transport::WebSocket,
+            protocol: protocol.name.to_string(),
+            namespace: target.namespace.clone(),
+            pod: target.pod.clone(),
+        });
+        let (sink, mut stream) = accept(upgraded).await.split();
+        let (out_tx, out_rx) = mpsc::channel::<Out>(CHANNEL_DEPTH);
+        let writer = spawn_writer(sink, protocol.framing, out_rx);
+        let reader = tokio::spawn(async move { while let Some(Ok(_)) = stream.next().await {} });
+        let _ = out_tx
+            .send(Out::Data(ready_channel(&target), Bytes::new()))
+            .await;
+        let _ = out_tx
+            .send(Out::Data(3, Bytes::from(status.to_json_bytes())))
+            .await;
+        let _ = out_tx.send(Out::Close).await;
+        drop(out_tx);
+        finish(writer, reader).await;
+        inner.event(SimEvent::SessionEnded {
+            session,
+            reason: "upstream refused".to_string(),
+        });
+    });
+    resp
+}
+
 async fn exec_session(
     inner: &Arc<Inner>,
     ws: Ws,
@@ -302,14 +400,9 @@ async fn exec_session(
     let _cancel_on_exit = cancel.clone().drop_guard();
 
     // Ready message: empty payload on the lowest writable channel.
-    let ready = if target.stdout {
-        1
-    } else if target.stderr {
-        2
-    } else {
-        3
-    };
-    let _ = out_tx.send(Out::Data(ready, Bytes::new())).await;
+    let _ = out_tx
+        .send(Out::Data(ready_channel(target), Bytes::new()))
+        .await;
 
     let mut io = ExecIo::default();
     let stdin_tx = target.stdin.then(|| {
@@ -325,7 +418,7 @@ async fn exec_session(
     let reader = {
         let cancel = cancel.clone();
         tokio::spawn(async move {
-            read_exec(&mut stream, framing, stdin_tx, resize_tx).await;
+            read_exec(&mut stream, protocol, stdin_tx, resize_tx).await;
             // The client went away (or answered our Close): nothing more to do for it.
             cancel.cancel();
             // Keep polling so tungstenite can flush its Close reply.
@@ -394,10 +487,12 @@ async fn exec_session(
 }
 
 /// Client messages of an exec/attach session: stdin (channel 0) and resize (channel 4); other
-/// channels are ignored. Returns when the client closes or the connection ends.
+/// channels are ignored. With v5, `FF <ch>` half-closes stdin (the process sees EOF) or ends
+/// resizing, and a malformed CLOSE signal ends the session as the reference server does.
+/// Returns when the client closes or the connection ends.
 async fn read_exec(
     stream: &mut SplitStream<Ws>,
-    framing: Framing,
+    protocol: Protocol,
     mut stdin: Option<mpsc::Sender<Bytes>>,
     mut resize: Option<mpsc::Sender<(u16, u16)>>,
 ) {
@@ -407,9 +502,18 @@ async fn read_exec(
             Ok(Message::Close(_)) | Err(_) => return,
             Ok(m) => m,
         };
-        let Some((channel, payload)) = decode(framing, &msg) else {
+        let Some((channel, payload)) = decode(protocol.framing, &msg) else {
             continue;
         };
+        if protocol.close_signal && channel == CLOSE_SIGNAL {
+            match payload.as_ref() {
+                [0] => stdin = None,
+                [4] => resize = None,
+                [c] if *c < EXEC_CHANNELS => {}
+                _ => return,
+            }
+            continue;
+        }
         match channel {
             0 => {
                 if let Some(tx) = &stdin {

@@ -3,7 +3,7 @@
 //! Pure protocol logic (testable without sockets): [`channel`], [`protocol`], [`subprotocol`],
 //! [`close_signal`], [`resize`], [`status`], [`status_mapping`], [`exec_options`].
 //! The async bridges: [`remote_command`] (exec/attach) and [`tunnel`] (port-forward), over the
-//! client's WebSocket ([`ws`]).
+//! client's WebSocket ([`ws`]); [`reverse`]: SPDY clients to a WebSocket-only upstream.
 
 pub mod channel;
 pub mod close_signal;
@@ -12,6 +12,7 @@ pub mod observe;
 pub mod protocol;
 pub mod remote_command;
 pub mod resize;
+pub mod reverse;
 pub mod status;
 pub mod status_mapping;
 pub mod subprotocol;

@@ -1,0 +1,447 @@
+//! One reverse-translated exec/attach session: the client's SPDY streams on one side, a
+//! `v5.channel.k8s.io` WebSocket to the upstream on the other.
+//!
+//! ```text
+//! SPDY stdin  ──► [stdin pump]  ── 00+data, FF 00 at EOF ──► [upstream writer] ──► WS
+//! SPDY resize ──► [resize pump] ── 04+{"Width":..}\n      ──┘        ▲ pings
+//! SPDY stdout ◄── [upstream reader] ◄── 01/02 messages ◄── WS
+//! SPDY stderr ◄──┘       └── 03 (Status) → SPDY error stream at the end
+//! ```
+//! Every hop is bounded: a slow client slows the upstream reader (SPDY's outgoing data lane), a
+//! stalled upstream stops the stdin pump once a few messages are queued.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+
+use super::client_status::ClientStatus;
+use super::client_streams::ClientStreams;
+use super::v5_message::{self, decode_server, ServerMessage, StatusBytes};
+use crate::activity_clock::ActivityClock;
+use crate::audit::recording::Recorder;
+use crate::spdy::proto::{RecvStream, SendStream, SessionEnd};
+use crate::translate::remote_command::{Outcome, SessionEndKind, SessionRecording};
+use crate::translate::resize::ResizeDecoder;
+use crate::translate::status::Status;
+
+/// How long the closing handshake with the upstream may take.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Bounds and clocks of one reverse-translated session.
+#[derive(Debug, Clone)]
+pub struct ReverseLimits {
+    /// Messages queued towards a slow upstream before the stdin pump stops reading.
+    pub upstream_queue_messages: usize,
+    /// A session carrying no data either way for this long is ended with a Status
+    /// (`--stream-idle-timeout`).
+    pub idle_timeout: Option<Duration>,
+    /// WebSocket pings to the upstream this often (keeps middleboxes from cutting the
+    /// connection, as the SPDY pings of the other direction do).
+    pub upstream_ping_interval: Option<Duration>,
+    /// How long after a ping was due the upstream may stay silent before the session ends.
+    pub upstream_ping_timeout: Option<Duration>,
+}
+
+impl Default for ReverseLimits {
+    fn default() -> Self {
+        ReverseLimits {
+            upstream_queue_messages: 16,
+            idle_timeout: None,
+            upstream_ping_interval: Some(Duration::from_secs(5)),
+            upstream_ping_timeout: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// How the upstream side ended.
+#[derive(Debug)]
+enum UpstreamEnd {
+    /// A Close frame (the status, if any, came before it).
+    Closed,
+    /// The connection failed or ended without a Close frame.
+    Lost,
+    /// The upstream broke v5 (a text message); the session is failed with this text.
+    Violation(&'static str),
+}
+
+/// Why the session is ending.
+enum Ending {
+    /// The upstream finished (or failed): the client gets its status.
+    Upstream(UpstreamEnd),
+    /// The proxy ends it with this status.
+    Proxy(Box<Status>, SessionEndKind),
+    /// The client went away or stopped answering; nothing can be told.
+    Client(SessionEndKind),
+}
+
+/// Runs a session whose client streams are all open and whose upstream WebSocket negotiated
+/// `v5.channel.k8s.io`.
+pub async fn run<U>(
+    client: ClientStreams,
+    upstream: WebSocketStream<U>,
+    limits: &ReverseLimits,
+    stop: CancellationToken,
+    recording: Option<&SessionRecording>,
+) -> Outcome
+where
+    U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Instant::now();
+    let recorder = recording.map(|r| &r.recorder);
+    let ClientStreams {
+        conn,
+        version,
+        mut error,
+        stdin,
+        stdout,
+        stderr,
+        resize,
+        ..
+    } = client;
+    let (sink, mut source) = upstream.split();
+    let (tx, rx) = mpsc::channel(limits.upstream_queue_messages.max(1));
+    let close_upstream = CancellationToken::new();
+    let writer = tokio::spawn(write_upstream(
+        sink,
+        rx,
+        limits.upstream_ping_interval,
+        close_upstream.clone(),
+    ));
+    // When data last went either way (`--stream-idle-timeout`), and when the upstream was
+    // last heard from (its liveness).
+    let data = ActivityClock::new();
+    let heard = ActivityClock::new();
+    let bytes_in = AtomicU64::new(0);
+    let mut bytes_out = 0u64;
+    let mut outputs = [stdout, stderr];
+    let mut status = StatusBytes::default();
+
+    let ending = {
+        let client_side = async {
+            tokio::join!(
+                pump_stdin(stdin, tx.clone(), &bytes_in, &data, recorder),
+                pump_resize(resize, tx.clone(), &data, recorder),
+            );
+            // The client's inputs ended; the session goes on until the upstream ends it.
+            std::future::pending::<()>().await
+        };
+        let upstream_side = read_upstream(
+            &mut source,
+            &mut outputs,
+            &mut status,
+            &mut bytes_out,
+            &data,
+            &heard,
+            recorder,
+        );
+        let upstream_silent = async {
+            match (limits.upstream_ping_interval, limits.upstream_ping_timeout) {
+                (Some(every), Some(timeout)) => heard.quiet_for(every + timeout).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let idle = async {
+            match limits.idle_timeout {
+                Some(limit) => data.quiet_for(limit).await,
+                None => std::future::pending().await,
+            }
+        };
+        let recording_failed = async {
+            match recording.filter(|r| r.required) {
+                Some(r) => r.recorder.failed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            end = upstream_side => Ending::Upstream(end),
+            end = conn.closed() => Ending::Client(match end {
+                SessionEnd::PingTimeout(_) => SessionEndKind::ClientUnresponsive,
+                _ => SessionEndKind::ClientGone,
+            }),
+            () = client_side => unreachable!("the client side never ends the session"),
+            silent = upstream_silent => Ending::Proxy(
+                Box::new(Status::failure(
+                    504,
+                    "Timeout",
+                    format!(
+                        "the upstream stopped answering: no reply to WebSocket pings for \
+                         {silent:?} (kube-ws-proxy --upstream-ping-timeout); the session was ended"
+                    ),
+                )),
+                SessionEndKind::UpstreamUnresponsive,
+            ),
+            quiet = idle => Ending::Proxy(
+                Box::new(Status::failure(
+                    504,
+                    "Timeout",
+                    format!(
+                        "kube-ws-proxy ended the session: idle for {quiet:?}, no data either way \
+                         (--stream-idle-timeout)"
+                    ),
+                )),
+                SessionEndKind::IdleTimeout,
+            ),
+            why = recording_failed => Ending::Proxy(
+                Box::new(Status::failure(
+                    500,
+                    "InternalError",
+                    format!(
+                        "kube-ws-proxy ended the session: its recording failed ({why}) and \
+                         recordings are required (--record=required)"
+                    ),
+                )),
+                SessionEndKind::RecordingFailed,
+            ),
+            () = stop.cancelled() => Ending::Proxy(
+                Box::new(Status::failure(
+                    503,
+                    "ServiceUnavailable",
+                    "kube-ws-proxy is shutting down: the session was ended after the drain timeout"
+                        .into(),
+                )),
+                SessionEndKind::Drained,
+            ),
+        }
+    };
+    drop(tx);
+    // Whatever ended it, the upstream is done with: Close 1000 (or the answer to its Close).
+    close_upstream.cancel();
+
+    let (client_status, kind) = match ending {
+        Ending::Upstream(UpstreamEnd::Violation(why)) => (
+            ClientStatus::proxy(Status::internal_error(why)),
+            SessionEndKind::Completed,
+        ),
+        Ending::Upstream(UpstreamEnd::Closed | UpstreamEnd::Lost) => (
+            ClientStatus::from_upstream(status.as_slice()),
+            SessionEndKind::Completed,
+        ),
+        Ending::Proxy(status, kind) => (ClientStatus::proxy(*status), kind),
+        Ending::Client(kind) => {
+            conn.close().await;
+            let _ = tokio::time::timeout(CLOSE_WAIT, writer).await;
+            return Outcome {
+                bytes_in: bytes_in.load(Ordering::Relaxed),
+                bytes_out,
+                status: None,
+                end: kind,
+                duration: started.elapsed(),
+            };
+        }
+    };
+    // The status, then the ends of the outputs, then RST + GOAWAY: what a kubelet sends.
+    if let Some(payload) = client_status.error_stream_payload(version) {
+        let _ = error.send(payload).await;
+    }
+    let _ = error.finish().await;
+    for out in outputs.iter_mut().flatten() {
+        let _ = out.finish().await;
+    }
+    conn.close().await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, writer).await;
+    Outcome {
+        bytes_in: bytes_in.load(Ordering::Relaxed),
+        bytes_out,
+        status: Some(client_status.status),
+        end: kind,
+        duration: started.elapsed(),
+    }
+}
+
+/// Reads the upstream until it closes: output to the client's streams, the Status collected.
+async fn read_upstream<S>(
+    source: &mut S,
+    outputs: &mut [Option<SendStream>; 2],
+    status: &mut StatusBytes,
+    bytes_out: &mut u64,
+    data: &ActivityClock,
+    heard: &ActivityClock,
+    recorder: Option<&Recorder>,
+) -> UpstreamEnd
+where
+    S: Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    while let Some(msg) = source.next().await {
+        heard.touch();
+        let message = match msg {
+            Ok(Message::Binary(message)) => message,
+            // client-go refuses text on v5 too.
+            Ok(Message::Text(_)) => {
+                return UpstreamEnd::Violation(
+                    "the upstream sent a text message on a v5.channel.k8s.io connection",
+                )
+            }
+            Ok(Message::Close(_)) => return UpstreamEnd::Closed,
+            Ok(_) => continue,
+            Err(_) => return UpstreamEnd::Lost,
+        };
+        let (slot, payload) = match decode_server(message) {
+            ServerMessage::Stdout(payload) => (0, payload),
+            ServerMessage::Stderr(payload) => (1, payload),
+            ServerMessage::Status(payload) => {
+                status.push(&payload);
+                continue;
+            }
+            ServerMessage::Ignored => continue,
+        };
+        data.touch();
+        *bytes_out += payload.len() as u64;
+        if let Some(recorder) = recorder {
+            recorder.output(&payload).await;
+        }
+        if let Some(out) = outputs[slot].as_mut() {
+            if out.send(payload).await.is_err() {
+                // The client's session is gone; it is noticed there. Keep reading meanwhile.
+                outputs[slot] = None;
+            }
+        }
+    }
+    UpstreamEnd::Lost
+}
+
+/// Client stdin to the upstream: `00`+data per DATA frame, `FF 00` when the client half-closes.
+async fn pump_stdin(
+    stdin: Option<RecvStream>,
+    tx: mpsc::Sender<Message>,
+    bytes_in: &AtomicU64,
+    data: &ActivityClock,
+    recorder: Option<&Recorder>,
+) {
+    let Some(mut stdin) = stdin else { return };
+    loop {
+        match stdin.recv().await {
+            Some(Ok(chunk)) => {
+                if chunk.is_empty() {
+                    continue;
+                }
+                data.touch();
+                bytes_in.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                if let Some(recorder) = recorder {
+                    recorder.input(&chunk).await;
+                }
+                if tx
+                    .send(Message::Binary(v5_message::stdin(&chunk)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            // The client's connection died: no EOF to pass on, the session is ending.
+            Some(Err(_)) => return,
+            // FIN (or RST): stdin reached its end.
+            None => {
+                let _ = tx.send(Message::Binary(v5_message::close_stdin())).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Client terminal sizes to the upstream, re-encoded as kubectl writes them; the first
+/// malformed size stops resizing (the reference does the same), not the session.
+async fn pump_resize(
+    resize: Option<RecvStream>,
+    tx: mpsc::Sender<Message>,
+    data: &ActivityClock,
+    recorder: Option<&Recorder>,
+) {
+    let Some(mut resize) = resize else { return };
+    let mut decoder = ResizeDecoder::new();
+    let mut forwarding = true;
+    while let Some(Ok(chunk)) = resize.recv().await {
+        data.touch();
+        if !forwarding {
+            // Still drained, so the client's session never waits on this stream.
+            continue;
+        }
+        match decoder.push(&chunk) {
+            Ok(sizes) => {
+                for size in sizes {
+                    if let Some(recorder) = recorder {
+                        recorder.resize(size.width, size.height).await;
+                    }
+                    if tx
+                        .send(Message::Binary(v5_message::resize(size)))
+                        .await
+                        .is_err()
+                    {
+                        forwarding = false;
+                    }
+                }
+            }
+            Err(_) => forwarding = false,
+        }
+    }
+}
+
+/// Owns the upstream's sending half: queued messages in order, keepalive pings, and at the
+/// end (`close`) a Close 1000.
+async fn write_upstream<S>(
+    mut sink: S,
+    mut rx: mpsc::Receiver<Message>,
+    ping_every: Option<Duration>,
+    close: CancellationToken,
+) where
+    S: Sink<Message, Error = WsError> + Unpin,
+{
+    let mut pings = ping_every.map(|every| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    let mut queue_open = true;
+    let mut broken = false;
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = close.cancelled() => break,
+            msg = rx.recv(), if queue_open => match msg {
+                Some(msg) => msg,
+                None => {
+                    queue_open = false;
+                    continue;
+                }
+            },
+            _ = tick(&mut pings), if !broken => Message::Ping(Bytes::new()),
+        };
+        if broken {
+            // Drained, so the pumps never wait on a dead upstream.
+            continue;
+        }
+        tokio::select! {
+            sent = sink.send(next) => broken = sent.is_err(),
+            () = close.cancelled() => break,
+        }
+    }
+    if !broken {
+        let frame = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            // After the upstream's own Close this only flushes the echo.
+            let _ = sink.send(Message::Close(Some(frame))).await;
+            let _ = sink.close().await;
+        })
+        .await;
+    }
+}
+
+async fn tick(timer: &mut Option<tokio::time::Interval>) {
+    match timer {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,134 @@
+//! The reverse port-forward (PROTOCOL.md §2.1 the other way round): kubectl ≤ 1.30 speaks
+//! SPDY/3.1 `portforward.k8s.io` on its upgraded connection; a WebSocket-only upstream takes the
+//! same SPDY session inside `SPDY/3.1+portforward.k8s.io` binary messages, which its tunnel
+//! handler copies to the kubelet unparsed. The SPDY session is end to end (kubectl ↔ kubelet),
+//! so nothing is terminated here: each client read becomes one binary message, each upstream
+//! message's payload goes to the client as it is. Message boundaries mean nothing either way.
+//! Both sides end together (no half-close), as in kube-apiserver's tunnel.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::activity_clock::ActivityClock;
+use crate::translate::observe::{Direction, PortForwardWatch};
+use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
+
+/// Largest client read sent as one message.
+const CHUNK: usize = 64 * 1024;
+/// What an idle connection parks its client read on.
+const IDLE_READ: usize = 512;
+/// How long the closing handshake with the upstream may take.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Relays until either side ends (or `stop`, or `idle_timeout` without a byte either way), then
+/// closes both: Close 1000 upstream, shutdown to the client. With a `watch` (the audit log's),
+/// the SPDY bytes of both directions are shown to it as they pass.
+pub async fn run<C, U>(
+    client: C,
+    upstream: WebSocketStream<U>,
+    stop: CancellationToken,
+    idle_timeout: Option<Duration>,
+    watch: Option<&PortForwardWatch>,
+) -> TunnelOutcome
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let started = Instant::now();
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut sink, mut source) = upstream.split();
+    let activity = ActivityClock::new();
+    let mut bytes_up = 0u64;
+    let mut bytes_down = 0u64;
+
+    let up = async {
+        let mut buf = BytesMut::new();
+        let mut read_size = IDLE_READ;
+        loop {
+            buf.reserve(read_size);
+            match client_read.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return TunnelEnd::Client,
+                Ok(n) => {
+                    activity.touch();
+                    read_size = if n >= read_size {
+                        CHUNK
+                    } else {
+                        read_size.max(IDLE_READ)
+                    };
+                    let msg = buf.split().freeze();
+                    if let Some(watch) = watch {
+                        watch.relayed(Direction::ClientToUpstream, &msg);
+                    }
+                    if sink.send(Message::Binary(msg)).await.is_err() {
+                        return TunnelEnd::Upstream;
+                    }
+                    bytes_up += n as u64;
+                }
+            }
+        }
+    };
+    let down = async {
+        while let Some(msg) = source.next().await {
+            let data = match msg {
+                Ok(Message::Binary(data)) => data,
+                // The tunnel is binary only; a text message ends it, as in client-go.
+                Ok(Message::Text(_) | Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            activity.touch();
+            if let Some(watch) = watch {
+                watch.relayed(Direction::UpstreamToClient, &data);
+            }
+            if client_write.write_all(&data).await.is_err() {
+                return TunnelEnd::Client;
+            }
+            bytes_down += data.len() as u64;
+        }
+        TunnelEnd::Upstream
+    };
+    let idle = async {
+        match idle_timeout {
+            Some(limit) => activity.quiet_for(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    let ended_by = tokio::select! {
+        end = up => end,
+        end = down => end,
+        () = stop.cancelled() => TunnelEnd::Drained,
+        _ = idle => TunnelEnd::IdleTimeout,
+    };
+    let _ = client_write.shutdown().await;
+    let frame = CloseFrame {
+        code: if ended_by == TunnelEnd::Drained {
+            CloseCode::Away
+        } else {
+            CloseCode::Normal
+        },
+        reason: "".into(),
+    };
+    let mut upstream = match sink.reunite(source) {
+        Ok(ws) => ws,
+        Err(_) => unreachable!("the halves of one WebSocket"),
+    };
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        if upstream.close(Some(frame)).await.is_ok() {
+            while let Some(Ok(_)) = upstream.next().await {}
+        }
+    })
+    .await;
+    TunnelOutcome {
+        bytes_up,
+        bytes_down,
+        ended_by,
+        duration: started.elapsed(),
+    }
+}
