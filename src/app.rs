@@ -187,6 +187,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     let (upstream, auth) = upstream_from_args(args)?;
     let mut state = ProxyState::new(upstream);
     state.auth = auth;
+    state.upstream_streaming = args.upstream_streaming;
     state.max_message_size = args.max_message_size;
     state.upstream_ping_interval = nonzero(args.upstream_ping_interval);
     state.upstream_ping_timeout = nonzero(args.upstream_ping_timeout);
@@ -268,7 +269,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             let _ = server::serve(main, state, stop_rx).await;
         }
     });
-    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth_mode, "kube-ws-proxy ready");
+    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth_mode, upstream_streaming = ?args.upstream_streaming, "kube-ws-proxy ready");
     Ok(RunningProxy {
         addr,
         admin_addr,

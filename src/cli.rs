@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use crate::audit::recording::RecordPolicy;
 pub use crate::proxy::auth::AuthMode;
 use crate::proxy::upstream_source::UpstreamFlags;
+pub use crate::proxy::upstream_streaming::UpstreamStreaming;
 
 /// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
 /// WebSocket exec/attach (v5.channel.k8s.io) and port-forward (SPDY/3.1+portforward.k8s.io)
@@ -124,6 +125,14 @@ pub struct ServeArgs {
     /// caller and asserts it with X-Remote-* headers over its front-proxy client certificate.
     #[arg(long, env = "KUBE_WS_PROXY_AUTH_MODE", value_enum, default_value_t = AuthMode::Passthrough)]
     pub auth_mode: AuthMode,
+
+    /// How v5 exec/attach and the port-forward tunnel go upstream. `spdy`: translated to SPDY
+    /// (clusters before 1.31, paths that carry SPDY). `websocket`: passed through unchanged, for
+    /// clusters that serve them (1.31+ with TranslateStreamCloseWebsocketRequests and
+    /// PortForwardWebsockets). `auto`: WebSocket first, SPDY when the upstream refuses the
+    /// upgrade the way an old cluster does; what worked is remembered for 10 minutes.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_STREAMING", value_enum, default_value_t = UpstreamStreaming::Auto)]
+    pub upstream_streaming: UpstreamStreaming,
 
     /// Front-proxy client certificate (PEM), signed by the API server's
     /// `--requestheader-client-ca-file` CA; required in front-proxy mode.

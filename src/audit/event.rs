@@ -30,6 +30,9 @@ pub enum ProtocolPath {
     RelayWebsocket,
     /// A plain streaming request (`kubectl logs -f`).
     Http,
+    /// v5 exec/attach or the port-forward tunnel passed to an upstream that serves them
+    /// itself, unchanged (`--upstream-streaming`).
+    PassThrough,
 }
 
 /// Where the event's user and groups come from.

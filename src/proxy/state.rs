@@ -8,6 +8,7 @@ use super::metrics::Metrics;
 use super::self_subject_review::SelfSubjectReviews;
 use super::sessions::Sessions;
 use super::upstream::{PooledClient, Upstream};
+use super::upstream_streaming::{StreamingMemory, UpstreamStreaming};
 use crate::audit::recording::Recordings;
 use crate::audit::AuditLog;
 use crate::translate::remote_command::SessionLimits;
@@ -59,6 +60,11 @@ pub struct ProxyState {
     pub recordings: Option<Arc<Recordings>>,
     /// Passthrough callers' identities, for audit events.
     pub self_reviews: SelfSubjectReviews,
+    /// Whether v5 exec/attach and the tunnel are translated to SPDY or passed through
+    /// (`--upstream-streaming`).
+    pub upstream_streaming: UpstreamStreaming,
+    /// What `auto` learned about the upstream.
+    pub streaming_memory: StreamingMemory,
 }
 
 impl ProxyState {
@@ -90,6 +96,8 @@ impl ProxyState {
             audit: None,
             recordings: None,
             self_reviews: SelfSubjectReviews::default(),
+            upstream_streaming: UpstreamStreaming::default(),
+            streaming_memory: StreamingMemory::default(),
         }
     }
 }
