@@ -12,6 +12,10 @@
 //!     cargo bench --bench profile -- [--bytes 268435456] [--echoes 2000] \
 //!         [--only stdout,stdin,pf-down,pf-up,echo] [--out target/profile]
 //!
+//! With `--sim-streaming new --upstream-streaming websocket` the cluster serves v5 and the
+//! tunnel itself and the proxy passes them through (no framing work): the same workloads then
+//! measure the pass-through.
+//!
 //! The large runs' profiles stay in `--out` for `callgrind_annotate`. Besides instructions (Ir)
 //! callgrind counts system calls (`--collect-systime`), which shows what batching saves: the
 //! kernel's own work is not in Ir.
@@ -29,7 +33,7 @@ use std::path::{Path as FsPath, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimStreaming};
 use tokio::net::TcpStream;
 use workloads::{echo_run, pf_run, start_pod_services, stdin_run, stdout_run, Path, Setup};
 
@@ -111,7 +115,7 @@ fn read_counts(file: &FsPath) -> Counts {
 }
 
 /// Starts the proxy under callgrind, writing its profile to `out`, and waits until it listens.
-async fn start_proxy(upstream: &str, out: &FsPath) -> (Child, SocketAddr) {
+async fn start_proxy(upstream: &str, streaming: &str, out: &FsPath) -> (Child, SocketAddr) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -123,7 +127,7 @@ async fn start_proxy(upstream: &str, out: &FsPath) -> (Child, SocketAddr) {
         .arg(env!("CARGO_BIN_EXE_kube-ws-proxy"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin-listen", "127.0.0.1:0", "--upstream", upstream])
-        .args(["--log-format", "json"])
+        .args(["--log-format", "json", "--upstream-streaming", streaming])
         .env("RUST_LOG", "warn")
         .spawn()
         .expect("valgrind must be installed (apt-get install valgrind)");
@@ -148,9 +152,15 @@ fn stop_proxy(mut child: Child) {
 }
 
 /// One proxy process under callgrind running `workload` once at `size` (bytes, or echoes).
-async fn profile_run(sim: &SimCluster, workload: &str, size: u64, out: &FsPath) -> Counts {
+async fn profile_run(
+    sim: &SimCluster,
+    streaming: &str,
+    workload: &str,
+    size: u64,
+    out: &FsPath,
+) -> Counts {
     let (pod_source, pod_sink) = start_pod_services(size).await;
-    let (child, proxy) = start_proxy(&sim.url(), out).await;
+    let (child, proxy) = start_proxy(&sim.url(), streaming, out).await;
     let s = Setup {
         proxy,
         sim: sim.addr(),
@@ -196,13 +206,23 @@ fn main() {
     let echoes: u64 = arg("--echoes").and_then(|v| v.parse().ok()).unwrap_or(2000);
     let only = arg("--only").unwrap_or_else(|| WORKLOADS.join(","));
     let out_dir = PathBuf::from(arg("--out").unwrap_or_else(|| "target/profile".into()));
+    let sim_streaming: SimStreaming = arg("--sim-streaming")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or_default();
+    let streaming = arg("--upstream-streaming").unwrap_or_else(|| "auto".into());
     std::fs::create_dir_all(&out_dir).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+        let sim = SimCluster::start(SimConfig {
+            streaming: sim_streaming,
+            ..SimConfig::default()
+        })
+        .await
+        .unwrap();
+        println!("cluster: {sim_streaming}, --upstream-streaming {streaming}");
         println!(
             "Per MiB relayed (per round trip for echo), from the difference between the runs:\n"
         );
@@ -219,8 +239,8 @@ fn main() {
             };
             let small = large / 8;
             let path = |size: u64| out_dir.join(format!("callgrind.{workload}.{size}"));
-            let a = profile_run(&sim, workload, small, &path(small)).await;
-            let b = profile_run(&sim, workload, large, &path(large)).await;
+            let a = profile_run(&sim, &streaming, workload, small, &path(small)).await;
+            let b = profile_run(&sim, &streaming, workload, large, &path(large)).await;
             let units = (large - small) as f64 / unit;
             let per = |x: u64, y: u64| (y as f64 - x as f64) / units;
             println!(

@@ -16,6 +16,11 @@
 //! `KUBE_WS_PROXY_BENCH_BIN=path` runs another build of the proxy (to compare two commits with
 //! the same harness).
 //!
+//! With `--pass-through` the cluster is a new one (`SimStreaming::New`) and the proxy runs with
+//! `--upstream-streaming websocket`; the same v5 / tunnel client then goes three ways: through
+//! the proxy (passed through), straight to the cluster (direct), and through the plain TCP
+//! relay (the floor of any extra hop).
+//!
 //! Not a test: nothing here asserts on time.
 
 // The tests' WebSocket helpers (the tunnel byte-stream adapter among them).
@@ -32,7 +37,7 @@ mod process;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimStreaming};
 use process::cpu_seconds;
 use tokio::net::TcpStream;
 use workloads::{
@@ -59,6 +64,9 @@ fn arg(name: &str) -> Option<String> {
 
 fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
+    if std::env::args().any(|a| a == "--pass-through") {
+        return pass_through_main(smoke);
+    }
     let bytes: u64 = arg("--bytes")
         .and_then(|v| v.parse().ok())
         .unwrap_or(if smoke { 8 << 20 } else { 1 << 30 });
@@ -167,6 +175,100 @@ fn main() {
         let gb = proxy_bytes as f64 / 1e9;
         println!(
             "\nproxy CPU: {proxy_cpu:.2} s for {gb:.2} GB relayed through it = {:.2} CPU s/GB",
+            proxy_cpu / gb
+        );
+        let _ = proxy.kill();
+        let _ = proxy.wait();
+        sim.shutdown().await;
+    });
+}
+
+/// `--pass-through`: the v5 / tunnel client through the pass-through proxy, straight to a new
+/// cluster, and through a plain TCP relay, interleaved.
+fn pass_through_main(smoke: bool) {
+    let bytes: u64 = arg("--bytes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if smoke { 8 << 20 } else { 1 << 30 });
+    let rounds: usize = arg("--rounds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if smoke { 1 } else { 5 });
+    let echoes: usize = arg("--echoes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if smoke { 50 } else { 2000 });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let sim = SimCluster::start(SimConfig {
+            streaming: SimStreaming::New,
+            ..SimConfig::default()
+        })
+        .await
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--admin-listen", "127.0.0.1:0"])
+            .args(["--upstream", &sim.url(), "--log-format", "json"])
+            .args(["--upstream-streaming", "websocket"])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap();
+        let proxy_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        while TcpStream::connect(proxy_addr).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (pod_source, pod_sink) = start_pod_services(bytes).await;
+        let relay = start_relay(sim.addr()).await;
+        // The v5 / tunnel client (`Path::Proxy`) pointed at each of the three entry points.
+        let entry = |addr| Setup {
+            proxy: addr,
+            sim: sim.addr(),
+            relay,
+            pod_source,
+            pod_sink,
+        };
+        let setups = [entry(proxy_addr), entry(sim.addr()), entry(relay)];
+        println!("bytes per transfer: {bytes}, rounds: {rounds}, echoes per round: {echoes}");
+        let mut times = vec![vec![Vec::new(); 3]; 4];
+        let mut rtt = vec![Vec::new(); 3];
+        let mut proxy_cpu = 0.0;
+        let mut proxy_bytes = 0u64;
+        for round in 0..rounds {
+            for (i, s) in setups.iter().enumerate() {
+                let cpu0 = cpu_seconds(proxy.id());
+                times[0][i].push(stdout_run(s, Path::Proxy, bytes).await);
+                times[1][i].push(stdin_run(s, Path::Proxy, bytes).await);
+                times[2][i].push(pf_run(s, Path::Proxy, bytes, true).await);
+                times[3][i].push(pf_run(s, Path::Proxy, bytes, false).await);
+                if i == 0 {
+                    proxy_cpu += cpu_seconds(proxy.id()) - cpu0;
+                    proxy_bytes += 4 * bytes;
+                }
+                rtt[i].extend(echo_run(s, Path::Proxy, echoes).await);
+            }
+            println!("round {} done", round + 1);
+        }
+        let mib = bytes as f64 / (1 << 20) as f64;
+        println!("\n| measure | pass-through proxy | direct (no proxy) | TCP relay | proxy / direct | proxy / relay |");
+        println!("|---|---|---|---|---|---|");
+        for (name, t) in ["exec stdout", "exec stdin", "port-forward down", "port-forward up"]
+            .into_iter()
+            .zip(times.iter_mut())
+        {
+            let m: Vec<f64> = t.iter_mut().map(|v| median(v)).collect();
+            println!(
+                "| {name} {mib:.0} MiB, median s | {:.3} ({:.0} MiB/s) | {:.3} ({:.0} MiB/s) | {:.3} ({:.0} MiB/s) | {:.2}× | {:.2}× |",
+                m[0], mib / m[0], m[1], mib / m[1], m[2], mib / m[2], m[0] / m[1], m[0] / m[2]
+            );
+        }
+        let p50: Vec<f64> = rtt.iter_mut().map(|v| percentile(v, 0.50)).collect();
+        let p99: Vec<f64> = rtt.iter_mut().map(|v| percentile(v, 0.99)).collect();
+        println!("| 1-byte echo p50, µs | {:.0} | {:.0} | {:.0} | +{:.0} µs | |", p50[0], p50[1], p50[2], p50[0] - p50[1]);
+        println!("| 1-byte echo p99, µs | {:.0} | {:.0} | {:.0} | +{:.0} µs | |", p99[0], p99[1], p99[2], p99[0] - p99[1]);
+        let gb = proxy_bytes as f64 / 1e9;
+        println!(
+            "\nproxy CPU: {proxy_cpu:.2} s for {gb:.2} GB passed through it = {:.2} CPU s/GB",
             proxy_cpu / gb
         );
         let _ = proxy.kill();

@@ -187,6 +187,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     let (upstream, auth) = upstream_from_args(args)?;
     let mut state = ProxyState::new(upstream);
     state.auth = auth;
+    state.upstream_streaming = args.upstream_streaming;
     state.max_message_size = args.max_message_size;
     state.upstream_ping_interval = nonzero(args.upstream_ping_interval);
     state.upstream_ping_timeout = nonzero(args.upstream_ping_timeout);
@@ -195,7 +196,6 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         timeout: nonzero(args.client_ping_timeout),
     });
     state.stream_idle_timeout = nonzero(args.stream_idle_timeout);
-    state.upstream_websocket_only = args.upstream_websocket_only;
     state.tcp_keepalive = nonzero(args.tcp_keepalive);
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
     state.sessions = crate::proxy::sessions::Sessions::new(args.max_sessions);
@@ -270,7 +270,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             let _ = server::serve(main, state, stop_rx).await;
         }
     });
-    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth_mode, "kube-ws-proxy ready");
+    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth_mode, upstream_streaming = ?args.upstream_streaming, "kube-ws-proxy ready");
     Ok(RunningProxy {
         addr,
         admin_addr,

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use crate::audit::recording::RecordPolicy;
 pub use crate::proxy::auth::AuthMode;
 use crate::proxy::upstream_source::UpstreamFlags;
+pub use crate::proxy::upstream_streaming::UpstreamStreaming;
 
 /// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
 /// WebSocket exec/attach (v5.channel.k8s.io) and port-forward (SPDY/3.1+portforward.k8s.io)
@@ -125,6 +126,14 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_AUTH_MODE", value_enum, default_value_t = AuthMode::Passthrough)]
     pub auth_mode: AuthMode,
 
+    /// How v5 exec/attach and the port-forward tunnel go upstream. `spdy`: translated to SPDY
+    /// (clusters before 1.31, paths that carry SPDY). `websocket`: passed through unchanged, for
+    /// clusters that serve them (1.31+ with TranslateStreamCloseWebsocketRequests and
+    /// PortForwardWebsockets). `auto`: WebSocket first, SPDY when the upstream refuses the
+    /// upgrade the way an old cluster does; what worked is remembered for 10 minutes.
+    #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_STREAMING", value_enum, default_value_t = UpstreamStreaming::Auto)]
+    pub upstream_streaming: UpstreamStreaming,
+
     /// Front-proxy client certificate (PEM), signed by the API server's
     /// `--requestheader-client-ca-file` CA; required in front-proxy mode.
     #[arg(
@@ -192,12 +201,6 @@ pub struct ServeArgs {
     /// as in the kubelet's `--streaming-connection-idle-timeout`, the model. 0: never.
     #[arg(long, env = "KUBE_WS_PROXY_STREAM_IDLE_TIMEOUT", default_value = "4h", value_parser = parse_duration)]
     pub stream_idle_timeout: Duration,
-
-    /// Interim switch until `--upstream-streaming websocket` sets it: the upstream takes
-    /// WebSockets only, so SPDY clients' exec, attach and port-forward are translated to
-    /// WebSocket instead of relayed.
-    #[arg(long, hide = true)]
-    pub upstream_websocket_only: bool,
 
     /// Write an audit event (a JSON line) when each streaming session starts and ends: exec,
     /// attach, cp, port-forward and followed logs, on every path. A file path, or `-` for

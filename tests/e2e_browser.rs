@@ -120,7 +120,9 @@ async fn wait_exit_code(h: &Harness, code: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v5_exec_with_bearer_subprotocol_is_translated() {
-    let Some(Run { h, result: r }) = run_page("v5-exec").await else {
+    // Translated, so that every upstream request below is the translation's.
+    let flags = ["--upstream-streaming", "spdy"];
+    let Some(Run { h, result: r }) = run_page_with("v5-exec", &flags).await else {
         return;
     };
     // The bearer entry is consumed, never echoed.

@@ -772,6 +772,9 @@ async fn a_rotated_upstream_client_certificate_is_used_without_a_restart() {
         cert.display().to_string(),
         "--upstream-client-key-file".to_owned(),
         key.display().to_string(),
+        // One upstream request per exec (no WebSocket attempt first), counted below.
+        "--upstream-streaming".to_owned(),
+        "spdy".to_owned(),
     ]);
     let proxy = door.proxy(&args, &[]);
     let kc = door.caller("tina", &proxy, Some(TINA), None);

@@ -98,7 +98,9 @@ async fn start() -> Harness {
         require_bearer_token: Some(TOKEN.into()),
         ..SimConfig::default()
     };
-    Harness::start_with(sim, &[]).await
+    // What the translation sends upstream is checked request by request: no WebSocket attempt
+    // first (--upstream-streaming auto's is in e2e_upstream_streaming).
+    Harness::start_with(sim, &["--upstream-streaming", "spdy"]).await
 }
 
 /// Offers `protocols` on `path` and expects a 400 with a Status body instead of an upgrade.

@@ -30,7 +30,7 @@ async fn websocket_only() -> Harness {
             streaming: SimStreaming::WebSocketOnly,
             ..SimConfig::default()
         },
-        &["--upstream-websocket-only"],
+        &["--upstream-streaming", "websocket"],
     )
     .await
 }
@@ -357,7 +357,8 @@ async fn kubectl_1_28_sessions_are_audited_and_recorded() {
             ..SimConfig::default()
         },
         &[
-            "--upstream-websocket-only",
+            "--upstream-streaming",
+            "websocket",
             "--audit-log",
             audit.to_str().unwrap(),
             "--record",

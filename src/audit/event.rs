@@ -33,6 +33,9 @@ pub enum ProtocolPath {
     /// SPDY from the client (kubectl ≤ 1.30), a WebSocket upstream: exec/attach translated to
     /// `v5.channel.k8s.io`, port-forward carried in the `SPDY/3.1+portforward.k8s.io` tunnel.
     ReverseTranslated,
+    /// v5 exec/attach or the port-forward tunnel passed to an upstream that serves them
+    /// itself, unchanged (`--upstream-streaming`).
+    PassThrough,
 }
 
 /// Where the event's user and groups come from.

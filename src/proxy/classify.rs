@@ -21,12 +21,14 @@ pub enum RelayKind {
 /// The handler a request goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Class {
-    /// exec/attach WebSocket offering `v5.channel.k8s.io`: translate to SPDY.
+    /// exec/attach WebSocket offering `v5.channel.k8s.io`: translate to SPDY, or pass through
+    /// to a cluster that serves it (`--upstream-streaming`, src/proxy/pass_through.rs).
     Translate {
         subresource: Subresource,
         bearer: Option<BearerToken>,
     },
-    /// WebSocket offering `SPDY/3.1+<name>.k8s.io`: tunnel; `protocols` are de-prefixed.
+    /// WebSocket offering `SPDY/3.1+<name>.k8s.io`: tunnel (or pass through, as for
+    /// `Translate`); `protocols` are de-prefixed.
     Tunnel {
         protocols: Vec<String>,
         bearer: Option<BearerToken>,

@@ -30,7 +30,9 @@ use crate::translate::remote_command::{
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 
-/// Handles a request the classifier marked for translation; `slot` is its admission.
+/// Handles a request the classifier marked for translation; `slot` is its admission. With
+/// `refusal` the upstream was already asked (a pass-through it did not take): that Status is
+/// what the client hears inside its WebSocket, and the audit names that path.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
@@ -38,6 +40,7 @@ pub async fn handle(
     caller: Caller,
     subresource: Subresource,
     slot: SessionSlot,
+    refusal: Option<(Status, ProtocolPath)>,
 ) -> Response<ProxyBody> {
     let client = req.client;
     let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
@@ -51,9 +54,11 @@ pub async fn handle(
     state.auth.apply(&caller, &mut headers);
     let on_upgrade = req.on_upgrade;
 
-    let kind = match subresource {
-        Subresource::Attach => SessionKind::Attach,
-        _ => SessionKind::Exec,
+    // A pass-through the upstream refused counts where the session was headed.
+    let kind = match (subresource, &refusal) {
+        (_, Some(_)) => SessionKind::PassThrough,
+        (Subresource::Attach, None) => SessionKind::Attach,
+        (_, None) => SessionKind::Exec,
     };
     let guard = state.metrics.session(kind);
     let session_id = next_session_id();
@@ -62,10 +67,17 @@ pub async fn handle(
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
     // Who the caller is (for the audit) is found out meanwhile.
     let credentials = headers.get(http::header::AUTHORIZATION).cloned();
-    let (mut setup, identity) = tokio::join!(
-        setup_upstream(&state, &path_and_query, headers, &options),
-        session_audit::identify(&state, &caller, credentials),
-    );
+    let protocol_path = refusal
+        .as_ref()
+        .map_or(ProtocolPath::Translated, |(_, path)| *path);
+    let setup = async {
+        match refusal {
+            Some((status, _)) => Err(status),
+            None => setup_upstream(&state, &path_and_query, headers, &options).await,
+        }
+    };
+    let (mut setup, identity) =
+        tokio::join!(setup, session_audit::identify(&state, &caller, credentials),);
     // The recording starts once the session is real (its streams are open).
     let mut recording_error = None;
     let recording = match (&state.recordings, &setup) {
@@ -109,7 +121,7 @@ pub async fn handle(
         &path_and_query,
         peer,
         identity,
-        ProtocolPath::Translated,
+        protocol_path,
         Some(ChannelProtocol::V5.name().to_owned()),
         audit_id,
     );

@@ -21,6 +21,9 @@ pub enum SessionKind {
     PortForwardTunnel,
     WebSocketRelay,
     SpdyRelay,
+    /// v5 exec/attach or the port-forward tunnel passed through to an upstream that serves
+    /// them (`--upstream-streaming`).
+    PassThrough,
 }
 
 impl SessionKind {
@@ -32,6 +35,7 @@ impl SessionKind {
             SessionKind::PortForwardTunnel => "portforward_tunnel",
             SessionKind::WebSocketRelay => "websocket_relay",
             SessionKind::SpdyRelay => "spdy_relay",
+            SessionKind::PassThrough => "websocket_pass_through",
         }
     }
 }

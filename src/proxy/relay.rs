@@ -28,7 +28,7 @@ use super::metrics::{SessionKind, SessionOutcome};
 use super::relay_answer;
 use super::relay_recording::RelayTap;
 use super::request_layers;
-use super::session_audit;
+use super::session_audit::{self, AuditIdentity};
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
 use super::status_response::failure;
@@ -51,7 +51,7 @@ pub struct RelayStats {
 
 /// Why the upstream's answer to a relayed upgrade never came.
 #[derive(Debug, thiserror::Error)]
-enum RelayError {
+pub(super) enum RelayError {
     #[error("error dialing the upstream: {0}")]
     Dial(#[from] super::upstream::UpstreamError),
     #[error("error talking to the upstream: {0}")]
@@ -63,7 +63,8 @@ enum RelayError {
 }
 
 impl RelayError {
-    fn response(&self) -> Response<ProxyBody> {
+    /// The answer for the client.
+    pub(super) fn response(&self) -> Response<ProxyBody> {
         let (code, reason) = match self {
             RelayError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
             RelayError::Request(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
@@ -154,6 +155,73 @@ pub async fn relay(
         ask_upstream(state, upstream_req),
         session_audit::identify(state, caller, credentials),
     );
+    let relayed = Relayed {
+        on_upgrade,
+        path,
+        path_and_query,
+        peer,
+        kind,
+        slot,
+        session_id,
+        guard,
+        recorder,
+        recording_error,
+        required,
+        audit_id,
+        client_stream,
+        sent_key,
+    };
+    carry(state, relayed, answer, identity, caller).await
+}
+
+/// A relayed upgrade whose upstream answer is in: what [`carry`] needs besides the answer.
+pub(super) struct Relayed {
+    pub on_upgrade: hyper::upgrade::OnUpgrade,
+    pub path: String,
+    pub path_and_query: String,
+    pub peer: SocketAddr,
+    pub kind: SessionKind,
+    pub slot: SessionSlot,
+    pub session_id: u64,
+    pub guard: super::metrics::SessionGuard,
+    /// The session's recording, opened before the upstream was asked.
+    pub recorder: Option<crate::audit::recording::Recorder>,
+    pub recording_error: Option<String>,
+    /// `--record=required`.
+    pub required: bool,
+    /// The request's `Audit-ID`.
+    pub audit_id: Option<String>,
+    /// The client connection and how it asked (HTTP/1.1 upgrade or HTTP/2 extended CONNECT).
+    pub client_stream: super::client_stream::ClientStream,
+    /// The `Sec-WebSocket-Key` that went upstream (on HTTP/2 the proxy's own).
+    pub sent_key: Option<http::HeaderValue>,
+}
+
+/// Carries a relayed upgrade on from the upstream's answer: a non-101 goes to the client as it
+/// comes; a 101 starts the byte copy (recorded and audited) in the background and is answered.
+pub(super) async fn carry(
+    state: &ProxyState,
+    relayed: Relayed,
+    answer: Result<Response<hyper::body::Incoming>, RelayError>,
+    identity: AuditIdentity,
+    caller: &Caller,
+) -> Response<ProxyBody> {
+    let Relayed {
+        on_upgrade,
+        path,
+        path_and_query,
+        peer,
+        kind,
+        slot,
+        session_id,
+        guard,
+        recorder,
+        mut recording_error,
+        required,
+        audit_id,
+        client_stream,
+        sent_key,
+    } = relayed;
     let protocol = answer.as_ref().ok().and_then(negotiated_protocol);
     // Only a session that started can be followed: which protocol it speaks is in the 101.
     let mut tap = None;
@@ -183,6 +251,7 @@ pub async fn relay(
         identity,
         match kind {
             SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
+            SessionKind::PassThrough => ProtocolPath::PassThrough,
             _ => ProtocolPath::RelayWebsocket,
         },
         protocol,
@@ -387,7 +456,7 @@ pub async fn relay(
 
 /// Dials the upstream (`--upstream-dial-timeout`) and sends the request; its answer's head
 /// must arrive within `--handshake-timeout`.
-async fn ask_upstream(
+pub(super) async fn ask_upstream(
     state: &ProxyState,
     req: Request<Full<Bytes>>,
 ) -> Result<Response<hyper::body::Incoming>, RelayError> {
@@ -408,7 +477,7 @@ async fn ask_upstream(
 
 /// The request for the upstream: the client's headers minus hop-by-hop ones (but keeping the
 /// upgrade), the upstream's Host, `X-Forwarded-For` and what the auth mode says.
-fn upstream_request(
+pub(super) fn upstream_request(
     state: &ProxyState,
     parts: &http::request::Parts,
     body: Bytes,
@@ -636,6 +705,7 @@ async fn refused_unrecorded(
         identity,
         match kind {
             SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
+            SessionKind::PassThrough => ProtocolPath::PassThrough,
             _ => ProtocolPath::RelayWebsocket,
         },
         None,

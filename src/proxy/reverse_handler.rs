@@ -36,9 +36,10 @@ use crate::translate::reverse::{self, port_forward, ReverseLimits};
 use crate::translate::tunnel::TunnelEnd;
 
 /// Whether a SPDY upgrade for `path` goes to the reverse translator rather than the byte relay:
-/// the upstream takes only WebSockets and the path is a pod's exec, attach or port-forward.
+/// the upstream takes only WebSockets (`--upstream-streaming websocket`) and the path is a
+/// pod's exec, attach or port-forward.
 pub fn wants_reverse(state: &ProxyState, path: &str) -> bool {
-    state.upstream_websocket_only
+    state.upstream_streaming == super::upstream_streaming::UpstreamStreaming::WebSocket
         && parse_pod_subresource(path).is_some_and(|t| {
             matches!(
                 t.subresource,

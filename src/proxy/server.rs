@@ -29,14 +29,15 @@ use super::headers::caller_address;
 use super::maybe_tls::MaybeTls;
 use super::metrics::ConnectionShed;
 use super::metrics::HandshakeRejection;
+use super::pass_through;
 use super::relay::relay;
 use super::request_layers;
+use super::reverse_handler;
 use super::session_audit::{self, AuditedBody};
 use super::sessions::{next_session_id, Refusal};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
-use super::{exec_handler, reverse_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
 use crate::translate::exec_options::Subresource;
 use crate::translate::subprotocol::BearerToken;
@@ -330,11 +331,14 @@ async fn route_authenticated(
     let slot = slot
         .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
     Ok(match session {
+        // `--upstream-streaming` decides whether these are translated or passed through.
         Session::Translate(subresource) => {
-            exec_handler::handle(state.clone(), req, peer, caller, subresource, slot).await
+            let streamed = pass_through::Streamed::RemoteCommand(subresource);
+            pass_through::handle(state.clone(), req, peer, caller, streamed, slot).await
         }
         Session::Tunnel(protocols) => {
-            tunnel_handler::handle(state.clone(), req, peer, caller, protocols, slot).await
+            let streamed = pass_through::Streamed::Tunnel(protocols);
+            pass_through::handle(state.clone(), req, peer, caller, streamed, slot).await
         }
         Session::Relay(RelayKind::Spdy)
             if reverse_handler::wants_reverse(&state, req.parts.uri.path()) =>

@@ -8,6 +8,7 @@ use super::metrics::Metrics;
 use super::self_subject_review::SelfSubjectReviews;
 use super::sessions::Sessions;
 use super::upstream::{PooledClient, Upstream};
+use super::upstream_streaming::{StreamingMemory, UpstreamStreaming};
 use crate::audit::recording::Recordings;
 use crate::audit::AuditLog;
 use crate::translate::remote_command::SessionLimits;
@@ -62,9 +63,11 @@ pub struct ProxyState {
     pub recordings: Option<Arc<Recordings>>,
     /// Passthrough callers' identities, for audit events.
     pub self_reviews: SelfSubjectReviews,
-    /// The upstream takes WebSockets only (it refuses SPDY): SPDY clients' exec, attach and
-    /// port-forward are translated to WebSocket instead of relayed.
-    pub upstream_websocket_only: bool,
+    /// Whether v5 exec/attach and the tunnel are translated to SPDY or passed through
+    /// (`--upstream-streaming`).
+    pub upstream_streaming: UpstreamStreaming,
+    /// What `auto` learned about the upstream.
+    pub streaming_memory: StreamingMemory,
 }
 
 impl ProxyState {
@@ -97,7 +100,8 @@ impl ProxyState {
             audit: None,
             recordings: None,
             self_reviews: SelfSubjectReviews::default(),
-            upstream_websocket_only: false,
+            upstream_streaming: UpstreamStreaming::default(),
+            streaming_memory: StreamingMemory::default(),
         }
     }
 }

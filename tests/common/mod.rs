@@ -6,6 +6,7 @@
 pub mod bearer;
 pub mod browser;
 pub mod clients;
+pub mod exec_suite;
 pub mod forward;
 pub mod h2_ws;
 pub mod harness;

@@ -384,6 +384,17 @@ fn websocket_binary_in_every_chunk_size_interleaved() {
     }
 }
 
+/// A passed-through v5 session is v4 plus the CLOSE signal (`FF 00` after stdin ends): the
+/// signal carries nothing to record and is no error.
+#[test]
+fn websocket_v5_close_signal_is_not_observed() {
+    let (mut up, down) = binary_session();
+    up.extend(ws_frame(2, true, &[0xFF, 0x00], KEY));
+    let mut o = ws_observer("v5.channel.k8s.io");
+    assert_eq!(feed_chunked(&mut o, &up, &down, usize::MAX), want_binary());
+    assert!(!o.stopped());
+}
+
 #[test]
 fn websocket_split_at_every_byte_boundary() {
     let (up, down) = binary_session();

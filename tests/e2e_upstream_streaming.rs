@@ -1,0 +1,425 @@
+//! `--upstream-streaming auto|spdy|websocket` against each simulated cluster mode (SpdyOnly,
+//! New, WebSocketOnly), with real kubectls through the SPDY-dropping gateway. Which path a
+//! session took is read from the cluster (did it serve a v5 / tunnel WebSocket or SPDY?), from
+//! the proxy's metrics (`websocket_pass_through` vs `exec` / `portforward_tunnel`) and, where
+//! the audit log is on, from its `protocol_path`.
+//!
+//! Expected failures: `spdy` against a WebSocket-only path (the cluster's 400 to the SPDY
+//! upgrade arrives as an InternalError Status), `websocket` against an old cluster (a
+//! BadGateway Status naming the setting).
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::clients::require_kubectl;
+use common::exec_suite::{attach, basics, copy_files, tty_size};
+use common::forward::{self, Forward};
+use common::harness::{run, stderr, stdout, Harness};
+use common::pod_server::PodServer;
+use kube_ws_proxy::sim::{SimConfig, SimEvent, SimStreaming, Transport};
+
+const T: Duration = Duration::from_secs(120);
+
+async fn harness(streaming: SimStreaming, setting: &str, extra: &[&str]) -> Harness {
+    let mut flags = vec!["--upstream-streaming", setting];
+    flags.extend_from_slice(extra);
+    Harness::start_with(
+        SimConfig {
+            streaming,
+            ..SimConfig::default()
+        },
+        &flags,
+    )
+    .await
+}
+
+/// `(transport, protocol)` of every session the cluster served.
+fn sessions(h: &Harness) -> Vec<(Transport, String)> {
+    h.sim
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            SimEvent::SessionStarted {
+                transport,
+                protocol,
+                ..
+            } => Some((transport, protocol)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Upgrade requests the cluster saw that offered `v5.channel.k8s.io` or the tunnel.
+fn websocket_streaming_requests(h: &Harness) -> usize {
+    h.sim
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.header("sec-websocket-protocol").is_some_and(|p| {
+                p.contains("v5.channel.k8s.io") || p.contains("SPDY/3.1+portforward.k8s.io")
+            })
+        })
+        .count()
+}
+
+/// The sessions_total value for a kind label, summed over outcomes.
+fn sessions_total(h: &Harness, kind: &str) -> u64 {
+    h.proxy
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("kube_ws_proxy_sessions_total{"))
+        .filter(|l| l.contains(&format!("kind=\"{kind}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+fn assert_no_spdy_fallback(h: &Harness) {
+    assert!(
+        h.middlebox.websockets() > 0,
+        "no WebSocket reached the proxy"
+    );
+    assert_eq!(h.middlebox.dropped(), 0, "kubectl fell back to SPDY");
+}
+
+/// Every session the cluster served was v5 or the tunnel over WebSocket: passed through.
+fn assert_passed_through(h: &Harness) {
+    let s = sessions(h);
+    assert!(!s.is_empty());
+    for (transport, protocol) in &s {
+        assert_eq!(*transport, Transport::WebSocket, "{s:?}");
+        assert!(
+            protocol == "v5.channel.k8s.io" || protocol == "SPDY/3.1+portforward.k8s.io",
+            "{s:?}"
+        );
+    }
+    assert!(sessions_total(h, "websocket_pass_through") > 0);
+    assert_eq!(sessions_total(h, "exec"), 0);
+    assert_eq!(sessions_total(h, "portforward_tunnel"), 0);
+}
+
+/// Every session the cluster served was SPDY: translated.
+fn assert_translated(h: &Harness) {
+    let s = sessions(h);
+    assert!(!s.is_empty());
+    assert!(s.iter().all(|(t, _)| *t == Transport::Spdy), "{s:?}");
+    assert_eq!(sessions_total(h, "websocket_pass_through"), 0);
+}
+
+async fn port_forward(h: &Harness, kubectl: &Path) {
+    let pod = PodServer::commands().await;
+    let f = Forward::start(h.kubectl(kubectl, &h.via_gateway), "web", &[pod.port]).await;
+    assert!(f.ready(), "port-forward did not start: {}", f.stderr());
+    forward::echo(f.port(pod.port), 4 << 20).await;
+    forward::echo(f.port(pod.port), 1).await;
+}
+
+/// exec (output, exit codes, stderr, stdin EOF), tty size, cp, attach, port-forward.
+async fn full_suite(h: &Harness, kubectl: &Path) {
+    basics(h, kubectl, &h.via_gateway).await;
+    tty_size(h, kubectl, &h.via_gateway).await;
+    copy_files(h, kubectl, &h.via_gateway).await;
+    attach(h, kubectl, &h.via_gateway).await;
+    port_forward(h, kubectl).await;
+    assert_no_spdy_fallback(h);
+}
+
+macro_rules! passes_through {
+    ($name:ident, $minor:literal, $mode:expr, $setting:literal) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let Some(k) = require_kubectl($minor) else {
+                return;
+            };
+            let h = harness($mode, $setting, &[]).await;
+            full_suite(&h, &k).await;
+            assert_passed_through(&h);
+        }
+    };
+}
+
+passes_through!(
+    new_cluster_auto_kubectl_1_33,
+    "1.33",
+    SimStreaming::New,
+    "auto"
+);
+passes_through!(
+    new_cluster_auto_kubectl_1_32,
+    "1.32",
+    SimStreaming::New,
+    "auto"
+);
+passes_through!(
+    new_cluster_auto_kubectl_1_31,
+    "1.31",
+    SimStreaming::New,
+    "auto"
+);
+passes_through!(
+    new_cluster_websocket_kubectl_1_33,
+    "1.33",
+    SimStreaming::New,
+    "websocket"
+);
+passes_through!(
+    websocket_only_cluster_auto_kubectl_1_33,
+    "1.33",
+    SimStreaming::WebSocketOnly,
+    "auto"
+);
+passes_through!(
+    websocket_only_cluster_websocket_kubectl_1_31,
+    "1.31",
+    SimStreaming::WebSocketOnly,
+    "websocket"
+);
+
+macro_rules! translates {
+    ($name:ident, $minor:literal, $mode:expr, $setting:literal) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let Some(k) = require_kubectl($minor) else {
+                return;
+            };
+            let h = harness($mode, $setting, &[]).await;
+            full_suite(&h, &k).await;
+            assert_translated(&h);
+        }
+    };
+}
+
+translates!(
+    old_cluster_auto_kubectl_1_33,
+    "1.33",
+    SimStreaming::SpdyOnly,
+    "auto"
+);
+translates!(
+    old_cluster_auto_kubectl_1_31,
+    "1.31",
+    SimStreaming::SpdyOnly,
+    "auto"
+);
+translates!(
+    old_cluster_spdy_kubectl_1_32,
+    "1.32",
+    SimStreaming::SpdyOnly,
+    "spdy"
+);
+translates!(
+    new_cluster_spdy_kubectl_1_33,
+    "1.33",
+    SimStreaming::New,
+    "spdy"
+);
+
+/// `auto` against an old cluster pays the fallback once: the first v5 session and the first
+/// tunnel ask with WebSocket, everything after goes straight to SPDY; the decision is logged
+/// once per family.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_remembers_an_old_cluster() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let h = harness(SimStreaming::SpdyOnly, "auto", &[]).await;
+    for i in 0..3 {
+        let mut c = h.kubectl(&k, &h.via_gateway);
+        c.args(["exec", "web", "--", "echo", &format!("session {i}")]);
+        let o = run(c, None, T).await;
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stdout(&o), format!("session {i}\n"));
+    }
+    assert_eq!(
+        websocket_streaming_requests(&h),
+        1,
+        "the fallback was paid again"
+    );
+    port_forward(&h, &k).await;
+    port_forward(&h, &k).await;
+    assert_eq!(websocket_streaming_requests(&h), 2);
+    assert_no_spdy_fallback(&h);
+    assert_translated(&h);
+    let logs = h.proxy.log_lines();
+    let decided = logs
+        .iter()
+        .filter(|l| l.contains("upstream does not speak WebSocket streaming: translating to SPDY"))
+        .count();
+    assert_eq!(decided, 2, "one decision per family: {logs:#?}");
+    assert!(!logs.iter().any(|l| l.contains("passing through")));
+}
+
+/// `auto` against a new cluster logs its decision once and never asks with SPDY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_logs_pass_through_once() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let h = harness(SimStreaming::New, "auto", &[]).await;
+    for _ in 0..2 {
+        let mut c = h.kubectl(&k, &h.via_gateway);
+        c.args(["exec", "web", "--", "true"]);
+        let o = run(c, None, T).await;
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert!(!h.sim.requests().iter().any(|r| r
+        .header("upgrade")
+        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"))));
+    let decided = h
+        .proxy
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains("upstream speaks WebSocket streaming: passing through"))
+        .count();
+    assert_eq!(decided, 1);
+}
+
+/// The cluster's own refusals are delivered under auto, never retried with SPDY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_delivers_the_clusters_refusal() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let h = harness(SimStreaming::New, "auto", &[]).await;
+    let mut c = h.kubectl(&k, &h.via_gateway);
+    c.args(["exec", "forbidden-pod", "--", "true"]);
+    let o = run(c, None, T).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is forbidden"), "{}", stderr(&o));
+    assert_no_spdy_fallback(&h);
+    assert!(!h.sim.requests().iter().any(|r| r
+        .header("upgrade")
+        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"))));
+    // Not learned as an old cluster: the next session still passes through.
+    let mut c = h.kubectl(&k, &h.via_gateway);
+    c.args(["exec", "web", "--", "echo", "still"]);
+    let o = run(c, None, T).await;
+    assert_eq!(stdout(&o), "still\n", "{}", stderr(&o));
+    assert_passed_through(&h);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_against_an_old_cluster_fails_clearly() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let h = harness(SimStreaming::SpdyOnly, "websocket", &[]).await;
+    let mut c = h.kubectl(&k, &h.via_gateway);
+    c.args(["exec", "web", "--", "echo", "never"]);
+    let o = run(c, None, T).await;
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--upstream-streaming=websocket"),
+        "{}",
+        stderr(&o)
+    );
+    // Reported inside the WebSocket: no SPDY retry reached the gateway.
+    assert_no_spdy_fallback(&h);
+    assert!(sessions(&h).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spdy_against_a_websocket_only_cluster_fails_clearly() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let h = harness(SimStreaming::WebSocketOnly, "spdy", &[]).await;
+    let mut c = h.kubectl(&k, &h.via_gateway);
+    c.args(["exec", "web", "--", "echo", "never"]);
+    let o = run(c, None, T).await;
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("SPDY upgrades are not allowed"),
+        "{}",
+        stderr(&o)
+    );
+    assert_no_spdy_fallback(&h);
+    assert!(sessions(&h).is_empty());
+}
+
+/// SPDY clients keep being relayed against old and new clusters under every setting
+/// (kubectl 1.28 exec, 1.27 and 1.28 port-forward, straight to the proxy). kubectl 1.30
+/// already tries v5 for exec and 1.31 the tunnel for port-forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spdy_clients_are_still_relayed() {
+    let (Some(k27), Some(k28)) = (require_kubectl("1.27"), require_kubectl("1.28")) else {
+        return;
+    };
+    for (mode, setting) in [
+        (SimStreaming::SpdyOnly, "auto"),
+        (SimStreaming::New, "auto"),
+        (SimStreaming::New, "websocket"),
+    ] {
+        let h = harness(mode, setting, &[]).await;
+        let mut c = h.kubectl(&k28, &h.direct);
+        c.args(["exec", "-i", "web", "--", "sh", "-c", "cat; exit 4"]);
+        let o = run(c, Some(b"relayed\n".to_vec()), T).await;
+        assert_eq!(
+            o.status.code(),
+            Some(4),
+            "{mode:?} {setting}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "relayed\n");
+        for k in [&k27, &k28] {
+            let pod = PodServer::commands().await;
+            let f = Forward::start(h.kubectl(k, &h.direct), "web", &[pod.port]).await;
+            assert!(f.ready(), "port-forward did not start: {}", f.stderr());
+            forward::echo(f.port(pod.port), 1 << 20).await;
+        }
+        // Counted when a session ends: the port-forwards end as their kubectl is killed.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while sessions_total(&h, "spdy_relay") < 3 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(sessions_total(&h, "spdy_relay"), 3, "{mode:?} {setting}");
+        assert_eq!(sessions_total(&h, "websocket_pass_through"), 0);
+    }
+}
+
+/// The audit log names the path: `pass_through` for a session passed to a new cluster,
+/// `translated` after auto fell back against an old one. The pass-through is recorded by
+/// following its v5 channels (as relays are), which is also where its exit code comes from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_names_the_path() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    for (mode, path) in [
+        (SimStreaming::New, "pass_through"),
+        (SimStreaming::SpdyOnly, "translated"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.log");
+        let log_arg = log.display().to_string();
+        let casts = dir.path().join("casts");
+        std::fs::create_dir_all(&casts).unwrap();
+        let casts_arg = casts.display().to_string();
+        let flags = [
+            "--audit-log",
+            &log_arg,
+            "--record",
+            "best-effort",
+            "--record-dir",
+            &casts_arg,
+        ];
+        let h = harness(mode, "auto", &flags).await;
+        let mut c = h.kubectl(&k, &h.via_gateway);
+        c.args([
+            "exec",
+            "audited-pod",
+            "--",
+            "sh",
+            "-c",
+            "echo recorded; exit 6",
+        ]);
+        let o = run(c, None, T).await;
+        assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+        let ended = common::replay::ended_event(&log, "audited-pod", path).await;
+        assert_eq!(ended["exit_code"], 6, "{ended}");
+        let cast = ended["recording"].as_str().expect("a recording");
+        let text = std::fs::read_to_string(cast).unwrap();
+        assert!(text.contains("recorded"), "{text}");
+    }
+}
