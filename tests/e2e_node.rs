@@ -53,7 +53,9 @@ async fn start() -> Harness {
         require_bearer_token: Some(TOKEN.into()),
         ..SimConfig::default()
     };
-    Harness::start_with(sim, &[]).await
+    // The translation's exact upstream requests are checked: no WebSocket attempt first
+    // (`auto` against this SPDY-only cluster would make one).
+    Harness::start_with(sim, &["--upstream-streaming", "spdy"]).await
 }
 
 /// The cluster's exec requests, each checked to carry the token as a header.
