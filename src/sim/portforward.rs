@@ -157,15 +157,38 @@ pub(crate) fn spdy(
 pub(crate) fn tunnel(
     inner: Arc<Inner>,
     kill: KillSwitch,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     ns: &str,
     pod: &str,
 ) -> Response<Body> {
-    let (resp, protocol) =
-        match websocket::handshake(&req, std::slice::from_ref(&super::tunnel::TUNNEL)) {
-            Ok(ok) => ok,
-            Err(refusal) => return refusal,
-        };
+    serve_websocket(
+        inner,
+        kill,
+        req,
+        std::slice::from_ref(&super::tunnel::TUNNEL),
+        (ns, pod),
+        |ctx, ws, _| async move { spdy_session(&ctx, super::tunnel::bridge(ws)).await },
+    )
+}
+
+/// The WebSocket side both port-forward flavours share: the handshake, then in the
+/// background the upgrade, the session's start and end events around `run`.
+fn serve_websocket<F, Fut>(
+    inner: Arc<Inner>,
+    kill: KillSwitch,
+    mut req: Request<Incoming>,
+    supported: &[websocket::Protocol],
+    (ns, pod): (&str, &str),
+    run: F,
+) -> Response<Body>
+where
+    F: FnOnce(PfContext, websocket::Ws, websocket::Protocol) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = &'static str> + Send,
+{
+    let (resp, protocol) = match websocket::handshake(&req, supported) {
+        Ok(ok) => ok,
+        Err(refusal) => return refusal,
+    };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let session = inner.next_session();
     let (ns, pod) = (ns.to_string(), pod.to_string());
@@ -193,9 +216,9 @@ pub(crate) fn tunnel(
             pod,
             kill,
         };
-        let io = super::tunnel::bridge(websocket::accept(upgraded).await);
-        let reason = spdy_session(&ctx, io).await;
-        ctx.cancel.cancel();
+        let cancel = ctx.cancel.clone();
+        let reason = run(ctx, websocket::accept(upgraded).await, protocol).await;
+        cancel.cancel();
         inner.event(SimEvent::SessionEnded {
             session,
             reason: reason.to_string(),
@@ -451,7 +474,7 @@ fn parse_ports(query: &Query) -> Result<Vec<u16>, String> {
 pub(crate) async fn websocket(
     inner: Arc<Inner>,
     kill: KillSwitch,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     query: &Query,
     ns: &str,
     pod: &str,
@@ -460,46 +483,14 @@ pub(crate) async fn websocket(
         Ok(p) => p,
         Err(msg) => return text_response(StatusCode::BAD_REQUEST, &msg),
     };
-    let (resp, protocol) = match websocket::handshake(&req, &WS_PROTOCOLS) {
-        Ok(ok) => ok,
-        Err(refusal) => return refusal,
-    };
-    let on_upgrade = hyper::upgrade::on(&mut req);
-    let session = inner.next_session();
-    let (ns, pod) = (ns.to_string(), pod.to_string());
-    tokio::spawn(async move {
-        let upgraded = match on_upgrade.await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::debug!(error = %e, "WebSocket upgrade failed");
-                return;
-            }
-        };
-        inner.event(SimEvent::SessionStarted {
-            session,
-            kind: SessionKind::PortForward,
-            transport: Transport::WebSocket,
-            protocol: protocol.name.to_string(),
-            namespace: ns,
-            pod: pod.clone(),
-        });
-        let ctx = PfContext {
-            cancel: inner.shutdown.child_token(),
-            inner: inner.clone(),
-            session,
-            dying: pod.starts_with("dying-"),
-            pod,
-            kill,
-        };
-        let ws = websocket::accept(upgraded).await;
-        let reason = ws_session(&ctx, ws, protocol.framing, ports).await;
-        ctx.cancel.cancel();
-        inner.event(SimEvent::SessionEnded {
-            session,
-            reason: reason.to_string(),
-        });
-    });
-    resp
+    serve_websocket(
+        inner,
+        kill,
+        req,
+        &WS_PROTOCOLS,
+        (ns, pod),
+        move |ctx, ws, protocol| async move { ws_session(&ctx, ws, protocol.framing, ports).await },
+    )
 }
 
 async fn ws_session(
