@@ -438,6 +438,9 @@ pub async fn get_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
             .body(Empty::<Bytes>::new())
             .unwrap();
         let t = Instant::now();
+        // The connection takes the next request only once it has finished the last answer's
+        // body; without this wait a fast loop races it ("connection was not ready").
+        sender.ready().await.unwrap();
         let resp = sender.send_request(req).await.unwrap();
         assert!(resp.status().is_success(), "GET: {}", resp.status());
         resp.into_body().collect().await.unwrap();
