@@ -130,7 +130,9 @@ pub struct ServeArgs {
     /// (clusters before 1.31, paths that carry SPDY). `websocket`: passed through unchanged, for
     /// clusters that serve them (1.31+ with TranslateStreamCloseWebsocketRequests and
     /// PortForwardWebsockets). `auto`: WebSocket first, SPDY when the upstream refuses the
-    /// upgrade the way an old cluster does; what worked is remembered for 10 minutes.
+    /// upgrade the way an old cluster does; what worked is remembered for 10 minutes. SPDY
+    /// clients (kubectl ≤ 1.30) are relayed, or translated to WebSocket under `websocket`, and
+    /// under `auto` once the path refuses SPDY.
     #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_STREAMING", value_enum, default_value_t = UpstreamStreaming::Auto)]
     pub upstream_streaming: UpstreamStreaming,
 

@@ -25,12 +25,17 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 const T: Duration = Duration::from_secs(120);
 
 async fn websocket_only() -> Harness {
+    websocket_only_with("websocket").await
+}
+
+/// The WebSocket-only cluster with `--upstream-streaming setting`.
+async fn websocket_only_with(setting: &str) -> Harness {
     Harness::start_with(
         SimConfig {
             streaming: SimStreaming::WebSocketOnly,
             ..SimConfig::default()
         },
-        &["--upstream-streaming", "websocket"],
+        &["--upstream-streaming", setting],
     )
     .await
 }
@@ -261,7 +266,7 @@ async fn port_forward_suite(h: &Harness, kubectl: &Path) {
 }
 
 macro_rules! reverse_suite {
-    ($modname:ident, $minor:literal) => {
+    ($modname:ident, $minor:literal, $setting:literal) => {
         mod $modname {
             use super::*;
 
@@ -270,7 +275,7 @@ macro_rules! reverse_suite {
                 let Some(k) = require_kubectl($minor) else {
                     return;
                 };
-                let h = websocket_only().await;
+                let h = websocket_only_with($setting).await;
                 exec_suite(&h, &k).await;
                 tty_with_resize(&h, &k).await;
                 assert_upstream_websocket(&h);
@@ -285,7 +290,7 @@ macro_rules! reverse_suite {
                 let Some(k) = require_kubectl($minor) else {
                     return;
                 };
-                let h = websocket_only().await;
+                let h = websocket_only_with($setting).await;
                 attach(&h, &k).await;
                 copy_files(&h, &k).await;
                 port_forward_suite(&h, &k).await;
@@ -295,9 +300,64 @@ macro_rules! reverse_suite {
     };
 }
 
-reverse_suite!(kubectl_1_27, "1.27");
-reverse_suite!(kubectl_1_28, "1.28");
-reverse_suite!(kubectl_1_30, "1.30");
+reverse_suite!(kubectl_1_27, "1.27", "websocket");
+reverse_suite!(kubectl_1_28, "1.28", "websocket");
+reverse_suite!(kubectl_1_30, "1.30", "websocket");
+// `auto` finds out (the cluster's 400 to the SPDY upgrade) and then does the same.
+reverse_suite!(kubectl_1_27_auto, "1.27", "auto");
+reverse_suite!(kubectl_1_30_auto, "1.30", "auto");
+
+/// `auto` pays the SPDY refusal once per family: the first exec and the first port-forward are
+/// relayed as SPDY, refused by the path, and translated; later ones go straight to the reverse
+/// translator. The decision is logged once per family.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_remembers_a_path_that_refuses_spdy() {
+    let Some(k) = require_kubectl("1.28") else {
+        return;
+    };
+    let h = websocket_only_with("auto").await;
+    let spdy_upgrades = |h: &Harness| {
+        h.sim
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.header("upgrade")
+                    .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"))
+            })
+            .count()
+    };
+    for i in 0..3 {
+        let mut c = spdy_kubectl(&h, &k);
+        c.args(["exec", "web", "--", "echo", &format!("session {i}")]);
+        let o = run(c, None, T).await;
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stdout(&o), format!("session {i}\n"));
+    }
+    assert_eq!(spdy_upgrades(&h), 1, "the SPDY refusal was paid again");
+    for _ in 0..2 {
+        let pod = PodServer::echo().await;
+        let (mut child, local) = port_forward(&h, &k, pod.port).await;
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", local))
+            .await
+            .unwrap();
+        conn.write_all(b"remembered\n").await.unwrap();
+        let mut line = vec![0u8; "remembered\n".len()];
+        tokio::time::timeout(T, conn.read_exact(&mut line))
+            .await
+            .expect("port-forward echo")
+            .unwrap();
+        assert_eq!(line, b"remembered\n");
+        let _ = child.kill().await;
+    }
+    assert_eq!(spdy_upgrades(&h), 2, "one SPDY refusal per family");
+    assert_upstream_websocket(&h);
+    let logs = h.proxy.log_lines();
+    let decided = logs
+        .iter()
+        .filter(|l| l.contains("upstream refuses SPDY: translating SPDY clients to WebSocket"))
+        .count();
+    assert_eq!(decided, 2, "one decision per family: {logs:#?}");
+}
 
 /// An upstream refusal reaches the SPDY client as the cluster's own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

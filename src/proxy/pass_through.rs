@@ -9,19 +9,19 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use tracing::warn;
 
 use super::auth::Caller;
 use super::body::ProxyBody;
 use super::headers::remove_hop_by_hop;
 use super::metrics::{SessionKind, SessionOutcome};
-use super::relay::{self, RelayError, Relayed};
+use super::refusal_body::read_body;
+use super::relay::{self, RelayError};
 use super::request_layers;
 use super::session_audit::{self, AuditIdentity};
 use super::sessions::{next_session_id, SessionSlot};
@@ -29,20 +29,17 @@ use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::upstream_streaming::{
-    after_refusal, log_decision, RefusalAnswer, StreamFamily, UpstreamPath, UpstreamStreaming,
+    after_refusal, log_decision, ClientProtocol, RefusalAnswer, StreamFamily, UpstreamPath,
+    UpstreamStreaming,
 };
 use super::websocket::is_valid_key;
 use super::{exec_handler, tunnel_handler};
-use crate::audit::recording::RecordPolicy;
 use crate::audit::ProtocolPath;
-use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
+use crate::translate::exec_options::Subresource;
 use crate::translate::protocol::{ChannelProtocol, TUNNEL_PREFIX};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 use crate::translate::subprotocol::BEARER_PREFIX;
-
-/// Most bytes of a refusal's body read to decide on it (a Status is a few hundred).
-const MAX_REFUSAL_BODY: usize = 64 * 1024;
 
 /// A streaming request that may be passed through.
 #[derive(Debug)]
@@ -108,9 +105,10 @@ pub async fn handle(
     let family = streamed.family();
     let upstream = state.upstream.authority();
     let setting = state.upstream_streaming;
-    let remembered = state
-        .streaming_memory
-        .recall(&upstream, family, Instant::now());
+    let remembered =
+        state
+            .streaming_memory
+            .recall(&upstream, family, ClientProtocol::WebSocket, Instant::now());
     if setting == UpstreamStreaming::Spdy
         || (setting == UpstreamStreaming::Auto && remembered == Some(UpstreamPath::Spdy))
     {
@@ -254,15 +252,6 @@ fn unusable(offer: &[String], resp: &Response<Incoming>) -> Option<String> {
     (!offered).then(|| {
         format!("the upstream chose subprotocol {chosen:?}, which the client did not offer")
     })
-}
-
-/// Reads a refusal's body: at most [`MAX_REFUSAL_BODY`] bytes within `timeout`; what could not
-/// be read is left out.
-async fn read_body(body: Incoming, timeout: Duration) -> Bytes {
-    match tokio::time::timeout(timeout, Limited::new(body, MAX_REFUSAL_BODY).collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        _ => Bytes::new(),
-    }
 }
 
 /// The SPDY translation, as under `--upstream-streaming spdy`; with `refusal`, that Status is
@@ -411,62 +400,16 @@ async fn carry(
     resp: Response<Incoming>,
     identity: AuditIdentity,
 ) -> Response<ProxyBody> {
-    let session_id = next_session_id();
-    let path = req.parts.uri.path().to_owned();
-    let path_and_query = req.path_and_query();
-    let recordable = parse_pod_subresource(&path)
-        .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
-    let required = state
-        .recordings
-        .as_ref()
-        .is_some_and(|r| r.policy() == RecordPolicy::Required);
-    let mut recorder = None;
-    let mut recording_error = None;
-    if let (Some(recordings), true) = (&state.recordings, recordable) {
-        let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
-        let title = match (parse_pod_subresource(&path), &options.container) {
-            (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
-            (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
-            (None, _) => String::new(),
-        };
-        let id = crate::audit::instance::session_id(session_id);
-        match recordings.open(&id, &options.command, title).await {
-            Ok(r) => recorder = Some(r),
-            Err(e) => {
-                warn!(session = session_id, error = %e, "the session's recording could not start");
-                if required {
-                    // Nothing was relayed yet: dropping the upstream's answer ends it there.
-                    drop(resp);
-                    return failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "ServiceUnavailable",
-                        format!(
-                            "kube-ws-proxy cannot record this session and recordings are \
-                             required (--record=required): {e}"
-                        ),
-                    );
-                }
-                recording_error = Some(e.to_string());
-            }
-        }
-    }
-    let audit_id = request_layers::audit_id(&req.parts.headers);
-    let sent_key = req.parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-    let relayed = Relayed {
-        on_upgrade: req.on_upgrade,
-        path,
-        path_and_query,
+    let resp = Ok(resp.map(BodyExt::boxed));
+    relay::relay_answered(
+        state,
+        req,
         peer,
-        kind: SessionKind::PassThrough,
+        SessionKind::PassThrough,
         slot,
-        session_id,
-        guard: state.metrics.session(SessionKind::PassThrough),
-        recorder,
-        recording_error,
-        required,
-        audit_id,
-        client_stream: req.client,
-        sent_key,
-    };
-    relay::carry(state, relayed, Ok(resp), identity, caller).await
+        caller,
+        resp,
+        identity,
+    )
+    .await
 }

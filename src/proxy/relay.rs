@@ -101,52 +101,13 @@ pub async fn relay(
         RelayKind::WebSocket | RelayKind::Other => SessionKind::WebSocketRelay,
     };
     let session_id = next_session_id();
-    // Exec and attach are recorded by following the relayed protocol. The recording is opened
-    // before anything goes upstream, so that under --record=required a session that cannot be
-    // recorded is refused before it starts.
-    let recordable = parse_pod_subresource(req.parts.uri.path())
-        .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
-    let mut recording_error = None;
-    let mut recorder = None;
-    let required = state
-        .recordings
-        .as_ref()
-        .is_some_and(|r| r.policy() == RecordPolicy::Required);
-    if let (Some(recordings), true) = (&state.recordings, recordable) {
-        let (command, title) = recording_title(&req.path_and_query());
-        let id = crate::audit::instance::session_id(session_id);
-        match recordings.open(&id, &command, title).await {
-            Ok(r) => recorder = Some(r),
-            Err(e) => {
-                warn!(session = session_id, error = %e, "the relayed session's recording could not start");
-                if required {
-                    let message = format!(
-                        "kube-ws-proxy cannot record this session and recordings are required \
-                         (--record=required): {e}"
-                    );
-                    refused_unrecorded(state, &req, peer, caller, session_id, kind, &e.to_string())
-                        .await;
-                    return failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "ServiceUnavailable",
-                        message,
-                    );
-                }
-                recording_error = Some(e.to_string());
-            }
-        }
-    }
-    // From here on a failure is the upstream's (an unfinished guard counts as upstream_error).
-    let guard = state.metrics.session(kind);
-    let path = req.parts.uri.path().to_owned();
-    let path_and_query = req.path_and_query();
-    let audit_id = request_layers::audit_id(&req.parts.headers);
-    let on_upgrade = req.on_upgrade;
-    let client_stream = req.client;
-    // On HTTP/2 the key is the proxy's own (extended_connect.rs): the upstream's accept is
-    // checked against it here, not by the client.
-    let sent_key = req.parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-    let upstream_req = match upstream_request(state, &req.parts, req.body, peer, caller) {
+    // The recording is opened before anything goes upstream, so that under --record=required
+    // a session that cannot be recorded is refused before it starts.
+    let recording = match start_recording(state, &req, peer, caller, session_id, kind).await {
+        Ok(recording) => recording,
+        Err(refusal) => return refusal,
+    };
+    let upstream_req = match upstream_request(state, &req.parts, req.body.clone(), peer, caller) {
         Ok(r) => r,
         Err(e) => return e.response(),
     };
@@ -155,23 +116,96 @@ pub async fn relay(
         ask_upstream(state, upstream_req),
         session_audit::identify(state, caller, credentials),
     );
-    let relayed = Relayed {
-        on_upgrade,
-        path,
-        path_and_query,
-        peer,
-        kind,
-        slot,
-        session_id,
-        guard,
-        recorder,
-        recording_error,
-        required,
-        audit_id,
-        client_stream,
-        sent_key,
-    };
+    let answer = answer.map(|resp| resp.map(BodyExt::boxed));
+    let relayed = Relayed::new(state, req, peer, kind, slot, session_id, recording);
     carry(state, relayed, answer, identity, caller).await
+}
+
+/// Relays an upgrade whose upstream answer is already in: WebSocket pass-through, and SPDY
+/// under `--upstream-streaming auto`, which had to see the answer to choose the path. The
+/// recording opens now; under `--record=required` a failure drops the upstream's connection
+/// before a byte is relayed, which ends the session there.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn relay_answered(
+    state: &ProxyState,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    kind: SessionKind,
+    slot: SessionSlot,
+    caller: &Caller,
+    answer: Result<Response<ProxyBody>, RelayError>,
+    identity: AuditIdentity,
+) -> Response<ProxyBody> {
+    let session_id = next_session_id();
+    let recording = match start_recording(state, &req, peer, caller, session_id, kind).await {
+        Ok(recording) => recording,
+        Err(refusal) => {
+            drop(answer);
+            return refusal;
+        }
+    };
+    let relayed = Relayed::new(state, req, peer, kind, slot, session_id, recording);
+    carry(state, relayed, answer, identity, caller).await
+}
+
+/// A relayed session's recording as it starts.
+#[derive(Default)]
+pub(super) struct RelayRecording {
+    recorder: Option<crate::audit::recording::Recorder>,
+    /// Why it could not start (best-effort: the session goes on unrecorded).
+    error: Option<String>,
+    /// `--record=required`.
+    required: bool,
+}
+
+/// Opens the recording of an exec or attach about to be relayed (nothing for other requests
+/// or without `--record-dir`). Under `--record=required` a recording that cannot start refuses
+/// the session: the refusal is audited and the 503 for the client is the error.
+async fn start_recording(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    session_id: u64,
+    kind: SessionKind,
+) -> Result<RelayRecording, Response<ProxyBody>> {
+    let required = state
+        .recordings
+        .as_ref()
+        .is_some_and(|r| r.policy() == RecordPolicy::Required);
+    let recordable = parse_pod_subresource(req.parts.uri.path())
+        .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
+    let Some(recordings) = state.recordings.as_ref().filter(|_| recordable) else {
+        return Ok(RelayRecording::default());
+    };
+    let (command, title) = recording_title(&req.path_and_query());
+    let id = crate::audit::instance::session_id(session_id);
+    match recordings.open(&id, &command, title).await {
+        Ok(r) => Ok(RelayRecording {
+            recorder: Some(r),
+            error: None,
+            required,
+        }),
+        Err(e) => {
+            warn!(session = session_id, error = %e, "the relayed session's recording could not start");
+            if !required {
+                return Ok(RelayRecording {
+                    recorder: None,
+                    error: Some(e.to_string()),
+                    required,
+                });
+            }
+            refused_unrecorded(state, req, peer, caller, session_id, kind, &e.to_string()).await;
+            Err(failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                format!(
+                    "kube-ws-proxy cannot record this session and recordings are required \
+                     (--record=required): {e}"
+                ),
+            ))
+        }
+    }
 }
 
 /// A relayed upgrade whose upstream answer is in: what [`carry`] needs besides the answer.
@@ -184,7 +218,7 @@ pub(super) struct Relayed {
     pub slot: SessionSlot,
     pub session_id: u64,
     pub guard: super::metrics::SessionGuard,
-    /// The session's recording, opened before the upstream was asked.
+    /// The session's recording, opened before the relay starts.
     pub recorder: Option<crate::audit::recording::Recorder>,
     pub recording_error: Option<String>,
     /// `--record=required`.
@@ -197,12 +231,45 @@ pub(super) struct Relayed {
     pub sent_key: Option<http::HeaderValue>,
 }
 
+impl Relayed {
+    /// Takes what the relay needs from the request; from here on a failure is the upstream's
+    /// (an unfinished session guard counts as `upstream_error`).
+    fn new(
+        state: &ProxyState,
+        req: UpgradeRequest,
+        peer: SocketAddr,
+        kind: SessionKind,
+        slot: SessionSlot,
+        session_id: u64,
+        recording: RelayRecording,
+    ) -> Relayed {
+        Relayed {
+            path: req.parts.uri.path().to_owned(),
+            path_and_query: req.path_and_query(),
+            audit_id: request_layers::audit_id(&req.parts.headers),
+            // On HTTP/2 the key is the proxy's own (extended_connect.rs): the upstream's
+            // accept is checked against it here, not by the client.
+            sent_key: req.parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned(),
+            on_upgrade: req.on_upgrade,
+            client_stream: req.client,
+            peer,
+            kind,
+            slot,
+            session_id,
+            guard: state.metrics.session(kind),
+            recorder: recording.recorder,
+            recording_error: recording.error,
+            required: recording.required,
+        }
+    }
+}
+
 /// Carries a relayed upgrade on from the upstream's answer: a non-101 goes to the client as it
 /// comes; a 101 starts the byte copy (recorded and audited) in the background and is answered.
 pub(super) async fn carry(
     state: &ProxyState,
     relayed: Relayed,
-    answer: Result<Response<hyper::body::Incoming>, RelayError>,
+    answer: Result<Response<ProxyBody>, RelayError>,
     identity: AuditIdentity,
     caller: &Caller,
 ) -> Response<ProxyBody> {
@@ -316,7 +383,7 @@ pub(super) async fn carry(
         let (mut parts, body) = resp.into_parts();
         remove_hop_by_hop(&mut parts.headers);
         parts.headers.remove(header::CONTENT_LENGTH);
-        return Response::from_parts(parts, body.boxed());
+        return Response::from_parts(parts, body);
     }
 
     // The audit log lists a port-forward's connections (kubectl ≤ 1.30's SPDY, the legacy
@@ -619,7 +686,7 @@ async fn copy<R, W>(
 
 /// The protocol a relayed upgrade agreed on, from the upstream's 101: the WebSocket
 /// subprotocol, or for SPDY the stream protocol version (`v4.channel.k8s.io`, ...).
-fn negotiated_protocol(resp: &Response<hyper::body::Incoming>) -> Option<String> {
+fn negotiated_protocol<B>(resp: &Response<B>) -> Option<String> {
     let h = resp.headers();
     let upgrade = h.get(header::UPGRADE).and_then(|v| v.to_str().ok());
     let sub = h
@@ -637,7 +704,7 @@ fn negotiated_protocol(resp: &Response<hyper::body::Incoming>) -> Option<String>
 /// The watch on a port-forward the upstream accepted, for the protocol it agreed on: SPDY
 /// `portforward.k8s.io`, or a WebSocket channel protocol (legacy port-forward); `None` for
 /// one it cannot follow.
-fn port_forward_watch(resp: &Response<hyper::body::Incoming>) -> Option<PortForwardWatch> {
+fn port_forward_watch<B>(resp: &Response<B>) -> Option<PortForwardWatch> {
     let h = resp.headers();
     let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     let upgrade = header("upgrade")?;
@@ -657,7 +724,7 @@ fn port_forward_watch(resp: &Response<hyper::body::Incoming>) -> Option<PortForw
 }
 
 /// The observer of a relayed session the upstream accepted, if its protocol can be followed.
-fn observer_for(resp: &Response<hyper::body::Incoming>) -> Option<Observer> {
+fn observer_for<B>(resp: &Response<B>) -> Option<Observer> {
     let h = resp.headers();
     let upgrade = h.get(header::UPGRADE).and_then(|v| v.to_str().ok());
     let sub = h

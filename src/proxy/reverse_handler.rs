@@ -35,20 +35,21 @@ use crate::translate::reverse::negotiation::{self, NegotiationError, ACCEPTED_VE
 use crate::translate::reverse::{self, port_forward, ReverseLimits};
 use crate::translate::tunnel::TunnelEnd;
 
-/// Whether a SPDY upgrade for `path` goes to the reverse translator rather than the byte relay:
-/// the upstream takes only WebSockets (`--upstream-streaming websocket`) and the path is a
-/// pod's exec, attach or port-forward.
-pub fn wants_reverse(state: &ProxyState, path: &str) -> bool {
-    state.upstream_streaming == super::upstream_streaming::UpstreamStreaming::WebSocket
-        && parse_pod_subresource(path).is_some_and(|t| {
+/// A SPDY upgrade's streaming subresource (exec, attach, port-forward of a pod): the requests
+/// `--upstream-streaming` decides on for SPDY clients; anything else is always relayed.
+pub fn streaming_subresource(path: &str) -> Option<Subresource> {
+    parse_pod_subresource(path)
+        .map(|t| t.subresource)
+        .filter(|s| {
             matches!(
-                t.subresource,
+                s,
                 Subresource::Exec | Subresource::Attach | Subresource::PortForward
             )
         })
 }
 
-/// Handles a SPDY upgrade [`wants_reverse`] chose; `slot` is its admission.
+/// Handles a SPDY upgrade that goes to the reverse translator (`--upstream-streaming
+/// websocket`, or `auto` against a path that refuses SPDY); `slot` is its admission.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,

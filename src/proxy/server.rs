@@ -35,9 +35,11 @@ use super::request_layers;
 use super::reverse_handler;
 use super::session_audit::{self, AuditedBody};
 use super::sessions::{next_session_id, Refusal};
+use super::spdy_auto;
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
+use super::upstream_streaming::UpstreamStreaming;
 use crate::audit::ProtocolPath;
 use crate::translate::exec_options::Subresource;
 use crate::translate::subprotocol::BearerToken;
@@ -340,10 +342,21 @@ async fn route_authenticated(
             let streamed = pass_through::Streamed::Tunnel(protocols);
             pass_through::handle(state.clone(), req, peer, caller, streamed, slot).await
         }
-        Session::Relay(RelayKind::Spdy)
-            if reverse_handler::wants_reverse(&state, req.parts.uri.path()) =>
-        {
-            reverse_handler::handle(state.clone(), req, peer, caller, slot).await
+        // SPDY exec/attach/port-forward: relayed, or translated to WebSocket where the
+        // upstream takes only that (`websocket`, or `auto` once SPDY was refused).
+        Session::Relay(RelayKind::Spdy) => {
+            match (
+                state.upstream_streaming,
+                reverse_handler::streaming_subresource(req.parts.uri.path()),
+            ) {
+                (UpstreamStreaming::WebSocket, Some(_)) => {
+                    reverse_handler::handle(state.clone(), req, peer, caller, slot).await
+                }
+                (UpstreamStreaming::Auto, Some(subresource)) => {
+                    spdy_auto::handle(state.clone(), req, peer, caller, subresource, slot).await
+                }
+                _ => relay(&state, req, peer, RelayKind::Spdy, slot, &caller).await,
+            }
         }
         Session::Relay(kind) => relay(&state, req, peer, kind, slot, &caller).await,
     })

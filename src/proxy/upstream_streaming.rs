@@ -49,13 +49,38 @@ impl StreamFamily {
     }
 }
 
+/// What the client speaks, which decides the question `auto` asks the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientProtocol {
+    /// v5 exec/attach or the port-forward tunnel (kubectl ≥ 1.31, browsers, the Python and
+    /// Node clients): does the upstream serve them as WebSocket?
+    WebSocket,
+    /// SPDY/3.1 (kubectl ≤ 1.30 and kubectl's fallback): does the path to the upstream carry
+    /// SPDY?
+    Spdy,
+}
+
 /// How a session goes upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpstreamPath {
     /// The client's WebSocket, unchanged.
     PassThrough,
-    /// Translated to SPDY.
+    /// The client's WebSocket translated to SPDY.
     Spdy,
+    /// The client's SPDY, relayed unchanged.
+    Relay,
+    /// The client's SPDY translated to WebSocket (the reverse translator).
+    Reverse,
+}
+
+impl UpstreamPath {
+    /// Whose question this path answers.
+    pub fn client(self) -> ClientProtocol {
+        match self {
+            UpstreamPath::PassThrough | UpstreamPath::Spdy => ClientProtocol::WebSocket,
+            UpstreamPath::Relay | UpstreamPath::Reverse => ClientProtocol::Spdy,
+        }
+    }
 }
 
 /// What to do with an upstream's non-101 answer to the client's WebSocket upgrade.
@@ -104,11 +129,14 @@ fn is_status_body(content_type: Option<&str>, body: &[u8]) -> bool {
 /// How long `auto` trusts what it learned about an upstream.
 pub const MEMORY_PERIOD: Duration = Duration::from_secs(10 * 60);
 
-/// What `auto` learned per upstream and family, for [`MEMORY_PERIOD`]. The lock is held only
-/// to read or write one entry, never across an await.
+/// The key of what `auto` learned: upstream, family and what the client speaks.
+type MemoryKey = (String, StreamFamily, ClientProtocol);
+
+/// What `auto` learned per upstream, family and client protocol, for [`MEMORY_PERIOD`]. The
+/// lock is held only to read or write one entry, never across an await.
 #[derive(Debug, Default)]
 pub struct StreamingMemory {
-    entries: Mutex<HashMap<(String, StreamFamily), (UpstreamPath, Instant)>>,
+    entries: Mutex<HashMap<MemoryKey, (UpstreamPath, Instant)>>,
     period: Option<Duration>,
 }
 
@@ -125,21 +153,24 @@ impl StreamingMemory {
         self.period.unwrap_or(MEMORY_PERIOD)
     }
 
-    /// What was learned about `upstream` for `family` within the period, as of `now`.
+    /// What was learned about `upstream` for `family` and `client` within the period, as of
+    /// `now`.
     pub fn recall(
         &self,
         upstream: &str,
         family: StreamFamily,
+        client: ClientProtocol,
         now: Instant,
     ) -> Option<UpstreamPath> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries
-            .get(&(upstream.to_owned(), family))
+            .get(&(upstream.to_owned(), family, client))
             .filter(|(_, at)| now.saturating_duration_since(*at) < self.period())
             .map(|(path, _)| *path)
     }
 
-    /// Notes that `path` worked (or is the one to use) for `upstream` and `family` as of `now`;
+    /// Notes that `path` worked (or is the one to use) for `upstream`, `family` and the client
+    /// protocol the path starts from, as of `now`;
     /// returns whether that changes what was believed (nothing known, expired, or the other
     /// path), so that the change can be logged once.
     pub fn learn(
@@ -151,7 +182,7 @@ impl StreamingMemory {
     ) -> bool {
         let period = self.period();
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let previous = entries.insert((upstream.to_owned(), family), (path, now));
+        let previous = entries.insert((upstream.to_owned(), family, path.client()), (path, now));
         !matches!(previous, Some((p, at)) if p == path && now.saturating_duration_since(at) < period)
     }
 }
@@ -168,6 +199,16 @@ pub fn log_decision(upstream: &str, family: StreamFamily, path: UpstreamPath) {
             upstream,
             family = family.label(),
             "upstream does not speak WebSocket streaming: translating to SPDY"
+        ),
+        UpstreamPath::Relay => tracing::info!(
+            upstream,
+            family = family.label(),
+            "upstream takes SPDY: relaying SPDY clients"
+        ),
+        UpstreamPath::Reverse => tracing::info!(
+            upstream,
+            family = family.label(),
+            "upstream refuses SPDY: translating SPDY clients to WebSocket"
         ),
     }
 }
@@ -233,12 +274,14 @@ mod tests {
         let m = StreamingMemory::with_period(Duration::from_secs(600));
         let t0 = Instant::now();
         let up = "https://10.0.0.1:6443";
-        assert_eq!(m.recall(up, StreamFamily::RemoteCommand, t0), None);
+        let ws = ClientProtocol::WebSocket;
+        assert_eq!(m.recall(up, StreamFamily::RemoteCommand, ws, t0), None);
         assert!(m.learn(up, StreamFamily::RemoteCommand, UpstreamPath::Spdy, t0));
         assert_eq!(
             m.recall(
                 up,
                 StreamFamily::RemoteCommand,
+                ws,
                 t0 + Duration::from_secs(599)
             ),
             Some(UpstreamPath::Spdy)
@@ -247,15 +290,27 @@ mod tests {
             m.recall(
                 up,
                 StreamFamily::RemoteCommand,
+                ws,
                 t0 + Duration::from_secs(600)
             ),
             None
         );
-        // Families and upstreams are separate.
-        assert_eq!(m.recall(up, StreamFamily::PortForward, t0), None);
+        // Families, upstreams and client protocols are separate.
+        assert_eq!(m.recall(up, StreamFamily::PortForward, ws, t0), None);
         assert_eq!(
-            m.recall("http://other", StreamFamily::RemoteCommand, t0),
+            m.recall("http://other", StreamFamily::RemoteCommand, ws, t0),
             None
+        );
+        let spdy = ClientProtocol::Spdy;
+        assert_eq!(m.recall(up, StreamFamily::RemoteCommand, spdy, t0), None);
+        assert!(m.learn(up, StreamFamily::RemoteCommand, UpstreamPath::Reverse, t0));
+        assert_eq!(
+            m.recall(up, StreamFamily::RemoteCommand, spdy, t0),
+            Some(UpstreamPath::Reverse)
+        );
+        assert_eq!(
+            m.recall(up, StreamFamily::RemoteCommand, ws, t0),
+            Some(UpstreamPath::Spdy)
         );
     }
 
