@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs each fuzz target (SPDY codec, WebSocket reader, relay observer, reverse translator) for SECONDS (default: $FUZZ_SECONDS,
+# Runs each fuzz target (SPDY codec, WebSocket reader, relay observer, reverse translator, relay ping boundaries) for SECONDS (default: $FUZZ_SECONDS,
 # else 20), installing cargo-fuzz if missing.
 #
 #   fuzz/run.sh [SECONDS]
@@ -25,7 +25,7 @@ if [ -n "${FUZZ_TOOLCHAIN:-}" ]; then
 fi
 export RUSTC_BOOTSTRAP=1
 
-for target in frame_decoder header_block_decoder ws_reader relay_observer reverse_upstream; do
+for target in frame_decoder header_block_decoder ws_reader relay_observer reverse_upstream frame_boundaries; do
   mkdir -p "fuzz/corpus/$target"
   echo "== $target for ${seconds}s"
   cargo "${toolchain[@]}" fuzz run "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \

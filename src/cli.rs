@@ -187,7 +187,8 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_UPSTREAM_PING_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub upstream_ping_timeout: Duration,
 
-    /// How often translated sessions and port-forward tunnels send a WebSocket ping to the
+    /// How often WebSocket sessions (translated, port-forward tunnels, and relayed ones:
+    /// pass-through and legacy protocols, between the upstream's frames) send a ping to the
     /// client, so gateways that cut idle connections see traffic (browsers never ping on their
     /// own). 0: never.
     #[arg(long, env = "KUBE_WS_PROXY_CLIENT_PING_INTERVAL", default_value = "30s", value_parser = parse_duration)]

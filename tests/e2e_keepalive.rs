@@ -502,9 +502,43 @@ async fn browser_exec_idle_without_proxy_pings_is_cut_by_the_gateway() {
 // ---------------------------------------------------------------------------------------------
 // 4. A client that stopped answering.
 
+/// How a kind of session shows in the proxy's metrics and log.
+struct Kind {
+    /// Its `sessions_active` series.
+    active: &'static str,
+    /// Its `kind` label.
+    label: &'static str,
+    /// Its log line when it ends, and how that line names a client that stopped answering.
+    finished: &'static str,
+    unresponsive: &'static str,
+}
+
+const TRANSLATED: Kind = Kind {
+    active: EXEC_ACTIVE,
+    label: "exec",
+    finished: "exec session finished",
+    unresponsive: "client unresponsive",
+};
+
+const PASSED_THROUGH: Kind = Kind {
+    active: r#"kube_ws_proxy_sessions_active{kind="websocket_pass_through"}"#,
+    label: "websocket_pass_through",
+    finished: "relayed upgrade finished",
+    unresponsive: "client_unresponsive",
+};
+
 /// Starts `kubectl exec -i` of a long sleep in `pod`, waits until the pod process runs and the
 /// proxy counts the session; the kubectl child and the pod process's pid.
 async fn long_exec(s: &Stack, kubectl: &Path, pod: &str) -> (tokio::process::Child, i32) {
+    long_exec_of(s, kubectl, pod, &TRANSLATED).await
+}
+
+async fn long_exec_of(
+    s: &Stack,
+    kubectl: &Path,
+    pod: &str,
+    kind: &Kind,
+) -> (tokio::process::Child, i32) {
     let pidfile = s.pod_dir(pod).join("sleeper.pid");
     let child = s.spawn_kubectl(
         kubectl,
@@ -520,14 +554,18 @@ async fn long_exec(s: &Stack, kubectl: &Path, pod: &str) -> (tokio::process::Chi
     );
     let pid = wait_pid(&pidfile).await;
     assert!(alive(pid));
-    s.wait_metric(EXEC_ACTIVE, 1.0, T).await;
+    s.wait_metric(kind.active, 1.0, T).await;
     (child, pid)
 }
 
 /// After the client was frozen: the session ends within [`DETECT`], counted as
 /// `client_unresponsive`, logged as "client unresponsive", and the pod process is killed.
 async fn assert_client_unresponsive(s: &Stack, pid: i32) {
-    let took = s.wait_metric(EXEC_ACTIVE, 0.0, DETECT).await;
+    assert_client_unresponsive_of(s, pid, &TRANSLATED).await;
+}
+
+async fn assert_client_unresponsive_of(s: &Stack, pid: i32, kind: &Kind) {
+    let took = s.wait_metric(kind.active, 0.0, DETECT).await;
     // Interval + timeout is 3 s; the client's last pong may be up to an interval older than
     // the freeze, so nothing can be detected much sooner.
     assert!(
@@ -536,16 +574,16 @@ async fn assert_client_unresponsive(s: &Stack, pid: i32) {
         s.logs()
     );
     assert_eq!(
-        s.metric(&total("exec", "client_unresponsive")),
+        s.metric(&total(kind.label, "client_unresponsive")),
         1.0,
         "{}",
         s.proxy.metrics()
     );
     let line = s
         .proxy
-        .wait_for_log("exec session finished", Duration::from_secs(5))
+        .wait_for_log(kind.finished, Duration::from_secs(5))
         .unwrap_or_else(|| panic!("no session log line\n{}", s.logs()));
-    assert!(line.contains("client unresponsive"), "{line}");
+    assert!(line.contains(kind.unresponsive), "{line}");
     assert!(
         wait_dead(pid, Duration::from_secs(10)).await,
         "the pod process {pid} outlived its session"
@@ -863,4 +901,152 @@ async fn a_quiet_relayed_websocket_exec_is_closed_but_a_quiet_followed_log_is_no
         }
     }
     assert_eq!(s.metric(relay_active), 1.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Relayed WebSockets: the pass-through to a new cluster and the legacy protocols. The relay
+// copies them without parsing; its pings go between the upstream's frames.
+
+/// A cluster that serves v5 and the tunnel itself, the proxy passing them through.
+async fn pass_through_stack(flags: &[&str]) -> Stack {
+    let mut all = vec!["--upstream-streaming", "websocket"];
+    all.extend_from_slice(flags);
+    Stack::start_with(
+        SimConfig {
+            streaming: kube_ws_proxy::sim::SimStreaming::New,
+            ..SimConfig::default()
+        },
+        &all,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_through_exec_tty_idle_survives_the_idle_cutting_gateway() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let s = pass_through_stack(&["--client-ping-interval", "1s"]).await;
+    let (ok, output) = idle_prompt(&s, &k).await;
+    assert!(
+        ok,
+        "the idle terminal session broke: {output:?}\n{}",
+        s.logs()
+    );
+    assert_eq!(s.gateway.websocket_cuts(), 0, "the gateway cut a session");
+    assert_eq!(
+        s.metric(&total("websocket_pass_through", "success")),
+        1.0,
+        "{}",
+        s.proxy.metrics()
+    );
+    s.assert_websocket_only();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_through_exec_tty_idle_without_proxy_pings_is_cut_by_the_gateway() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let s = pass_through_stack(&["--client-ping-interval", "0"]).await;
+    let (ok, output) = idle_prompt(&s, &k).await;
+    assert!(!ok, "survived without pings: {output:?}");
+    assert!(s.gateway.websocket_cuts() > 0, "the gateway cut nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_through_browser_exec_idle_survives_the_idle_cutting_gateway() {
+    let s = pass_through_stack(&["--client-ping-interval", "1s"]).await;
+    let Some(r) = idle_browser_exec(&s).await else {
+        return;
+    };
+    assert_eq!(r["protocol"], "v5.channel.k8s.io", "{r}");
+    assert_eq!(r["openAfterIdle"], true, "{r}\n{}", s.logs());
+    assert_eq!(
+        r["stdout"], "before the silence\nafter the silence\n",
+        "{r}"
+    );
+    assert_eq!(r["status"]["status"], "Success", "{r}");
+    assert_eq!(s.gateway.websocket_cuts(), 0, "the gateway cut a session");
+    assert_eq!(s.metric(&total("websocket_pass_through", "success")), 1.0);
+    s.assert_websocket_only();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_kubectl_ends_its_pass_through_session() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let s = pass_through_stack(&[
+        "--client-ping-interval",
+        "1s",
+        "--client-ping-timeout",
+        "2s",
+    ])
+    .await;
+    let (child, pid) = long_exec_of(&s, &k, "frozen-pass", &PASSED_THROUGH).await;
+    signal(&child, libc::SIGSTOP);
+    assert_client_unresponsive_of(&s, pid, &PASSED_THROUGH).await;
+    assert_eq!(s.gateway.websocket_cuts(), 0);
+    signal(&child, libc::SIGCONT);
+    drop(child);
+    s.assert_websocket_only();
+}
+
+/// A legacy `v4.channel.k8s.io` exec (the Python client's, relayed byte for byte) that sits
+/// idle past the gateway's cut and then still carries stdin and stdout; the client answers
+/// the proxy's pings as any WebSocket library does, while it waits for output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_v4_exec_idle_survives_the_idle_cutting_gateway() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    for (interval, survives) in [("1s", true), ("0", false)] {
+        let s = Stack::start(&["--client-ping-interval", interval]).await;
+        let path = common::ws_client::exec_path("web", &["cat"], true, true, false);
+        let (mut ws, resp) = common::ws_client::connect(s.gateway.addr, &path, "v4.channel.k8s.io")
+            .await
+            .expect("v4 upgrade");
+        assert_eq!(
+            resp.headers()["sec-websocket-protocol"],
+            "v4.channel.k8s.io"
+        );
+        // Idle, reading (which answers pings), past the cut.
+        let idle = tokio::time::timeout(IDLE, async {
+            while let Some(m) = ws.next().await {
+                if m.is_err() || matches!(m, Ok(Message::Close(_))) {
+                    return;
+                }
+            }
+        })
+        .await;
+        let cut_while_idle = idle.is_ok();
+        let mut echoed = Vec::new();
+        if !cut_while_idle
+            && ws
+                .send(Message::Binary(b"\x00after\n".to_vec().into()))
+                .await
+                .is_ok()
+        {
+            let _ = tokio::time::timeout(Duration::from_secs(10), async {
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Message::Binary(d) = m {
+                        if d.first() == Some(&1) {
+                            echoed.extend_from_slice(&d[1..]);
+                            if echoed.ends_with(b"after\n") {
+                                return;
+                            }
+                        }
+                    }
+                }
+            })
+            .await;
+        }
+        if survives {
+            assert!(!cut_while_idle, "the idle session was cut\n{}", s.logs());
+            assert_eq!(echoed, b"after\n", "{}", s.logs());
+            assert_eq!(s.gateway.websocket_cuts(), 0);
+        } else {
+            assert!(s.gateway.websocket_cuts() > 0, "the gateway cut nothing");
+        }
+    }
 }

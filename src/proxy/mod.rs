@@ -19,6 +19,7 @@ pub mod pem;
 pub mod refusal_body;
 pub mod relay;
 pub mod relay_answer;
+pub mod relay_pings;
 pub mod relay_recording;
 pub mod request_layers;
 pub mod reverse_handler;

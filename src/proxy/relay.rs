@@ -26,6 +26,7 @@ use super::classify::RelayKind;
 use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
 use super::metrics::{SessionKind, SessionOutcome};
 use super::relay_answer;
+use super::relay_pings::PingInjector;
 use super::relay_recording::RelayTap;
 use super::request_layers;
 use super::session_audit::{self, AuditIdentity};
@@ -41,6 +42,7 @@ use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subreso
 use crate::translate::observe::{
     Direction, Observer, PortForwardWatch, WebSocketFraming, PORT_FORWARD,
 };
+use crate::translate::ws::Liveness;
 
 /// Bytes moved by one relayed connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -393,6 +395,11 @@ pub(super) async fn carry(
         .as_ref()
         .filter(|a| a.info().verb == Verb::PortForward)
         .and_then(|_| port_forward_watch(&resp));
+    let upgraded_to_websocket = resp
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|u| u.trim().eq_ignore_ascii_case("websocket"));
     // What the client will be told; on HTTP/2 only once the upstream's accept checks out.
     let answer = match relay_answer::accepted(
         client_stream.form,
@@ -423,6 +430,9 @@ pub(super) async fn carry(
             }
         };
     let user = caller.user().map(str::to_owned);
+    // A relayed WebSocket (pass-through, legacy protocols, logs) can be pinged between the
+    // upstream's frames; SPDY cannot from outside its session.
+    let keepalive = state.client_keepalive.filter(|_| upgraded_to_websocket);
     // A followed log may rightly be quiet for hours; the kubelet's idle timeout spares it too.
     let idle_timeout = state
         .stream_idle_timeout
@@ -460,8 +470,21 @@ pub(super) async fn carry(
             }
         };
         let mut recording_failure = None;
+        let liveness = Liveness::new(keepalive);
+        let hooks = RelayHooks {
+            tap: tap.as_ref(),
+            watch: watch.as_ref(),
+            keepalive: keepalive.map(|k| RelayKeepalive {
+                pings: PingInjector::new(k.interval),
+                liveness: liveness.clone(),
+            }),
+        };
         let outcome = tokio::select! {
-            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, tap.as_ref(), watch.as_ref()) => SessionOutcome::Success,
+            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, hooks) => SessionOutcome::Success,
+            silent = liveness.lost() => {
+                info!(session = session_id, silent_ms = silent.as_millis() as u64, "relayed session ended: the client stopped answering pings");
+                SessionOutcome::ClientUnresponsive
+            }
             _ = slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
             _ = idle => SessionOutcome::IdleTimeout,
             // A relay has no way to tell either end why: closing both connections (dropping
@@ -490,6 +513,7 @@ pub(super) async fn carry(
                     SessionOutcome::Drained => "drained",
                     SessionOutcome::IdleTimeout => "idle timeout",
                     SessionOutcome::RecordingFailed => "recording failed",
+                    SessionOutcome::ClientUnresponsive => "client unresponsive",
                     _ => "connection closed",
                 },
                 recording_error,
@@ -601,86 +625,127 @@ impl RelayCounters {
     }
 }
 
+/// Keepalive of a relayed WebSocket's client: pings slipped in between the upstream's frames,
+/// and whether the client is still heard from.
+pub struct RelayKeepalive {
+    pub pings: PingInjector,
+    pub liveness: Liveness,
+}
+
+/// What a relay does besides copying: the session's recording (`tap`), a port-forward's audit
+/// (`watch`), and client keepalive.
+#[derive(Default)]
+pub struct RelayHooks<'a> {
+    pub tap: Option<&'a RelayTap>,
+    pub watch: Option<&'a PortForwardWatch>,
+    pub keepalive: Option<RelayKeepalive>,
+}
+
 /// Copies both ways until both directions end; a finished direction half-closes the other side.
-/// Bytes are counted on `counters` and every read is noted on `activity`; with a `tap`, every
-/// read is shown to it (the session's recording) before it is passed on, and with a `watch`
-/// (a port-forward's audit) too.
+/// Bytes are counted on `counters` and every read is noted on `activity`; with a tap, every
+/// read is shown to it (the session's recording) before it is passed on, and with a watch
+/// (a port-forward's audit) too. With keepalive, pings go to the client between the
+/// upstream's frames, and every read from the client counts as hearing from it.
 pub async fn pump<C, U>(
     client: C,
     upstream: U,
     counters: &RelayCounters,
     activity: &ActivityClock,
-    tap: Option<&RelayTap>,
-    watch: Option<&PortForwardWatch>,
+    hooks: RelayHooks<'_>,
 ) where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let (mut cr, mut cw) = tokio::io::split(client);
     let (mut ur, mut uw) = tokio::io::split(upstream);
+    let (pings, liveness) = match hooks.keepalive {
+        Some(k) => (Some(k.pings), Some(k.liveness)),
+        None => (None, None),
+    };
     let down = async {
-        let tap = tap.map(|t| (t, Direction::UpstreamToClient));
-        let watch = watch.map(|w| (w, Direction::UpstreamToClient));
-        copy(
-            &mut ur,
-            &mut cw,
-            &counters.upstream_to_client,
-            activity,
-            tap,
-            watch,
-        )
-        .await;
+        let side = Side {
+            total: &counters.upstream_to_client,
+            tap: hooks.tap.map(|t| (t, Direction::UpstreamToClient)),
+            watch: hooks.watch.map(|w| (w, Direction::UpstreamToClient)),
+            pings,
+            liveness: None,
+        };
+        copy(&mut ur, &mut cw, activity, side).await;
         let _ = cw.shutdown().await;
     };
     let up = async {
-        let tap = tap.map(|t| (t, Direction::ClientToUpstream));
-        let watch = watch.map(|w| (w, Direction::ClientToUpstream));
-        copy(
-            &mut cr,
-            &mut uw,
-            &counters.client_to_upstream,
-            activity,
-            tap,
-            watch,
-        )
-        .await;
+        let side = Side {
+            total: &counters.client_to_upstream,
+            tap: hooks.tap.map(|t| (t, Direction::ClientToUpstream)),
+            watch: hooks.watch.map(|w| (w, Direction::ClientToUpstream)),
+            pings: None,
+            liveness: liveness.as_ref(),
+        };
+        copy(&mut cr, &mut uw, activity, side).await;
         let _ = uw.shutdown().await;
     };
     tokio::join!(down, up);
 }
 
-/// Copies until EOF or an error, with one bounded buffer, adding what was copied to `total`;
-/// stops early when the tap says the session must end.
-async fn copy<R, W>(
-    r: &mut R,
-    w: &mut W,
-    total: &AtomicU64,
-    activity: &ActivityClock,
-    tap: Option<(&RelayTap, Direction)>,
-    watch: Option<(&PortForwardWatch, Direction)>,
-) where
+/// One direction of a relay: where its bytes are counted and who else sees them.
+struct Side<'a> {
+    total: &'a AtomicU64,
+    tap: Option<(&'a RelayTap, Direction)>,
+    watch: Option<(&'a PortForwardWatch, Direction)>,
+    /// Towards the client: pings to slip in.
+    pings: Option<PingInjector>,
+    /// From the client: its reads are what proves it is there.
+    liveness: Option<&'a Liveness>,
+}
+
+/// Copies until EOF or an error, with one bounded buffer, adding what was copied to the side's
+/// total; stops early when the tap says the session must end.
+async fn copy<R, W>(r: &mut R, w: &mut W, activity: &ActivityClock, mut side: Side<'_>)
+where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; 32 * 1024];
     loop {
-        let n = match r.read(&mut buf).await {
+        let read = match side.pings.as_mut() {
+            None => {
+                let _listening = side.liveness.map(Liveness::listen);
+                r.read(&mut buf).await
+            }
+            Some(pings) => tokio::select! {
+                read = r.read(&mut buf) => read,
+                () = pings.due() => {
+                    if pings.send(w).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
+        let n = match read {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
         activity.touch();
-        if let Some((tap, direction)) = tap {
+        if let Some(liveness) = side.liveness {
+            liveness.heard();
+        }
+        if let Some((tap, direction)) = side.tap {
             if !tap.relayed(direction, &buf[..n]).await {
                 return;
             }
         }
-        if let Some((watch, direction)) = watch {
+        if let Some((watch, direction)) = side.watch {
             watch.relayed(direction, &buf[..n]);
         }
-        if w.write_all(&buf[..n]).await.is_err() {
+        let written = match side.pings.as_mut() {
+            Some(pings) => pings.write_through(w, &buf[..n]).await,
+            None => w.write_all(&buf[..n]).await,
+        };
+        if written.is_err() {
             return;
         }
-        total.fetch_add(n as u64, Ordering::Relaxed);
+        side.total.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 

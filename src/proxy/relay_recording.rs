@@ -148,7 +148,7 @@ mod tests {
     use super::*;
     use crate::activity_clock::ActivityClock;
     use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
-    use crate::proxy::relay::{pump, RelayCounters};
+    use crate::proxy::relay::{pump, RelayCounters, RelayHooks};
     use crate::spdy::codec::FrameEncoder;
     use crate::spdy::frame::{Data, Frame, HeaderBlock, StreamId, SynStream};
 
@@ -271,8 +271,10 @@ mod tests {
                     upstream_near,
                     &counters,
                     &activity,
-                    Some(&tap),
-                    None
+                    RelayHooks {
+                        tap: Some(&tap),
+                        ..RelayHooks::default()
+                    }
                 ),
                 peers
             )

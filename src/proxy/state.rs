@@ -26,8 +26,8 @@ pub struct ProxyState {
     pub upstream_ping_interval: Option<Duration>,
     /// How long after a ping was due a translated session's upstream may stay silent.
     pub upstream_ping_timeout: Option<Duration>,
-    /// Pings to the clients of translated sessions and tunnels, and how long they may stay
-    /// silent.
+    /// Pings to the clients of WebSocket sessions (translated, tunnels, relayed), and how long
+    /// they may stay silent.
     pub client_keepalive: Option<Keepalive>,
     /// How long a streaming session may carry no data either way.
     pub stream_idle_timeout: Option<Duration>,

@@ -54,7 +54,8 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    pub(super) fn new(keepalive: Option<Keepalive>) -> Liveness {
+    /// The liveness of a client pinged as `keepalive` says (never lost without a timeout).
+    pub fn new(keepalive: Option<Keepalive>) -> Liveness {
         Liveness {
             heard: Arc::default(),
             allowed: keepalive.and_then(|k| k.silence_allowed()),
@@ -62,12 +63,12 @@ impl Liveness {
     }
 
     /// The client just sent something.
-    pub(super) fn heard(&self) {
+    pub fn heard(&self) {
         self.heard.clock.touch();
     }
 
     /// The reader waits for the client until the guard is dropped: silence counts meanwhile.
-    pub(super) fn listen(&self) -> Listening {
+    pub fn listen(&self) -> Listening {
         self.heard.clock.touch();
         self.heard.listening.store(true, Ordering::Relaxed);
         Listening(self.heard.clone())
@@ -91,7 +92,7 @@ impl Liveness {
 }
 
 /// While it lives, the reader is waiting for the client.
-pub(super) struct Listening(Arc<Heard>);
+pub struct Listening(Arc<Heard>);
 
 impl Drop for Listening {
     fn drop(&mut self) {

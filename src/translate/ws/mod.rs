@@ -14,13 +14,15 @@
 
 mod close;
 pub(crate) mod frame;
+mod frame_boundaries;
 mod keepalive;
 pub(crate) mod mask;
 mod reader;
 mod writer;
 
 pub use close::{CloseCode, CloseFrame};
-pub use keepalive::{Keepalive, Liveness};
+pub use frame_boundaries::{FrameBoundaries, SERVER_PING};
+pub use keepalive::{Keepalive, Listening, Liveness};
 pub use reader::{Incoming, WsReader};
 pub use writer::WsWriter;
 
