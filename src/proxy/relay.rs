@@ -28,7 +28,7 @@ use super::metrics::{SessionKind, SessionOutcome};
 use super::relay_answer;
 use super::relay_recording::RelayTap;
 use super::request_layers;
-use super::session_audit::{self, AuditIdentity};
+use super::session_audit::{self, AuditIdentity, SessionClient};
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
 use super::status_response::failure;
@@ -314,7 +314,7 @@ pub(super) async fn carry(
     let mut info = session_audit::session_info(
         session_id,
         &path_and_query,
-        peer,
+        SessionClient::new(peer, client_stream.form),
         identity,
         match kind {
             SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
@@ -768,7 +768,7 @@ async fn refused_unrecorded(
     let info = session_audit::session_info(
         session_id,
         &req.path_and_query(),
-        peer,
+        SessionClient::new(peer, req.client.form),
         identity,
         match kind {
             SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
