@@ -690,11 +690,15 @@ async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
         r#"kube_ws_proxy_sessions_total{kind="exec",outcome="client_unresponsive"}"#;
     // Interval + timeout is 3 s; a generous bound for it to be noticed.
     const DETECT: Duration = Duration::from_secs(15);
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
     let s = setup(&[
         "--client-ping-interval",
         "1s",
         "--client-ping-timeout",
         "2s",
+        "--audit-log",
+        audit.to_str().unwrap(),
     ])
     .await;
     let conn = s.connect().await;
@@ -703,6 +707,7 @@ async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
         .websocket(&sh("exec sleep 1001"), V5)
         .await
         .expect("A over h2");
+    let silent_since = tokio::time::Instant::now();
     let silent_session = sim_session(&s.sim, "sleep 1001").await;
     // B: read all along by its own task (which answers its pings), written from here.
     let (b, _) = conn.websocket(&sh("cat"), V5).await.expect("B over h2");
@@ -744,9 +749,14 @@ async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
     wait_metric(&s.proxy, EXEC_ACTIVE, 2.0, T).await;
 
     // A's pings go unanswered: A ends, B stays.
-    let took = wait_metric(&s.proxy, EXEC_ACTIVE, 1.0, DETECT).await;
-    // A's last pong can be an interval older than the handshake; nothing sooner is liveness.
-    assert!(took >= Duration::from_secs(1), "A ended after {took:?}");
+    wait_metric(&s.proxy, EXEC_ACTIVE, 1.0, DETECT).await;
+    // A never answered: its first ping is due an interval after it opened, and it is given the
+    // timeout after that; an earlier end would not be the pings'.
+    let took = silent_since.elapsed();
+    assert!(
+        took >= Duration::from_secs(2),
+        "A ended {took:?} after it opened"
+    );
     assert_eq!(metric(&s.proxy, UNRESPONSIVE), 1.0, "{}", s.proxy.metrics());
     let ended = s.wait_finished("exec session finished", 1).await;
     assert_eq!(ended.len(), 1, "{ended:?}");
@@ -768,6 +778,9 @@ async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
         ),
         "A's process did not exit"
     );
+    let (_, ended) = audit_pair(&audit, "sleep 1001").await;
+    assert_eq!(ended["http_version"], "HTTP/2", "{ended}");
+    assert_eq!(ended["outcome"], "client_unresponsive", "{ended}");
 
     // B, on the same connection, answered its pings throughout and still works.
     b_echo(&mut b_sink, b"after\n").await;
