@@ -7,10 +7,16 @@
 //! * throughput: N sessions at once, each `head -c BYTES/N /dev/zero`, all read to the end;
 //!   aggregate MiB/s from the first request to the last byte.
 //!
+//! With `--stall`, fairness instead: one session's stdout (`head -c BYTES /dev/zero`, read to
+//! the end) on an HTTP/2 connection alone, and beside a sibling on the same connection whose
+//! reader has stopped with its stream window full; per round and client window setting
+//! (Chromium's, the `h2` crate's defaults) a fresh proxy, the two runs interleaved.
+//!
 //! Run with:
 //!
 //!     cargo bench --bench http2_sessions -- [--sessions 100] [--bytes 1073741824] [--rounds 3]
 //!     cargo bench --bench http2_sessions -- --smoke
+//!     cargo bench --bench http2_sessions -- --stall [--bytes 200000000] [--rounds 5]
 //!
 //! Not a test: nothing here asserts on time or memory.
 
@@ -223,8 +229,188 @@ async fn throughput(form: Form, proxy: &Proxy, ca: &str, sessions: usize, bytes:
     (each * sessions) as f64 / (1 << 20) as f64 / secs
 }
 
+/// Client receive windows of an HTTP/2 connection.
+#[derive(Clone, Copy)]
+struct Windows {
+    name: &'static str,
+    stream: u32,
+    connection: u32,
+}
+
+const CHROMIUM: Windows = Windows {
+    name: "6 MiB stream / 15 MiB connection (Chromium's)",
+    stream: 6 << 20,
+    connection: 15 << 20,
+};
+
+/// RFC 9113's initial 65,535 for both, which the `h2` crate keeps unless told otherwise.
+const H2_DEFAULTS: Windows = Windows {
+    name: "64 KiB stream / 64 KiB connection (the h2 crate's defaults)",
+    stream: 65_535,
+    connection: 65_535,
+};
+
+/// How a measured session went: MiB/s, or the bytes it got before `limit` ran out.
+enum Run {
+    Finished(f64),
+    Stuck(usize),
+}
+
+/// A measured run and what the stalled sibling held unread meanwhile (bytes).
+struct Beside {
+    run: Run,
+    held: usize,
+}
+
+/// One session's stdout (`bytes` of zeros) over a fresh HTTP/2 connection with `windows`;
+/// with `stalled`, beside a sibling on that connection that reads nothing once its stream is
+/// open (its stream window fills and stays full: what it holds is unreleased connection window
+/// too).
+async fn beside(
+    proxy: &Proxy,
+    ca: &str,
+    windows: Windows,
+    bytes: usize,
+    stalled: bool,
+    limit: Duration,
+) -> Beside {
+    let conn =
+        h2_ws::H2Connection::connect(proxy.addr, ca, windows.stream, windows.connection).await;
+    let script = format!("head -c {bytes} /dev/zero");
+    let mut sibling = None;
+    let mut held = 0;
+    if stalled {
+        let (resp, send) = conn
+            .connect_stream(
+                &exec_path("stalled", &script),
+                Some("websocket"),
+                &[
+                    ("sec-websocket-version", "13"),
+                    ("sec-websocket-protocol", "v5.channel.k8s.io"),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), http::StatusCode::OK);
+        let mut recv = resp.into_body();
+        // Full: what it holds stopped growing (at its stream window, or what was left of the
+        // connection's).
+        let mut last = (0, Instant::now());
+        loop {
+            let held = recv.flow_control().used_capacity();
+            if held != last.0 {
+                last = (held, Instant::now());
+            } else if held > 0 && last.1.elapsed() > Duration::from_millis(300) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        held = last.0;
+        sibling = Some((recv, send));
+    }
+    let started = Instant::now();
+    let (mut ws, _) = conn
+        .websocket(&exec_path("measured", &script), "v5.channel.k8s.io")
+        .await
+        .unwrap();
+    let mut got = 0;
+    let finished = tokio::time::timeout(limit, async {
+        while let Some(Ok(m)) = ws.next().await {
+            match m {
+                Message::Binary(b) if b.first() == Some(&1) => got += b.len() - 1,
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .is_ok();
+    let secs = started.elapsed().as_secs_f64();
+    drop(sibling);
+    let run = match finished {
+        true => {
+            assert_eq!(got, bytes, "short transfer");
+            Run::Finished(bytes as f64 / (1 << 20) as f64 / secs)
+        }
+        false => Run::Stuck(got),
+    };
+    Beside { run, held }
+}
+
+/// `--stall`: a sibling's throughput beside a stalled session, per client window setting.
+async fn stall(sim: &SimCluster, cert: &str, key: &str, ca: &str, bytes: usize, rounds: usize) {
+    const LIMIT: Duration = Duration::from_secs(10);
+    println!("stall: {bytes} bytes per run, rounds: {rounds}");
+    let mut table = Vec::new();
+    for windows in [CHROMIUM, H2_DEFAULTS] {
+        let (mut alone, mut stalled, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut stuck = Vec::new();
+        for round in 0..rounds {
+            let proxy = start_proxy(&sim.url(), cert, key).await;
+            // Interleaved: every other round starts with the stalled run.
+            let mut runs = [false, true];
+            if round % 2 == 1 {
+                runs.reverse();
+            }
+            let mut pair = [0.0; 2];
+            let mut held = 0;
+            for with_stall in runs {
+                let b = beside(&proxy, ca, windows, bytes, with_stall, LIMIT).await;
+                held = held.max(b.held);
+                match b.run {
+                    Run::Finished(mibs) => pair[with_stall as usize] = mibs,
+                    Run::Stuck(got) => {
+                        assert!(with_stall, "a session alone did not finish");
+                        stuck.push(got);
+                    }
+                }
+            }
+            alone.push(pair[0]);
+            if pair[1] > 0.0 {
+                stalled.push(pair[1]);
+                ratios.push(pair[1] / pair[0]);
+            }
+            println!(
+                "{}, round {}: alone {:.0} MiB/s, beside a stalled sibling (holding {held} bytes \
+                 unread) {}",
+                windows.name,
+                round + 1,
+                pair[0],
+                if pair[1] > 0.0 {
+                    format!("{:.0} MiB/s", pair[1])
+                } else {
+                    format!("stuck ({} bytes in {LIMIT:?})", stuck.last().unwrap())
+                }
+            );
+        }
+        let row = match (stalled.is_empty(), stuck.is_empty()) {
+            (false, true) => format!(
+                "| {} | {:.0} | {:.0} | {:.2}× |",
+                windows.name,
+                median(&mut alone),
+                median(&mut stalled),
+                median(&mut ratios)
+            ),
+            _ => format!(
+                "| {} | {:.0} | stuck in {}/{rounds} rounds: at most {} bytes in {LIMIT:?} | — |",
+                windows.name,
+                median(&mut alone),
+                stuck.len(),
+                stuck.iter().max().unwrap()
+            ),
+        };
+        table.push(row);
+    }
+    println!("\n| client windows | alone, MiB/s (median of {rounds}) | beside a stalled sibling, MiB/s | stalled / alone (median of per-round ratios) |");
+    println!("|---|---|---|---|");
+    for row in table {
+        println!("{row}");
+    }
+}
+
 fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
+    let stall_mode = std::env::args().any(|a| a == "--stall");
     let sessions: usize = arg("--sessions")
         .and_then(|v| v.parse().ok())
         .unwrap_or(if smoke { 10 } else { 100 });
@@ -245,6 +431,17 @@ fn main() {
         let ca = pki::Ca::new("bench");
         let (cert, key) = ca.server().write(dir.path(), "serving");
         let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        if stall_mode {
+            let bytes = arg("--bytes")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if smoke { 16 << 20 } else { 200_000_000 });
+            let rounds = arg("--rounds")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if smoke { 1 } else { 5 });
+            stall(&sim, &cert, &key, &ca.pem, bytes, rounds).await;
+            sim.shutdown().await;
+            return;
+        }
         println!("sessions: {sessions}, bytes per throughput run: {bytes}, rounds: {rounds}");
         let mut mem = [Vec::new(), Vec::new()];
         let mut tp = [Vec::new(), Vec::new()];

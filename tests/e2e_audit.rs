@@ -192,6 +192,7 @@ fn assert_common(start: &Value, end: &Value, verb: &str, path: &str) {
         "groups",
         "identity_source",
         "client_address",
+        "http_version",
         "protocol_path",
     ] {
         assert!(start.get(field).is_some(), "no {field} in {start}");
@@ -255,6 +256,8 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
     assert_tina(&start);
     assert_eq!(start["pod"], "web");
     assert_eq!(start["protocol"], "v5.channel.k8s.io");
+    // kubectl's upgrades are HTTP/1.1 (its TLS offers only http/1.1 for them).
+    assert_eq!(start["http_version"], "HTTP/1.1", "{start}");
     assert_eq!(end["exit_code"], 3, "{end}");
     assert_eq!(end["bytes_out"], 3, "{end}");
     assert_eq!(end["outcome"], "non_zero_exit", "{end}");
@@ -275,6 +278,7 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
     let (start, end) = a.pair(|e| e["pod"] == "old").await;
     assert_common(&start, &end, "exec", "relay_spdy");
     assert_tina(&start);
+    assert_eq!(start["http_version"], "HTTP/1.1", "{start}");
     assert!(
         start["protocol"].as_str().unwrap().starts_with("SPDY/3.1"),
         "{start}"
@@ -365,6 +369,8 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
     let (start, end) = a.pair(|e| e["pod"] == "logger").await;
     assert_common(&start, &end, "log", "http");
     assert_tina(&start);
+    // A plain request: client-go takes the h2 the TLS listener offers.
+    assert_eq!(start["http_version"], "HTTP/2", "{start}");
     assert_eq!(end["ended_by"], "client gone", "{end}");
     assert!(end["bytes_out"].as_u64().unwrap() > 100, "{end}");
 

@@ -3,8 +3,10 @@
 //! followed log (relayed as an HTTP/1.1 WebSocket upstream) and a port-forward tunnel on ONE
 //! connection; the handshake's edge cases (plain CONNECT, another `:protocol`, a bad
 //! subprotocol or version, the feature turned off); RST_STREAM ending one session only; the
-//! drain's GOAWAY letting running sessions finish; and sessions whose reader or writer stalls
-//! never stalling a sibling on the same connection.
+//! drain's GOAWAY letting running sessions finish; sessions whose reader or writer stalls
+//! never stalling a sibling on the same connection; audit events and recordings of translated
+//! and relayed sessions saying `HTTP/2`; and the proxy's pings ending a session whose client
+//! stream stopped answering, not its sibling.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use http::StatusCode;
-use kube_ws_proxy::sim::{SimCluster, SimConfig};
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent};
 use tokio_tungstenite::tungstenite::Message;
 
 use common::h2_ws::{H2Connection, H2Ws};
@@ -480,4 +482,320 @@ async fn stalled_sessions_do_not_stall_their_siblings() {
     assert_eq!(oa.stdout.len(), A_BYTES);
     assert_eq!(oa.exit_code, Some(0));
     c_writer.abort();
+}
+
+/// Answers the proxy's Close (tungstenite sends the reply on the next poll), waits for the
+/// stream's end and ends our side of it (END_STREAM), as a browser does after a session: a
+/// byte relay ends when both sides have.
+async fn answer_close(ws: &mut H2Ws) {
+    tokio::time::timeout(T, async { while let Some(Ok(_)) = ws.next().await {} })
+        .await
+        .expect("the session's stream ends");
+    tokio::io::AsyncWriteExt::shutdown(ws.get_mut())
+        .await
+        .unwrap();
+}
+
+/// The audit log's events, parsed (empty until written).
+fn audit_events(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The `started` and `ended` events of the session whose command mentions `marker`, once both
+/// are written.
+async fn audit_pair(
+    path: &std::path::Path,
+    marker: &str,
+) -> (serde_json::Value, serde_json::Value) {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let events = audit_events(path);
+        let of_session = |stage: &str| {
+            events
+                .iter()
+                .find(|e| {
+                    e["stage"] == stage
+                        && e["command"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().any(|a| a.as_str().unwrap().contains(marker)))
+                })
+                .cloned()
+        };
+        if let (Some(started), Some(ended)) = (of_session("started"), of_session("ended")) {
+            return (started, ended);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no started/ended pair for {marker}: {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What an asciicast recording showed (its output events), once its writer has written it.
+async fn recorded_output(path: &str) -> String {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut lines = text.lines();
+        let header = lines
+            .next()
+            .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+        let output: String = lines
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e[1] == "o")
+            .map(|e| e[2].as_str().unwrap().to_owned())
+            .collect();
+        if header.is_some_and(|h| h["version"] == 2) && !output.is_empty() {
+            return output;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} holds no output: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A translated v5 exec and a relayed legacy `v4.channel.k8s.io` exec on one HTTP/2
+/// connection are audited (`http_version: "HTTP/2"`, exit codes) and recorded like their
+/// HTTP/1.1 twins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_over_http2_are_audited_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
+    let records = dir.path().join("recordings");
+    std::fs::create_dir(&records).unwrap();
+    let s = setup(&[
+        "--audit-log",
+        audit.to_str().unwrap(),
+        "--record",
+        "best-effort",
+        "--record-dir",
+        records.to_str().unwrap(),
+    ])
+    .await;
+    let conn = s.connect().await;
+
+    // Translated.
+    let (mut v5, _) = conn
+        .websocket(&sh("echo translated-over-h2; exit 5"), V5)
+        .await
+        .expect("v5 over h2");
+    let o = read_outcome(&mut v5).await;
+    assert_eq!(o.stdout, b"translated-over-h2\n");
+    assert_eq!(o.exit_code, Some(5));
+    answer_close(&mut v5).await;
+
+    // Relayed byte for byte (HTTP/1.1 WebSocket upstream), followed for the recording.
+    let legacy = exec_path(
+        "web",
+        &["sh", "-c", "echo relayed-over-h2; exit 6"],
+        false,
+        true,
+        true,
+    );
+    let (mut v4, chosen) = conn
+        .websocket(&legacy, "v4.channel.k8s.io")
+        .await
+        .expect("v4 over h2");
+    assert_eq!(chosen, "v4.channel.k8s.io");
+    let o = read_outcome(&mut v4).await;
+    assert_eq!(o.stdout, b"relayed-over-h2\n");
+    assert_eq!(o.exit_code, Some(6));
+    answer_close(&mut v4).await;
+
+    // A relay's outcome is its byte relay's (the metric's label), whatever the exit code.
+    for (marker, path, protocol, exit_code, outcome) in [
+        ("translated-over-h2", "translated", V5, 5, "non_zero_exit"),
+        (
+            "relayed-over-h2",
+            "relay_websocket",
+            "v4.channel.k8s.io",
+            6,
+            "success",
+        ),
+    ] {
+        let (started, ended) = audit_pair(&audit, marker).await;
+        for e in [&started, &ended] {
+            assert_eq!(e["http_version"], "HTTP/2", "{e}");
+            assert_eq!(e["protocol_path"], path, "{e}");
+            assert_eq!(e["protocol"], protocol, "{e}");
+            assert_eq!(e["verb"], "exec", "{e}");
+            assert_eq!(e["pod"], "web", "{e}");
+        }
+        assert_eq!(ended["exit_code"], exit_code, "{ended}");
+        assert_eq!(ended["outcome"], outcome, "{ended}");
+        assert_eq!(ended["recording_error"], serde_json::Value::Null, "{ended}");
+        let recording = ended["recording"].as_str().expect("a recording");
+        assert!(recording.starts_with(records.to_str().unwrap()), "{ended}");
+        let output = recorded_output(recording).await;
+        assert!(output.contains(marker), "{recording}: {output:?}");
+    }
+}
+
+/// The value of one series on `/metrics` (0 when absent).
+fn metric(proxy: &ProxyProcess, series: &str) -> f64 {
+    proxy
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().expect("metric value"))
+        .unwrap_or(0.0)
+}
+
+/// Waits (at most `timeout`) until `series` reads `want`; how long that took.
+async fn wait_metric(proxy: &ProxyProcess, series: &str, want: f64, timeout: Duration) -> Duration {
+    let start = tokio::time::Instant::now();
+    loop {
+        let v = metric(proxy, series);
+        if v == want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{series} is {v}, not {want}, after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The sim's session whose process runs a command mentioning `marker`.
+async fn sim_session(sim: &SimCluster, marker: &str) -> u64 {
+    let started = sim
+        .wait_for_event(T, |e| {
+            matches!(e, SimEvent::ProcessStarted { command, .. }
+                if command.iter().any(|c| c.contains(marker)))
+        })
+        .await
+        .unwrap_or_else(|| panic!("no process for {marker}"));
+    let SimEvent::ProcessStarted { session, .. } = started else {
+        unreachable!()
+    };
+    session
+}
+
+/// Keepalive per session over HTTP/2: a WebSocket whose client stops reading its stream (so
+/// never answers the proxy's pings; tungstenite answers a ping only when it reads) is ended
+/// within the ping interval + timeout, its pod process with it, while a sibling on the same
+/// connection that keeps reading answers its pings and goes on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
+    const EXEC_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{kind="exec"}"#;
+    const UNRESPONSIVE: &str =
+        r#"kube_ws_proxy_sessions_total{kind="exec",outcome="client_unresponsive"}"#;
+    // Interval + timeout is 3 s; a generous bound for it to be noticed.
+    const DETECT: Duration = Duration::from_secs(15);
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
+    let s = setup(&[
+        "--client-ping-interval",
+        "1s",
+        "--client-ping-timeout",
+        "2s",
+        "--audit-log",
+        audit.to_str().unwrap(),
+    ])
+    .await;
+    let conn = s.connect().await;
+    // A: never read after the handshake.
+    let (_silent, _) = conn
+        .websocket(&sh("exec sleep 1001"), V5)
+        .await
+        .expect("A over h2");
+    let silent_since = tokio::time::Instant::now();
+    let silent_session = sim_session(&s.sim, "sleep 1001").await;
+    // B: read all along by its own task (which answers its pings), written from here.
+    let (b, _) = conn.websocket(&sh("cat"), V5).await.expect("B over h2");
+    let (mut b_sink, mut b_stream) = b.split();
+    let (stdout_tx, mut stdout_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let b_reader = tokio::spawn(async move {
+        let mut status = Vec::new();
+        while let Some(msg) = b_stream.next().await {
+            match msg {
+                Ok(Message::Binary(data)) => match data.first() {
+                    Some(1) => {
+                        let _ = stdout_tx.send(data[1..].to_vec());
+                    }
+                    Some(3) => status.extend_from_slice(&data[1..]),
+                    _ => {}
+                },
+                // Read on past the proxy's Close: that sends our reply.
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        status
+    });
+    let mut b_stdout = Vec::new();
+    let mut b_echo = async |sink: &mut futures_util::stream::SplitSink<H2Ws, Message>,
+                            line: &[u8]| {
+        let mut m = vec![0u8];
+        m.extend_from_slice(line);
+        sink.send(Message::Binary(m.into())).await.unwrap();
+        while !b_stdout.windows(line.len()).any(|w| w == line) {
+            let chunk = tokio::time::timeout(T, stdout_rx.recv())
+                .await
+                .expect("B's echo")
+                .expect("B's session went on");
+            b_stdout.extend_from_slice(&chunk);
+        }
+    };
+    b_echo(&mut b_sink, b"before\n").await;
+    wait_metric(&s.proxy, EXEC_ACTIVE, 2.0, T).await;
+
+    // A's pings go unanswered: A ends, B stays.
+    wait_metric(&s.proxy, EXEC_ACTIVE, 1.0, DETECT).await;
+    // A never answered: its first ping is due an interval after it opened, and it is given the
+    // timeout after that; an earlier end would not be the pings'.
+    let took = silent_since.elapsed();
+    assert!(
+        took >= Duration::from_secs(2),
+        "A ended {took:?} after it opened"
+    );
+    assert_eq!(metric(&s.proxy, UNRESPONSIVE), 1.0, "{}", s.proxy.metrics());
+    let ended = s.wait_finished("exec session finished", 1).await;
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let line = ended[0].to_string();
+    assert!(line.contains("client unresponsive"), "{line}");
+    assert_eq!(ended[0]["fields"]["http_version"], "2", "{line}");
+    // Its pod process is gone: the cluster ended that session.
+    let gone = s
+        .sim
+        .wait_for_event(
+            T,
+            |e| matches!(e, SimEvent::SessionEnded { session, .. } if *session == silent_session),
+        )
+        .await;
+    assert!(gone.is_some(), "the cluster's session of A did not end");
+    assert!(
+        s.sim.events().iter().any(
+            |e| matches!(e, SimEvent::ProcessExited { session, .. } if *session == silent_session)
+        ),
+        "A's process did not exit"
+    );
+    let (_, ended) = audit_pair(&audit, "sleep 1001").await;
+    assert_eq!(ended["http_version"], "HTTP/2", "{ended}");
+    assert_eq!(ended["outcome"], "client_unresponsive", "{ended}");
+
+    // B, on the same connection, answered its pings throughout and still works.
+    b_echo(&mut b_sink, b"after\n").await;
+    b_sink
+        .send(Message::Binary(vec![255u8, 0].into()))
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(T, b_reader)
+        .await
+        .expect("B ends")
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status).expect("a v5 Status");
+    assert_eq!(status["status"], "Success", "{status}");
+    assert_eq!(b_stdout, b"before\nafter\n");
+    wait_metric(&s.proxy, EXEC_ACTIVE, 0.0, T).await;
+    assert_eq!(metric(&s.proxy, UNRESPONSIVE), 1.0);
+    assert!(!conn.driver.is_finished(), "the connection must survive");
 }

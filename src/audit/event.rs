@@ -51,6 +51,30 @@ pub enum IdentitySource {
     Unknown,
 }
 
+/// The HTTP version of the client's request that opened a session: an HTTP/1.1 upgrade, or
+/// an HTTP/2 extended CONNECT (RFC 8441) that makes the session one stream of a shared
+/// connection. A followed log says its plain request's version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum HttpVersion {
+    #[serde(rename = "HTTP/1.0")]
+    Http10,
+    #[serde(rename = "HTTP/1.1")]
+    Http11,
+    #[serde(rename = "HTTP/2")]
+    Http2,
+}
+
+impl From<http::Version> for HttpVersion {
+    /// The listeners serve HTTP/1.0, HTTP/1.1 and HTTP/2 only; the others cannot reach here.
+    fn from(version: http::Version) -> HttpVersion {
+        match version {
+            http::Version::HTTP_2 => HttpVersion::Http2,
+            http::Version::HTTP_09 | http::Version::HTTP_10 => HttpVersion::Http10,
+            _ => HttpVersion::Http11,
+        }
+    }
+}
+
 /// What is known of a session when it starts.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionInfo {
@@ -72,6 +96,9 @@ pub struct SessionInfo {
     pub identity_source: IdentitySource,
     /// The caller's address as the proxy saw it (`X-Forwarded-For` aside).
     pub client_address: String,
+    /// How the client came: `HTTP/1.1` (or `HTTP/1.0`), or `HTTP/2` for a session on one
+    /// stream of an HTTP/2 connection.
+    pub http_version: HttpVersion,
     pub protocol_path: ProtocolPath,
     /// The subprotocol the client got (`v5.channel.k8s.io`, `SPDY/3.1`, ...), once known.
     pub protocol: Option<String>,
@@ -160,6 +187,7 @@ mod tests {
             groups: vec!["dev".into()],
             identity_source: IdentitySource::SelfSubjectReview,
             client_address: "127.0.0.1:50000".into(),
+            http_version: HttpVersion::Http2,
             protocol_path: ProtocolPath::Tunnel,
             protocol: Some("SPDY/3.1+portforward.k8s.io".into()),
             recording: None,
@@ -178,7 +206,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&started).unwrap(),
-            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null,"audit_id":"5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59"}"#
+            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","http_version":"HTTP/2","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null,"audit_id":"5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59"}"#
         );
         let end = SessionEnd {
             bytes_in: 10,
@@ -208,6 +236,18 @@ mod tests {
         assert_eq!(v["connections_omitted"], 0);
         assert_eq!(v["connections_error"], serde_json::Value::Null);
         assert!(v.get("ports_seen").is_none());
+    }
+
+    #[test]
+    fn http_versions_are_named_as_on_the_wire() {
+        let named = |v: http::Version| serde_json::to_value(HttpVersion::from(v)).unwrap();
+        assert_eq!(named(http::Version::HTTP_2), "HTTP/2");
+        assert_eq!(named(http::Version::HTTP_11), "HTTP/1.1");
+        assert_eq!(named(http::Version::HTTP_10), "HTTP/1.0");
+        let mut info = info();
+        info.http_version = HttpVersion::Http11;
+        let v = serde_json::to_value(&info).unwrap();
+        assert_eq!(v["http_version"], "HTTP/1.1");
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub mod log_file;
 pub mod recording;
 pub mod session;
 
-pub use event::{ForwardedConnection, IdentitySource, ProtocolPath, SessionEnd, SessionInfo, Verb};
+pub use event::{
+    ForwardedConnection, HttpVersion, IdentitySource, ProtocolPath, SessionEnd, SessionInfo, Verb,
+};
 pub use log_file::{AuditCounters, AuditLog, AuditLogConfig, AuditTarget};
 pub use session::SessionAudit;

@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::audit::HttpVersion;
+
 /// How a client asked for its WebSocket (or other upgrade).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum HandshakeForm {
@@ -22,6 +24,16 @@ impl HandshakeForm {
         match self {
             HandshakeForm::Http1Upgrade => "1.1",
             HandshakeForm::ExtendedConnect => "2",
+        }
+    }
+}
+
+impl From<HandshakeForm> for HttpVersion {
+    /// What the session's audit events say of it.
+    fn from(form: HandshakeForm) -> HttpVersion {
+        match form {
+            HandshakeForm::Http1Upgrade => HttpVersion::Http11,
+            HandshakeForm::ExtendedConnect => HttpVersion::Http2,
         }
     }
 }

@@ -11,7 +11,7 @@ use super::auth::Caller;
 use super::body::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
 use super::request_layers;
-use super::session_audit;
+use super::session_audit::{self, SessionClient};
 use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
@@ -119,7 +119,7 @@ pub async fn handle(
     let mut info = session_audit::session_info(
         session_id,
         &path_and_query,
-        peer,
+        SessionClient::new(peer, client.form),
         identity,
         protocol_path,
         Some(ChannelProtocol::V5.name().to_owned()),

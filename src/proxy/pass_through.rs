@@ -23,7 +23,7 @@ use super::metrics::{SessionKind, SessionOutcome};
 use super::refusal_body::read_body;
 use super::relay::{self, RelayError};
 use super::request_layers;
-use super::session_audit::{self, AuditIdentity};
+use super::session_audit::{self, AuditIdentity, SessionClient};
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
 use super::status_response::failure;
@@ -346,7 +346,7 @@ async fn deliver(
             let info = session_audit::session_info(
                 next_session_id(),
                 &req.path_and_query(),
-                peer,
+                SessionClient::new(peer, req.client.form),
                 identity,
                 ProtocolPath::PassThrough,
                 None,

@@ -29,7 +29,7 @@ use super::relay_answer;
 use super::relay_pings::PingInjector;
 use super::relay_recording::RelayTap;
 use super::request_layers;
-use super::session_audit::{self, AuditIdentity};
+use super::session_audit::{self, AuditIdentity, SessionClient};
 use super::sessions::{next_session_id, SessionSlot};
 use super::state::ProxyState;
 use super::status_response::failure;
@@ -316,7 +316,7 @@ pub(super) async fn carry(
     let mut info = session_audit::session_info(
         session_id,
         &path_and_query,
-        peer,
+        SessionClient::new(peer, client_stream.form),
         identity,
         match kind {
             SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
@@ -833,7 +833,7 @@ async fn refused_unrecorded(
     let info = session_audit::session_info(
         session_id,
         &req.path_and_query(),
-        peer,
+        SessionClient::new(peer, req.client.form),
         identity,
         match kind {
             SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,

@@ -17,7 +17,7 @@ use super::auth::Caller;
 use super::body::ProxyBody;
 use super::metrics::{SessionKind, SessionOutcome};
 use super::request_layers;
-use super::session_audit;
+use super::session_audit::{self, SessionClient};
 use super::sessions::{next_session_id, SessionSlot};
 use super::spdy_dial::upstream_headers;
 use super::state::ProxyState;
@@ -58,6 +58,7 @@ pub async fn handle(
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
     let path_and_query = req.path_and_query();
+    let client_form = req.client.form;
     let audit_id = request_layers::audit_id(&req.parts.headers);
     let Some(target) = parse_pod_subresource(req.parts.uri.path()) else {
         return failure(StatusCode::NOT_FOUND, "NotFound", "not a pod subresource");
@@ -112,7 +113,7 @@ pub async fn handle(
     let mut info = session_audit::session_info(
         session_id,
         &path_and_query,
-        peer,
+        SessionClient::new(peer, client_form),
         identity,
         ProtocolPath::ReverseTranslated,
         Some(format!("SPDY/3.1+{client_protocol}")),

@@ -33,7 +33,7 @@ use super::pass_through;
 use super::relay::relay;
 use super::request_layers;
 use super::reverse_handler;
-use super::session_audit::{self, AuditedBody};
+use super::session_audit::{self, AuditedBody, SessionClient};
 use super::sessions::{next_session_id, Refusal};
 use super::spdy_auto;
 use super::state::ProxyState;
@@ -371,6 +371,7 @@ async fn followed_log(
     caller: &Caller,
 ) -> Response<ProxyBody> {
     let method = req.method().clone();
+    let http_version = req.version();
     let started = Instant::now();
     let path_and_query = req
         .uri()
@@ -392,7 +393,7 @@ async fn followed_log(
         session_audit::session_info(
             next_session_id(),
             &path_and_query,
-            peer,
+            SessionClient::new(peer, http_version),
             identity,
             ProtocolPath::Http,
             None,

@@ -17,7 +17,9 @@ use super::auth::Caller;
 use super::body::ProxyBody;
 use super::metrics::SessionOutcome;
 use super::state::ProxyState;
-use crate::audit::{IdentitySource, ProtocolPath, SessionAudit, SessionEnd, SessionInfo, Verb};
+use crate::audit::{
+    HttpVersion, IdentitySource, ProtocolPath, SessionAudit, SessionEnd, SessionInfo, Verb,
+};
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 
 /// Longest wait for a passthrough caller's SelfSubjectReview.
@@ -71,12 +73,31 @@ fn unknown() -> AuditIdentity {
     }
 }
 
+/// Where a session's client is, as its events say it: its address and how it came.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionClient {
+    /// The caller's address as the proxy saw it.
+    pub address: SocketAddr,
+    /// The HTTP version of the request that opened the session.
+    pub http_version: HttpVersion,
+}
+
+impl SessionClient {
+    /// The client at `address` whose request came in `http_version`.
+    pub fn new(address: SocketAddr, http_version: impl Into<HttpVersion>) -> SessionClient {
+        SessionClient {
+            address,
+            http_version: http_version.into(),
+        }
+    }
+}
+
 /// What a session's events say about it, from its request; `None` for a path that is not a
 /// pod's streaming subresource (nothing to audit).
 pub fn session_info(
     session: u64,
     path_and_query: &str,
-    peer: SocketAddr,
+    client: SessionClient,
     identity: AuditIdentity,
     protocol_path: ProtocolPath,
     protocol: Option<String>,
@@ -106,7 +127,8 @@ pub fn session_info(
         user: identity.user,
         groups: identity.groups,
         identity_source: identity.source,
-        client_address: peer.to_string(),
+        client_address: client.address.to_string(),
+        http_version: client.http_version,
         protocol_path,
         protocol,
         recording: None,
@@ -247,6 +269,7 @@ fn ports(query: &str) -> Vec<u16> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::client_stream::HandshakeForm;
     use super::*;
 
     fn who() -> AuditIdentity {
@@ -263,7 +286,7 @@ mod tests {
         let info = session_info(
             7,
             "/api/v1/namespaces/team/pods/web/exec?command=tar&command=cf&command=-&container=main&stdin=true&tty=false",
-            peer,
+            SessionClient::new(peer, HandshakeForm::ExtendedConnect),
             who(),
             ProtocolPath::Translated,
             Some("v5.channel.k8s.io".into()),
@@ -279,6 +302,7 @@ mod tests {
         assert!(info.stdin && !info.tty);
         assert_eq!(info.user.as_deref(), Some("tina"));
         assert_eq!(info.client_address, "127.0.0.1:40000");
+        assert_eq!(info.http_version, HttpVersion::Http2);
         assert!(info.session_id.ends_with("-7"));
     }
 
@@ -307,7 +331,7 @@ mod tests {
         let info = session_info(
             1,
             "/api/v1/namespaces/default/pods/db/portforward?ports=5432&ports=8080,9090",
-            peer,
+            SessionClient::new(peer, HandshakeForm::Http1Upgrade),
             who(),
             ProtocolPath::RelayWebsocket,
             None,
@@ -316,10 +340,11 @@ mod tests {
         .unwrap();
         assert_eq!(info.verb, Verb::PortForward);
         assert_eq!(info.ports, [5432, 8080, 9090]);
+        assert_eq!(info.http_version, HttpVersion::Http11);
         assert!(session_info(
             1,
             "/api/v1/namespaces/default/services/x/proxy",
-            peer,
+            SessionClient::new(peer, http::Version::HTTP_11),
             who(),
             ProtocolPath::RelayWebsocket,
             None,

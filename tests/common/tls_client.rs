@@ -40,6 +40,7 @@ pub async fn connect(
     };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
     let name = ServerName::try_from("127.0.0.1").unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
