@@ -194,7 +194,12 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn start(addr: SocketAddr, admin: SocketAddr, upstream: SocketAddr, log: &std::path::Path) -> Proxy {
+    fn start(
+        addr: SocketAddr,
+        admin: SocketAddr,
+        upstream: SocketAddr,
+        log: &std::path::Path,
+    ) -> Proxy {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -202,8 +207,18 @@ impl Proxy {
             .open(log)
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
-            .args(["--listen", &addr.to_string(), "--admin-listen", &admin.to_string()])
-            .args(["--upstream", &format!("http://{upstream}"), "--log-format", "json"])
+            .args([
+                "--listen",
+                &addr.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
+            ])
+            .args([
+                "--upstream",
+                &format!("http://{upstream}"),
+                "--log-format",
+                "json",
+            ])
             .args(["--client-ping-interval", &ms(PING_INTERVAL)])
             .args(["--client-ping-timeout", &ms(PING_TIMEOUT)])
             .args(["--upstream-ping-interval", &ms(PING_INTERVAL)])
@@ -235,7 +250,10 @@ impl Proxy {
         let Ok(mut s) = std::net::TcpStream::connect(self.admin) else {
             return f64::NAN;
         };
-        let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let _ = write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
         let mut text = String::new();
         let _ = s.read_to_string(&mut text);
         text.lines()
@@ -315,7 +333,9 @@ async fn victim(proxy: SocketAddr, command: &str) -> Result<(ws_client::Ws, i32)
     let mut out = Vec::new();
     while !out.contains(&b'\n') {
         match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Binary(d)))) if d.first() == Some(&1) => {
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Binary(d))))
+                if d.first() == Some(&1) =>
+            {
                 out.extend_from_slice(&d[1..])
             }
             Ok(Some(Ok(_))) => {}
@@ -355,7 +375,10 @@ async fn inject(
         Fault::UpstreamKill => {
             let cluster = cluster.clone();
             tokio::task::spawn_blocking(move || {
-                cluster.lock().unwrap().kill_and_restart(Duration::from_secs(2))
+                cluster
+                    .lock()
+                    .unwrap()
+                    .kill_and_restart(Duration::from_secs(2))
             })
             .await
             .unwrap();
@@ -391,9 +414,7 @@ async fn inject(
             async {
                 let (ws, pid) = victim(proxy, "cat").await?;
                 // RST, no close frame: a client process killed or a laptop gone.
-                ws.get_ref()
-                    .set_zero_linger()
-                    .map_err(|e| e.to_string())?;
+                ws.get_ref().set_zero_linger().map_err(|e| e.to_string())?;
                 drop(ws);
                 wait_gone(pid, detect).await
             }
@@ -449,7 +470,9 @@ fn main() {
         None => Fault::ALL.to_vec(),
     };
     let bound = Duration::from_secs(arg("--bound").and_then(|v| v.parse().ok()).unwrap_or(60));
-    let max_drift: f64 = arg("--max-drift").and_then(|v| v.parse().ok()).unwrap_or(5.0);
+    let max_drift: f64 = arg("--max-drift")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5.0);
     raise_fd_limit();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -740,9 +763,14 @@ async fn kill_under_load(proxy: &Arc<Mutex<Proxy>>, pod_echo: u16) -> Result<Str
     let ended = futures_util::future::join_all(ends).await;
     let hung = ended.iter().filter(|e| e.is_err()).count();
     if hung > 0 {
-        return Err(format!("{hung} of 8 clients still waiting 5 s after the kill"));
+        return Err(format!(
+            "{hung} of 8 clients still waiting 5 s after the kill"
+        ));
     }
-    if tokio::time::timeout(Duration::from_secs(5), tunnel).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), tunnel)
+        .await
+        .is_err()
+    {
         return Err("the port-forward client still waiting 5 s after the kill".into());
     }
     let all_ended = killed.elapsed();

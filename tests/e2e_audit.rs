@@ -284,6 +284,9 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
         "{start}"
     );
     assert_eq!(end["outcome"], "success", "{end}");
+    // Followed for its exit code though nothing is recorded.
+    assert_eq!(end["exit_code"], 0, "{end}");
+    assert_eq!(end["recording"], Value::Null, "{end}");
     assert!(end["bytes_out"].as_u64().unwrap() > 0, "{end}");
 
     // Port-forward: the tunnel.

@@ -609,7 +609,7 @@ async fn sessions_over_http2_are_audited_and_recorded() {
     assert_eq!(o.exit_code, Some(6));
     answer_close(&mut v4).await;
 
-    // A relay's outcome is its byte relay's (the metric's label), whatever the exit code.
+    // Both carry the exit code, and a non-zero one is the outcome on either path.
     for (marker, path, protocol, exit_code, outcome) in [
         ("translated-over-h2", "translated", V5, 5, "non_zero_exit"),
         (
@@ -617,7 +617,7 @@ async fn sessions_over_http2_are_audited_and_recorded() {
             "relay_websocket",
             "v4.channel.k8s.io",
             6,
-            "success",
+            "non_zero_exit",
         ),
     ] {
         let (started, ended) = audit_pair(&audit, marker).await;

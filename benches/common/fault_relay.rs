@@ -51,11 +51,7 @@ impl FaultRelay {
                 });
             }
         });
-        Arc::new(FaultRelay {
-            addr,
-            mode,
-            resets,
-        })
+        Arc::new(FaultRelay { addr, mode, resets })
     }
 
     /// Sets what the relay does from now on.

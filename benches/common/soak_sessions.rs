@@ -119,12 +119,17 @@ pub async fn run(
             check_exit(&status, 0)?;
             let got = String::from_utf8_lossy(&out);
             if got.split_whitespace().next() != Some(sha.as_str()) {
-                return Err(format!("sha256 of {} bytes: {got:?}, {sha} expected", data.len()));
+                return Err(format!(
+                    "sha256 of {} bytes: {got:?}, {sha} expected",
+                    data.len()
+                ));
             }
             Ok(data.len() as u64)
         }
         Work::Echo => {
-            let lines: Vec<String> = (0..20).map(|_| format!("line-{:x}\n", rng.next())).collect();
+            let lines: Vec<String> = (0..20)
+                .map(|_| format!("line-{:x}\n", rng.next()))
+                .collect();
             let (out, status) = exec(proxy, &["cat"], Some(Input::Lines(&lines))).await?;
             check_exit(&status, 0)?;
             let expected = lines.concat();
@@ -223,8 +228,7 @@ async fn exec(
 /// Reads stdout and the Status until the proxy closes.
 async fn read_session<S>(stream: &mut S, out: &mut Vec<u8>, status: &mut Option<Status>)
 where
-    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>>
-        + Unpin,
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
     while let Some(Ok(m)) = stream.next().await {
         match m {

@@ -313,6 +313,14 @@ pub(super) async fn carry(
             }
         }
     }
+    // Without a recording, an audited exec or attach is still followed for its exit code.
+    if let (None, Some(_), Ok(resp)) = (&tap, &state.audit, &answer) {
+        let remote_command = parse_pod_subresource(&path)
+            .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
+        if remote_command && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            tap = observer_for(resp).map(RelayTap::observing);
+        }
+    }
     let mut info = session_audit::session_info(
         session_id,
         &path_and_query,
@@ -326,8 +334,8 @@ pub(super) async fn carry(
         protocol,
         audit_id,
     );
-    if let (Some(info), Some(tap)) = (info.as_mut(), &tap) {
-        info.recording = Some(tap.path().display().to_string());
+    if let (Some(info), Some(path)) = (info.as_mut(), tap.as_ref().and_then(RelayTap::path)) {
+        info.recording = Some(path.display().to_string());
     }
     let audit = session_audit::start(state, info);
     if let Some(e) = refusal {
@@ -497,6 +505,12 @@ pub(super) async fn carry(
         };
         let stats = counters.stats();
         let tap_end = tap.map(RelayTap::finish).unwrap_or_default();
+        // A command that ended with a non-zero exit code is counted as such, as on the
+        // translated path (the relay only knows it where it followed the stream).
+        let outcome = match (outcome, tap_end.exit_code) {
+            (SessionOutcome::Success, Some(code)) if code != 0 => SessionOutcome::NonZeroExit,
+            (outcome, _) => outcome,
+        };
         let recording_error = recording_failure
             .or(tap_end.recording_error)
             .or(recording_error);

@@ -23,10 +23,12 @@ struct Shared {
     failure: Option<String>,
 }
 
-/// The recording of one relayed session.
+/// The recording of one relayed session, or (without a recording) only what its audit event
+/// needs from the stream: the exit code.
 #[derive(Debug)]
 pub struct RelayTap {
-    recorder: Recorder,
+    /// `None`: following the session for its exit code only.
+    recorder: Option<Recorder>,
     /// `--record=required`: a session that can no longer be recorded must end.
     required: bool,
     shared: Mutex<Shared>,
@@ -49,7 +51,7 @@ impl RelayTap {
     /// A tap recording to `recorder` what `observer` follows.
     pub fn new(recorder: Recorder, observer: Observer, required: bool) -> RelayTap {
         RelayTap {
-            recorder,
+            recorder: Some(recorder),
             required,
             shared: Mutex::new(Shared {
                 observer,
@@ -60,9 +62,24 @@ impl RelayTap {
         }
     }
 
-    /// The recording's file.
-    pub fn path(&self) -> &std::path::Path {
-        self.recorder.path()
+    /// A tap that follows what `observer` follows for the session's exit code, recording
+    /// nothing (the audit log is on, recordings are not).
+    pub fn observing(observer: Observer) -> RelayTap {
+        RelayTap {
+            recorder: None,
+            required: false,
+            shared: Mutex::new(Shared {
+                observer,
+                errors: ErrorStream::default(),
+                failure: None,
+            }),
+            unobservable: CancellationToken::new(),
+        }
+    }
+
+    /// The recording's file, if it records.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.recorder.as_ref().map(Recorder::path)
     }
 
     /// Follows bytes the relay is about to pass on in `direction` and records what they
@@ -72,12 +89,22 @@ impl RelayTap {
         let mut events = Vec::new();
         {
             let mut shared = self.lock();
+            if shared.failure.is_some() {
+                // It cannot follow the stream any further: the bytes still go on unless the
+                // session has to end for it.
+                return !self.required;
+            }
             if let Err(e) = shared.observer.feed(direction, bytes, &mut events) {
-                warn!(
-                    recording = %self.recorder.path().display(),
-                    error = %e,
-                    "stopped recording a relayed session"
-                );
+                match &self.recorder {
+                    Some(recorder) => warn!(
+                        recording = %recorder.path().display(),
+                        error = %e,
+                        "stopped recording a relayed session"
+                    ),
+                    None => {
+                        warn!(error = %e, "stopped following a relayed session for its exit code")
+                    }
+                }
                 shared.failure = Some(e.to_string());
                 if self.required {
                     self.unobservable.cancel();
@@ -90,13 +117,14 @@ impl RelayTap {
                 }
             }
         }
+        let Some(recorder) = &self.recorder else {
+            return true;
+        };
         for event in events {
             match event {
-                Observed::Stdout(data) | Observed::Stderr(data) => {
-                    self.recorder.output(&data).await
-                }
-                Observed::Stdin(data) => self.recorder.input(&data).await,
-                Observed::Resize(size) => self.recorder.resize(size.width, size.height).await,
+                Observed::Stdout(data) | Observed::Stderr(data) => recorder.output(&data).await,
+                Observed::Stdin(data) => recorder.input(&data).await,
+                Observed::Resize(size) => recorder.resize(size.width, size.height).await,
                 Observed::Error(_) => {}
             }
         }
@@ -109,13 +137,16 @@ impl RelayTap {
         if !self.required {
             return std::future::pending().await;
         }
+        let Some(recorder) = &self.recorder else {
+            return std::future::pending().await;
+        };
         tokio::select! {
             () = self.unobservable.cancelled() => self
                 .lock()
                 .failure
                 .clone()
                 .unwrap_or_else(|| "the session could not be followed".to_owned()),
-            error = self.recorder.failed() => error,
+            error = recorder.failed() => error,
         }
     }
 
@@ -129,10 +160,16 @@ impl RelayTap {
     pub fn finish(self) -> TapEnd {
         let shared = self.shared.into_inner().unwrap_or_else(|e| e.into_inner());
         let (exit_code, status) = shared.errors.outcome();
+        // Without a recording there is nothing to be incomplete: a stream it could not
+        // follow only leaves the exit code unknown.
+        let recording_error = self
+            .recorder
+            .as_ref()
+            .and_then(|r| shared.failure.or_else(|| r.error()));
         TapEnd {
             exit_code,
             status,
-            recording_error: shared.failure.or_else(|| self.recorder.error()),
+            recording_error,
         }
     }
 }
@@ -215,7 +252,7 @@ mod tests {
     async fn a_tapped_pump_relays_bytes_unchanged() {
         let dir = tempfile::tempdir().unwrap();
         let tap = tap(dir.path(), true).await;
-        let path = tap.path().to_owned();
+        let path = tap.path().expect("a recording tap").to_owned();
         let mut client_enc = FrameEncoder::new();
         let mut server_enc = FrameEncoder::new();
         let mut up = BytesMut::new();
@@ -293,5 +330,25 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "{text:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn an_observing_tap_finds_the_exit_code_and_records_nothing() {
+        use crate::translate::observe::WebSocketFraming;
+        let observer = Observer::for_protocol(Some("websocket"), Some("v4.channel.k8s.io"))
+            .expect("v4 is followed");
+        let tap = RelayTap::observing(observer);
+        assert!(tap.path().is_none());
+        // The upstream's channel-3 message: a Status with exit code 3, in one server frame.
+        let status = br#"{"metadata":{},"status":"Failure","message":"exit 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
+        let mut frame = vec![0x82, 126];
+        frame.extend_from_slice(&((status.len() + 1) as u16).to_be_bytes());
+        frame.push(3);
+        frame.extend_from_slice(status);
+        assert!(tap.relayed(Direction::UpstreamToClient, &frame).await);
+        let end = tap.finish();
+        assert_eq!(end.exit_code, Some(3));
+        assert_eq!(end.recording_error, None);
+        let _ = WebSocketFraming::Binary;
     }
 }
