@@ -30,7 +30,6 @@
 #[path = "../tests/common/ws_client.rs"]
 mod ws_client;
 
-#[allow(dead_code)]
 #[path = "common/process.rs"]
 mod process;
 
