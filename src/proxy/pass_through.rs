@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use super::auth::Caller;
 use super::body::ProxyBody;
 use super::headers::remove_hop_by_hop;
-use super::metrics::{SessionKind, SessionOutcome};
+use super::metrics::SessionKind;
 use super::refusal_body::read_body;
 use super::relay::{self, RelayError};
 use super::request_layers;
@@ -359,13 +359,7 @@ async fn deliver(
                 Delivered::Unsupported(why) => why.clone(),
                 Delivered::Failed(e) => e.to_string(),
             };
-            session_audit::end_unstarted(
-                session_audit::start(&state, info),
-                SessionOutcome::UpstreamError,
-                "upstream refused",
-                Some(summary),
-                None,
-            );
+            session_audit::end_upstream_refused(session_audit::start(&state, info), summary);
             match delivered {
                 Delivered::Replay {
                     status,

@@ -131,13 +131,7 @@ pub async fn handle(
         Err(e) => {
             state.metrics.upstream_upgrade_failure(e.upstream_status());
             let audit = session_audit::start(&state, info);
-            session_audit::end_unstarted(
-                audit,
-                SessionOutcome::UpstreamError,
-                "upstream refused",
-                Some(format!("upstream refused: {e}")),
-                None,
-            );
+            session_audit::end_upstream_refused(audit, format!("upstream refused: {e}"));
             guard.finish(SessionOutcome::UpstreamError, 0, 0);
             return refusal_response(e);
         }

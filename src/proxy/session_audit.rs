@@ -149,6 +149,18 @@ pub fn end_unstarted(
     }
 }
 
+/// Ends the trail of a session the upstream refused (or never answered) before it started;
+/// `why` is what the event's status says.
+pub fn end_upstream_refused(audit: Option<SessionAudit>, why: String) {
+    end_unstarted(
+        audit,
+        SessionOutcome::UpstreamError,
+        "upstream refused",
+        Some(why),
+        None,
+    );
+}
+
 /// What the trail says of a client whose upgrade never completed.
 pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
 

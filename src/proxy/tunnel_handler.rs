@@ -88,13 +88,7 @@ pub async fn handle(
         Ok(u) => u,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(e.upstream_status());
-            session_audit::end_unstarted(
-                audit,
-                SessionOutcome::UpstreamError,
-                "upstream refused",
-                Some(format!("upstream refused: {e}")),
-                None,
-            );
+            session_audit::end_upstream_refused(audit, format!("upstream refused: {e}"));
             guard.finish(SessionOutcome::UpstreamError, 0, 0);
             return refusal_response(e);
         }
