@@ -13,16 +13,22 @@
 //! SIGCONT); a relay between proxy and cluster that delays every read by 50 ms, stops
 //! forwarding, resets every connection (RST) or closes them mid-stream (FIN); a client that
 //! vanishes mid-session (RST, no close frame); a client that stops reading mid-download. Each
-//! lasts 6 s where it has a length; sessions in flight during one (plus 2 s) may fail, but
-//! must end within their bound; a client fault's victim must be noticed and its pod process
-//! killed within the keepalive bound (ping interval + timeout + 5 s).
+//! lasts 6 s where it has a length; sessions in flight during one (plus 2 s) may fail. Each
+//! fault has a bound (`Fault::bound`): 1 s where connections close or reset, the keepalive's
+//! ping interval + timeout (5 s) where the cluster or a client stops answering. A session the
+//! fault breaks must end within twice its bound (after the fault, or after its own start if
+//! later), and a client fault's victim must be noticed and its pod process killed within twice
+//! the bound too. The report says, per fault, how the sessions it broke ended (the HTTP
+//! status, Status, close code or cut stream their client got) and how long the slowest took.
 //! At the end the proxy is killed (SIGKILL) under load: every client must end promptly, and a
 //! restarted proxy must serve at once.
 //!
 //! It fails (exit 1) when a session that no fault touched lost or changed a byte or got the
-//! wrong exit code, when any session (touched or not) outlived its bound, when a vanished or
-//! stalled client's pod process outlived the detection bound, when `sessions_active` does not
-//! return to 0 or descriptors are left behind, or (runs of 5 minutes and more) when the
+//! wrong exit code; when a session a fault touched got wrong bytes or a wrong exit code
+//! without an error (silent corruption); when a session a fault broke ended later than twice
+//! that fault's bound; when any session (touched or not) outlived `--bound`; when a vanished or
+//! stalled client's pod process outlived twice its bound; when `sessions_active` does not
+//! return to 0 or descriptors are left behind; or (runs of 5 minutes and more) when the
 //! proxy's memory grows more than `--max-drift` percent from the second quarter of the run to
 //! the last.
 
@@ -48,7 +54,7 @@ use std::time::{Duration, Instant};
 use fault_relay::{FaultRelay, RelayMode};
 use futures_util::StreamExt;
 use process::{free_port, open_fds, raise_fd_limit, rss_kib};
-use soak_sessions::{Rng, Work, MIX};
+use soak_sessions::{Ending, Failure, Rng, Work, MIX};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -105,6 +111,24 @@ impl Fault {
         }
     }
 
+    /// How soon after the fault (or after its own start, if later) a session it breaks must
+    /// end, by what the proxy promises: a closed or reset connection is seen at once; a frozen
+    /// or stalled upstream by the upstream keepalive (ping interval + timeout) or, for an
+    /// upgrade in flight, the handshake timeout (the same 5 s here); a vanished or stalled
+    /// client by the client keepalive. The soak fails past twice this.
+    fn bound(self) -> Duration {
+        match self {
+            Fault::UpstreamKill | Fault::RelayReset | Fault::RelayTruncate => {
+                Duration::from_secs(1)
+            }
+            Fault::UpstreamFreeze
+            | Fault::RelayStall
+            | Fault::RelayDelay
+            | Fault::ClientVanish
+            | Fault::ClientStall => PING_INTERVAL + PING_TIMEOUT,
+        }
+    }
+
     /// Whether it touches every session in flight (upstream and relay faults) rather than only
     /// its own victim.
     fn touches_everyone(self) -> bool {
@@ -117,7 +141,7 @@ struct Record {
     work: Work,
     start: Instant,
     end: Instant,
-    result: Result<u64, String>,
+    result: Result<u64, Failure>,
     /// Outlived its bound (cancelled then).
     hung: bool,
 }
@@ -369,7 +393,7 @@ async fn inject(
     relay: &FaultRelay,
     proxy: SocketAddr,
 ) -> Option<Result<Duration, String>> {
-    let detect = PING_INTERVAL + PING_TIMEOUT + Duration::from_secs(5);
+    let detect = 2 * fault.bound();
     match fault {
         Fault::UpstreamKill => {
             let cluster = cluster.clone();
@@ -576,7 +600,13 @@ fn main() {
                         let run = soak_sessions::run(work, proxy_addr, pod_echo, &mut rng);
                         let (result, hung) = match tokio::time::timeout(bound, run).await {
                             Ok(r) => (r, false),
-                            Err(_) => (Err(format!("still running after {bound:?}")), true),
+                            Err(_) => (
+                                Err(Failure {
+                                    ending: Ending::Dropped,
+                                    detail: format!("still running after {bound:?}"),
+                                }),
+                                true,
+                            ),
                         };
                         let failed = result.is_err();
                         records.lock().unwrap().push(Record {
@@ -613,28 +643,64 @@ fn main() {
         let records = std::mem::take(&mut *records.lock().unwrap());
         let windows = std::mem::take(&mut *windows.lock().unwrap());
         let samples = std::mem::take(&mut *samples.lock().unwrap());
-        let touched = |r: &Record| {
-            windows.iter().any(|w| {
-                w.fault.touches_everyone() && r.start <= w.end + SETTLE && r.end >= w.start
-            })
+        // The fault a session felt: of those in flight while it ran (or just before it
+        // started), the last to begin before it ended.
+        let hit_by = |r: &Record| {
+            windows
+                .iter()
+                .filter(|w| {
+                    w.fault.touches_everyone() && r.start <= w.end + SETTLE && r.end >= w.start
+                })
+                .max_by_key(|w| w.start)
         };
         let mut by_work: BTreeMap<&str, (u64, u64, u64, u64)> = BTreeMap::new();
         let mut lost = Vec::new();
         let mut hung = Vec::new();
+        let mut silent = Vec::new();
+        let mut slow = Vec::new();
         let mut bytes = 0u64;
+        /// Per fault: sessions it touched that finished exact, those that failed by how they
+        /// ended, and the longest a failed one took to end after the fault (or its own start).
+        #[derive(Default)]
+        struct Felt {
+            exact: u64,
+            failed: BTreeMap<String, u64>,
+            slowest: Duration,
+        }
+        let mut felt: BTreeMap<Fault, Felt> = BTreeMap::new();
         for r in &records {
             let e = by_work.entry(r.work.name()).or_default();
             e.0 += 1;
-            match &r.result {
-                Ok(b) => {
+            let window = hit_by(r);
+            match (&r.result, window) {
+                (Ok(b), _) => {
                     e.1 += 1;
                     bytes += b;
+                    if let Some(w) = window {
+                        felt.entry(w.fault).or_default().exact += 1;
+                    }
                 }
-                Err(err) if touched(r) => {
+                (Err(err), Some(w)) => {
                     e.2 += 1;
-                    let _ = err;
+                    let f = felt.entry(w.fault).or_default();
+                    *f.failed.entry(err.ending.label()).or_default() += 1;
+                    let took = r.end.saturating_duration_since(w.start.max(r.start));
+                    f.slowest = f.slowest.max(took);
+                    let at = r.start - started;
+                    if !err.ending.explained() {
+                        silent.push(format!("{} at {at:?} ({}): {err}", r.work.name(), w.fault.name()));
+                    }
+                    if took > 2 * w.fault.bound() {
+                        slow.push(format!(
+                            "{} at {at:?} ended {:.1} s after {} (bound {:?}): {err}",
+                            r.work.name(),
+                            took.as_secs_f64(),
+                            w.fault.name(),
+                            w.fault.bound()
+                        ));
+                    }
                 }
-                Err(err) => {
+                (Err(err), None) => {
                     e.3 += 1;
                     lost.push(format!("{} at {:?}: {err}", r.work.name(), r.start - started));
                 }
@@ -648,10 +714,10 @@ fn main() {
         for (name, (n, ok, hit, bad)) in &by_work {
             println!("| {name} | {n} | {ok} | {hit} | {bad} |");
         }
-        let mut fault_counts: BTreeMap<&str, (u64, Vec<String>)> = BTreeMap::new();
+        let mut fault_counts: BTreeMap<Fault, (u64, Vec<String>)> = BTreeMap::new();
         let mut victims_failed = Vec::new();
         for w in &windows {
-            let e = fault_counts.entry(w.fault.name()).or_default();
+            let e = fault_counts.entry(w.fault).or_default();
             e.0 += 1;
             match &w.victim_ok {
                 Some(Ok(took)) => e.1.push(format!("{:.1}", took.as_secs_f64())),
@@ -659,10 +725,33 @@ fn main() {
                 None => {}
             }
         }
-        println!("\n| fault | injected | victim's pod process gone after, s |");
-        println!("|---|---|---|");
-        for (name, (n, took)) in &fault_counts {
-            println!("| {name} | {n} | {} |", took.join(", "));
+        println!("\n| fault | injected | bound | touched, exact | touched, failed: how they ended | slowest failed end after the fault | victim's pod process gone after |");
+        println!("|---|---|---|---|---|---|---|");
+        for (fault, (n, took)) in &fault_counts {
+            let f = felt.remove(fault).unwrap_or_default();
+            let how = f
+                .failed
+                .iter()
+                .map(|(label, n)| format!("{n} × {label}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let slowest = if f.failed.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.1} s", f.slowest.as_secs_f64())
+            };
+            let victims = if took.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{} s", took.join(", "))
+            };
+            println!(
+                "| {} | {n} | {:?} | {} | {} | {slowest} | {victims} |",
+                fault.name(),
+                fault.bound(),
+                f.exact,
+                if how.is_empty() { "–".into() } else { how },
+            );
         }
         let quarter = |from: f64, to: f64| {
             let mut v: Vec<u64> = samples
@@ -702,6 +791,12 @@ fn main() {
         let mut failures = Vec::new();
         if !lost.is_empty() {
             failures.push(format!("{} untouched sessions failed: {lost:#?}", lost.len()));
+        }
+        if !silent.is_empty() {
+            failures.push(format!("{} sessions got wrong bytes without an error: {silent:#?}", silent.len()));
+        }
+        if !slow.is_empty() {
+            failures.push(format!("{} failed sessions outlived twice their fault's bound: {slow:#?}", slow.len()));
         }
         if !hung.is_empty() {
             failures.push(format!("{} sessions outlived {bound:?}: {hung:?}", hung.len()));

@@ -3,6 +3,7 @@
 //! lines, port-forwarded random data, a followed log's numbered lines) and the exit code.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -57,6 +58,84 @@ impl Work {
     }
 }
 
+/// How a failed session ended, as its client saw it: what the soak reports per fault, and
+/// what tells an explained failure (the proxy said what happened) from a silent one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ending {
+    /// The upgrade or request was answered with this HTTP status (a Status body).
+    Refused(u16),
+    /// No connection or no upgrade answer at all.
+    Unreachable,
+    /// A Failure Status on the error stream, by its reason and the start of its message.
+    Status(String),
+    /// A close frame with this code and no Status before it.
+    Closed(u16),
+    /// The connection ended with neither a Status nor a close frame.
+    Dropped,
+    /// A forwarded connection's stream ended (reset or cut) before all its bytes came back; the
+    /// tunnel itself ended with the close code, if any.
+    ForwardCut(Option<u16>),
+    /// The followed log ended, or went quiet for 10 s.
+    LogCut,
+    /// Wrong bytes or exit code although the session said it succeeded: silent corruption.
+    Wrong,
+}
+
+impl Ending {
+    /// Whether the client was told what happened (a Status, an HTTP error, a close code, a
+    /// reset stream or an ended response), rather than left with bytes that are silently wrong.
+    pub fn explained(&self) -> bool {
+        !matches!(self, Ending::Wrong)
+    }
+
+    /// How the soak's report names it.
+    pub fn label(&self) -> String {
+        match self {
+            Ending::Refused(code) => format!("HTTP {code}"),
+            Ending::Unreachable => "no connection".into(),
+            Ending::Status(s) => format!("Status {s}"),
+            Ending::Closed(code) => format!("close {code}, no Status"),
+            Ending::Dropped => "connection ended, no Status or close".into(),
+            Ending::ForwardCut(Some(code)) => format!("forwarded stream cut, tunnel close {code}"),
+            Ending::ForwardCut(None) => "forwarded stream cut, tunnel ended without close".into(),
+            Ending::LogCut => "log response ended or stalled".into(),
+            Ending::Wrong => "WRONG BYTES OR EXIT CODE".into(),
+        }
+    }
+}
+
+/// Why one session failed.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub ending: Ending,
+    pub detail: String,
+}
+
+impl Failure {
+    fn new(ending: Ending, detail: impl Into<String>) -> Failure {
+        Failure {
+            ending,
+            detail: detail.into(),
+        }
+    }
+
+    /// An upgrade that failed: the HTTP status it was answered with, if any.
+    fn upgrade(e: tokio_tungstenite::tungstenite::Error) -> Failure {
+        use tokio_tungstenite::tungstenite::Error;
+        let ending = match &e {
+            Error::Http(resp) => Ending::Refused(resp.status().as_u16()),
+            _ => Ending::Unreachable,
+        };
+        Failure::new(ending, format!("upgrade: {e}"))
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.ending.label(), self.detail)
+    }
+}
+
 /// A small deterministic generator (xorshift), so a session's data is reproducible from its
 /// number without a dependency.
 pub struct Rng(u64);
@@ -95,18 +174,20 @@ pub async fn run(
     proxy: SocketAddr,
     pod_echo: u16,
     rng: &mut Rng,
-) -> Result<u64, String> {
+) -> Result<u64, Failure> {
     match work {
         Work::Stdout => {
             let n = 1000 + rng.below(40_000);
             let expected: String = (1..=n).map(|i| format!("{i}\n")).collect();
-            let (out, status) = exec(proxy, &["seq", "1", &n.to_string()], None).await?;
-            check_exit(&status, 0)?;
+            let out = exec(proxy, &["seq", "1", &n.to_string()], None, 0).await?;
             if out != expected.as_bytes() {
-                return Err(format!(
-                    "seq 1 {n}: {} bytes, {} expected, differing",
-                    out.len(),
-                    expected.len()
+                return Err(Failure::new(
+                    Ending::Wrong,
+                    format!(
+                        "seq 1 {n}: {} bytes, {} expected, differing",
+                        out.len(),
+                        expected.len()
+                    ),
                 ));
             }
             Ok(out.len() as u64)
@@ -115,13 +196,12 @@ pub async fn run(
             let len = 16 * 1024 + rng.below(2 << 20) as usize;
             let data = rng.bytes(len);
             let sha = hex(&Sha256::digest(&data));
-            let (out, status) = exec(proxy, &["sha256sum"], Some(Input::Whole(&data))).await?;
-            check_exit(&status, 0)?;
+            let out = exec(proxy, &["sha256sum"], Some(Input::Whole(&data)), 0).await?;
             let got = String::from_utf8_lossy(&out);
             if got.split_whitespace().next() != Some(sha.as_str()) {
-                return Err(format!(
-                    "sha256 of {} bytes: {got:?}, {sha} expected",
-                    data.len()
+                return Err(Failure::new(
+                    Ending::Wrong,
+                    format!("sha256 of {} bytes: {got:?}, {sha} expected", data.len()),
                 ));
             }
             Ok(data.len() as u64)
@@ -130,17 +210,18 @@ pub async fn run(
             let lines: Vec<String> = (0..20)
                 .map(|_| format!("line-{:x}\n", rng.next()))
                 .collect();
-            let (out, status) = exec(proxy, &["cat"], Some(Input::Lines(&lines))).await?;
-            check_exit(&status, 0)?;
+            let out = exec(proxy, &["cat"], Some(Input::Lines(&lines)), 0).await?;
             let expected = lines.concat();
             if out != expected.as_bytes() {
-                return Err(format!("echo: {:?}", String::from_utf8_lossy(&out)));
+                return Err(Failure::new(
+                    Ending::Wrong,
+                    format!("echo: {:?}", String::from_utf8_lossy(&out)),
+                ));
             }
             Ok(2 * out.len() as u64)
         }
         Work::ExitCode => {
-            let (_, status) = exec(proxy, &["sh", "-c", "exit 7"], None).await?;
-            check_exit(&status, 7)?;
+            exec(proxy, &["sh", "-c", "exit 7"], None, 7).await?;
             Ok(0)
         }
         Work::PortForward => port_forward(proxy, pod_echo, rng).await,
@@ -156,18 +237,71 @@ enum Input<'a> {
     Lines(&'a [String]),
 }
 
-/// Runs `command` over v5 through the proxy: its stdout and final Status.
+/// What the client saw at the end of an exec session.
+#[derive(Default)]
+struct Seen {
+    status: Option<Status>,
+    close: Option<u16>,
+}
+
+impl Seen {
+    /// Takes in one message other than stdout; false once the session is over.
+    fn message(&mut self, m: &Message) -> bool {
+        match m {
+            Message::Binary(d) if d.first() == Some(&3) => {
+                self.status = serde_json::from_slice(&d[1..]).ok();
+                true
+            }
+            Message::Close(c) => {
+                self.close = Some(c.as_ref().map_or(1005, |c| u16::from(c.code)));
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// How a session that ended before it was done ended.
+    fn failure(&self, detail: String) -> Failure {
+        match (&self.status, self.close) {
+            (Some(status), _) => Failure::new(Ending::Status(status_label(status)), detail),
+            (None, Some(code)) => Failure::new(Ending::Closed(code), detail),
+            (None, None) => Failure::new(Ending::Dropped, detail),
+        }
+    }
+}
+
+/// A Status by its reason and the start of its message (without the numbers, so that the
+/// report groups alike ones).
+fn status_label(status: &Status) -> String {
+    if let Some(code) = status.exit_code() {
+        return format!("exit {code}");
+    }
+    // kube-apiserver's prefix for every InternalError says nothing here.
+    let message = status
+        .message
+        .trim_start_matches("Internal error occurred: ");
+    let message: String = message
+        .chars()
+        .take(56)
+        .map(|c| if c.is_ascii_digit() { '#' } else { c })
+        .collect();
+    format!("{}: {message}", status.reason)
+}
+
+/// Runs `command` over v5 through the proxy: its stdout, once its Status said exit code
+/// `want`.
 async fn exec(
     proxy: SocketAddr,
     command: &[&str],
     input: Option<Input<'_>>,
-) -> Result<(Vec<u8>, Status), String> {
+    want: u8,
+) -> Result<Vec<u8>, Failure> {
     let path = ws_client::exec_path("soak", command, input.is_some(), true, false);
     let (mut ws, _) = ws_client::connect(proxy, &path, "v5.channel.k8s.io")
         .await
-        .map_err(|e| format!("upgrade: {e}"))?;
+        .map_err(Failure::upgrade)?;
     let mut out = Vec::new();
-    let mut status = None;
+    let mut seen = Seen::default();
     match input {
         None => {}
         Some(Input::Whole(data)) => {
@@ -184,74 +318,92 @@ async fn exec(
                     .await?;
                 Ok::<_, tokio_tungstenite::tungstenite::Error>(sink)
             };
-            let receive = read_session(&mut stream, &mut out, &mut status);
+            let receive = read_session(&mut stream, &mut out, &mut seen);
             let (sent, ()) = tokio::join!(send, receive);
-            // The sink is done with: the session ended.
-            drop(sent.map_err(|e| format!("stdin: {e}"))?);
-            return finish(out, status);
+            // A send that failed because the session ended early is told by what was read.
+            if let Err(e) = sent {
+                if seen.status.is_none() {
+                    return Err(seen.failure(format!("stdin: {e}")));
+                }
+            }
+            return finish(out, &seen, want);
         }
         Some(Input::Lines(lines)) => {
             for line in lines {
                 let mut m = vec![0u8];
                 m.extend_from_slice(line.as_bytes());
-                ws.send(Message::Binary(m.into()))
-                    .await
-                    .map_err(|e| format!("stdin: {e}"))?;
+                if let Err(e) = ws.send(Message::Binary(m.into())).await {
+                    return Err(seen.failure(format!("stdin: {e}")));
+                }
                 let want = out.len() + line.len();
                 while out.len() < want {
                     match ws.next().await {
                         Some(Ok(Message::Binary(d))) if d.first() == Some(&1) => {
                             out.extend_from_slice(&d[1..])
                         }
-                        Some(Ok(Message::Binary(d))) if d.first() == Some(&3) => {
-                            return Err(format!(
-                                "ended early: {}",
-                                String::from_utf8_lossy(&d[1..])
-                            ))
+                        Some(Ok(m)) => {
+                            if !seen.message(&m) || seen.status.is_some() {
+                                let detail = format!(
+                                    "ended after {} of {} echoed bytes",
+                                    out.len(),
+                                    lines.concat().len()
+                                );
+                                // `cat` exits only at the end of its input: an exit code now
+                                // would be a lie.
+                                if seen.status.as_ref().and_then(Status::exit_code).is_some() {
+                                    return Err(Failure::new(Ending::Wrong, detail));
+                                }
+                                return Err(seen.failure(detail));
+                            }
                         }
-                        Some(Ok(Message::Close(c))) => return Err(format!("closed early: {c:?}")),
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => return Err(format!("read: {e}")),
-                        None => return Err("ended early".into()),
+                        Some(Err(e)) => return Err(seen.failure(format!("read: {e}"))),
+                        None => return Err(seen.failure("ended early".into())),
                     }
                 }
             }
-            ws.send(Message::Binary(Bytes::from_static(&[255, 0])))
+            if let Err(e) = ws
+                .send(Message::Binary(Bytes::from_static(&[255, 0])))
                 .await
-                .map_err(|e| format!("stdin close: {e}"))?;
+            {
+                return Err(seen.failure(format!("stdin close: {e}")));
+            }
         }
     }
-    read_session(&mut ws, &mut out, &mut status).await;
-    finish(out, status)
+    read_session(&mut ws, &mut out, &mut seen).await;
+    finish(out, &seen, want)
 }
 
 /// Reads stdout and the Status until the proxy closes.
-async fn read_session<S>(stream: &mut S, out: &mut Vec<u8>, status: &mut Option<Status>)
+async fn read_session<S>(stream: &mut S, out: &mut Vec<u8>, seen: &mut Seen)
 where
     S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
     while let Some(Ok(m)) = stream.next().await {
-        match m {
-            Message::Binary(d) => match d.first() {
-                Some(1) => out.extend_from_slice(&d[1..]),
-                Some(3) => *status = serde_json::from_slice(&d[1..]).ok(),
-                _ => {}
-            },
-            Message::Close(_) => break,
-            _ => {}
+        match &m {
+            Message::Binary(d) if d.first() == Some(&1) => out.extend_from_slice(&d[1..]),
+            _ => {
+                if !seen.message(&m) {
+                    break;
+                }
+            }
         }
     }
 }
 
-fn finish(out: Vec<u8>, status: Option<Status>) -> Result<(Vec<u8>, Status), String> {
-    let status = status.ok_or_else(|| format!("no Status after {} bytes", out.len()))?;
-    Ok((out, status))
-}
-
-fn check_exit(status: &Status, want: u8) -> Result<(), String> {
+/// The session's stdout once its Status said exit code `want`; a Success or the wrong exit
+/// code with bytes that turn out wrong is silent corruption, told apart by the caller.
+fn finish(out: Vec<u8>, seen: &Seen, want: u8) -> Result<Vec<u8>, Failure> {
+    let Some(status) = &seen.status else {
+        return Err(seen.failure(format!("no Status after {} bytes", out.len())));
+    };
     match status.exit_code() {
-        Some(code) if code == want => Ok(()),
-        _ => Err(format!("Status {}, exit {want} expected", status.summary())),
+        Some(code) if code == want => Ok(out),
+        // The command's own exit code, but the wrong one: only a broken translation does that.
+        Some(code) => Err(Failure::new(
+            Ending::Wrong,
+            format!("exit {code}, exit {want} expected"),
+        )),
+        None => Err(seen.failure(format!("after {} bytes", out.len()))),
     }
 }
 
@@ -259,8 +411,48 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Carries a tunnel WebSocket's binary messages as a byte stream (what kubectl does), and
+/// keeps the close code the tunnel ended with.
+fn tunnel_io(ws: Ws) -> (tokio::io::DuplexStream, Arc<Mutex<Option<u16>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let close = Arc::new(Mutex::new(None));
+    let (ours, theirs) = tokio::io::duplex(256 * 1024);
+    let (mut rd, mut wr) = tokio::io::split(theirs);
+    let (mut sink, mut stream) = ws.split();
+    let seen = close.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = stream.next().await {
+            match msg {
+                Message::Binary(b) if wr.write_all(&b).await.is_err() => break,
+                Message::Close(c) => {
+                    *seen.lock().unwrap() = Some(c.map_or(1005, |c| u16::from(c.code)));
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let m = Message::Binary(buf[..n].to_vec().into());
+                    if sink.send(m).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = sink.close().await;
+    });
+    (ours, close)
+}
+
 /// A port-forward tunnel with one to three forwarded connections, each echoing random data.
-async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64, String> {
+async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64, Failure> {
     let mut req = format!("ws://{proxy}/api/v1/namespaces/default/pods/soak/portforward")
         .into_client_request()
         .unwrap();
@@ -270,12 +462,17 @@ async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64
     );
     let tcp = TcpStream::connect(proxy)
         .await
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| Failure::new(Ending::Unreachable, format!("connect: {e}")))?;
     let ws: Ws = tokio_tungstenite::client_async(req, tcp)
         .await
-        .map_err(|e| format!("upgrade: {e}"))?
+        .map_err(Failure::upgrade)?
         .0;
-    let conn = Connection::client(ws_client::as_io(ws), Bytes::new(), Config::default());
+    let (io, close) = tunnel_io(ws);
+    let cut = |detail: String| {
+        let code = *close.lock().unwrap();
+        Failure::new(Ending::ForwardCut(code), detail)
+    };
+    let conn = Connection::client(io, Bytes::new(), Config::default());
     let mut moved = 0;
     for request in 0..1 + rng.below(3) {
         let headers = |kind: &str| {
@@ -285,14 +482,15 @@ async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64
             h.push("requestid", request.to_string());
             h
         };
-        let _error = conn
+        let (_error_tx, mut error_rx) = conn
             .open_stream(headers("error"))
             .await
-            .map_err(|e| format!("error stream: {e}"))?;
+            .map_err(|e| cut(format!("error stream: {e}")))?
+            .split();
         let (mut tx, mut rx) = conn
             .open_stream(headers("data"))
             .await
-            .map_err(|e| format!("data stream: {e}"))?
+            .map_err(|e| cut(format!("data stream: {e}")))?
             .split();
         let len = 1024 + rng.below(512 * 1024) as usize;
         let data = Bytes::from(rng.bytes(len));
@@ -313,14 +511,31 @@ async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64
             got
         };
         let (sent, got) = tokio::join!(send, receive);
-        sent.map_err(|e| format!("forwarded send: {e}"))?;
-        if got != data {
-            return Err(format!(
-                "forwarded connection {request}: {} of {} bytes back, differing",
+        if got.len() < data.len() {
+            // The kubelet's error stream says why a forwarded connection failed, if it can.
+            let said = match tokio::time::timeout(Duration::from_millis(100), error_rx.recv()).await
+            {
+                Ok(Some(Ok(text))) if !text.is_empty() => {
+                    format!(", error stream: {}", String::from_utf8_lossy(&text))
+                }
+                _ => String::new(),
+            };
+            return Err(cut(format!(
+                "forwarded connection {request}: {} of {} bytes back{said}",
                 got.len(),
                 data.len()
+            )));
+        }
+        if got != data {
+            return Err(Failure::new(
+                Ending::Wrong,
+                format!(
+                    "forwarded connection {request}: {} bytes back, differing",
+                    got.len()
+                ),
             ));
         }
+        sent.map_err(|e| cut(format!("forwarded send: {e}")))?;
         moved += 2 * data.len() as u64;
     }
     conn.close().await;
@@ -330,15 +545,18 @@ async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64
 /// A followed log: its first lines arrive in order (the simulated kubelet writes `log line N`,
 /// one more every 200 ms while followed); the client then goes away, as `kubectl logs -f`
 /// stopped with ^C does.
-async fn followed_log(proxy: SocketAddr) -> Result<u64, String> {
+async fn followed_log(proxy: SocketAddr) -> Result<u64, Failure> {
     use http_body_util::{BodyExt, Empty};
+    let unreachable = |what: &str, e: &dyn std::fmt::Display| {
+        Failure::new(Ending::Unreachable, format!("{what}: {e}"))
+    };
     let tcp = TcpStream::connect(proxy)
         .await
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| unreachable("connect", &e))?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
             .await
-            .map_err(|e| format!("handshake: {e}"))?;
+            .map_err(|e| unreachable("handshake", &e))?;
     tokio::spawn(conn);
     let req = http::Request::get("/api/v1/namespaces/default/pods/soak/log?follow=true")
         .header(http::header::HOST, proxy.to_string())
@@ -347,9 +565,12 @@ async fn followed_log(proxy: SocketAddr) -> Result<u64, String> {
     let resp = sender
         .send_request(req)
         .await
-        .map_err(|e| format!("request: {e}"))?;
+        .map_err(|e| unreachable("request", &e))?;
     if !resp.status().is_success() {
-        return Err(format!("status {}", resp.status()));
+        return Err(Failure::new(
+            Ending::Refused(resp.status().as_u16()),
+            "followed log",
+        ));
     }
     let mut body = resp.into_body();
     let mut text = Vec::new();
@@ -361,14 +582,22 @@ async fn followed_log(proxy: SocketAddr) -> Result<u64, String> {
                     text.extend_from_slice(d);
                 }
             }
-            Ok(other) => return Err(format!("log ended early: {other:?}")),
-            Err(_) => return Err("no log line for 10 s".into()),
+            Ok(other) => {
+                return Err(Failure::new(
+                    Ending::LogCut,
+                    format!("log ended early: {other:?}"),
+                ))
+            }
+            Err(_) => return Err(Failure::new(Ending::LogCut, "no log line for 10 s")),
         }
     }
     let text = String::from_utf8_lossy(&text);
     for (i, line) in text.lines().take(want).enumerate() {
         if line != format!("log line {}", i + 1) {
-            return Err(format!("log line {}: {line:?}", i + 1));
+            return Err(Failure::new(
+                Ending::Wrong,
+                format!("log line {}: {line:?}", i + 1),
+            ));
         }
     }
     Ok(text.len() as u64)
