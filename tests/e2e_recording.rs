@@ -479,3 +479,179 @@ async fn relayed_legacy_websocket_execs_replay_to_exactly_what_the_client_got() 
         assert_eq!(replayed, shown, "{protocol}");
     }
 }
+
+/// A tmpfs of `kib` KiB mounted on `dir` for as long as it lives: a disk that fills up.
+struct SmallDisk {
+    dir: PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts it; `None` (and a loud failure in CI) where this user may not mount.
+    fn mount(dir: &Path, kib: u32) -> Option<SmallDisk> {
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .expect("run mount");
+        if out.status.success() {
+            return Some(SmallDisk {
+                dir: dir.to_owned(),
+            });
+        }
+        let why = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "a full disk needs a tmpfs mount (root), which failed: {why}"
+        );
+        eprintln!("skipped: cannot mount a tmpfs for a full disk: {why}");
+        None
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// Every complete line of a recording cut short is still an asciicast line: the header, then
+/// events. Returns the output it kept.
+fn valid_up_to_the_cut(recording: &Path) -> String {
+    let text = std::fs::read_to_string(recording).unwrap();
+    let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let mut lines = complete.lines();
+    let header: Value = serde_json::from_str(lines.next().expect("a header")).unwrap();
+    assert_eq!(header["version"], 2, "{header}");
+    lines
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .filter(|e| e[1] == "o")
+        .map(|e| e[2].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Output that fills the disk, then a command that would run on for a minute.
+const FILLS_THE_DISK: &str = "seq 1 200000; sleep 60";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_that_fills_up_ends_required_sessions_and_not_best_effort_ones() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "required"]).await;
+    let Some(_disk) = SmallDisk::mount(&r.records, 256) else {
+        return;
+    };
+
+    // Translated (kubectl 1.33): ended with a Status that says why, long before the command.
+    let started = std::time::Instant::now();
+    let mut c = r.kubectl(&k33);
+    c.args(["exec", "full-disk", "--", "sh", "-c", FILLS_THE_DISK]);
+    c.stdin(Stdio::null());
+    let o = common::harness::run(c, None, T).await;
+    assert!(!o.status.success(), "kubectl 1.33 exited 0");
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "ran until the command's end"
+    );
+    assert!(
+        stderr(&o).contains("its recording failed") && stderr(&o).contains("No space left"),
+        "kubectl 1.33: {}",
+        stderr(&o)
+    );
+    let ended = r.ended("full-disk").await;
+    assert_eq!(ended["outcome"], "recording_failed", "{ended}");
+    assert_eq!(ended["protocol_path"], "translated", "{ended}");
+    assert!(
+        ended["recording_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("No space left")),
+        "{ended}"
+    );
+    // What was recorded before the disk filled stays a valid asciicast, and is what kubectl
+    // printed first.
+    let recording = PathBuf::from(ended["recording"].as_str().unwrap());
+    let kept = valid_up_to_the_cut(&recording);
+    assert!(!kept.is_empty(), "nothing recorded before the disk filled");
+    assert!(
+        stdout(&o).starts_with(&kept),
+        "the recording is not what kubectl printed first"
+    );
+    std::fs::remove_file(&recording).unwrap();
+
+    // Relayed SPDY (kubectl 1.28): the relay can only close both connections; the audit
+    // event says why.
+    let started = std::time::Instant::now();
+    let mut c = r.kubectl(&k28);
+    c.args([
+        "exec",
+        "relayed-full-disk",
+        "--",
+        "sh",
+        "-c",
+        FILLS_THE_DISK,
+    ]);
+    c.stdin(Stdio::null());
+    let o = common::harness::run(c, None, T).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "ran until the command's end: {}",
+        stderr(&o)
+    );
+    let ended = r.ended("relayed-full-disk").await;
+    assert_eq!(ended["outcome"], "recording_failed", "{ended}");
+    assert_eq!(ended["protocol_path"], "relay_spdy", "{ended}");
+    assert!(
+        ended["recording_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("No space left")),
+        "{ended}"
+    );
+    let recording = PathBuf::from(ended["recording"].as_str().unwrap());
+    assert!(stdout(&o).starts_with(&valid_up_to_the_cut(&recording)));
+    std::fs::remove_file(&recording).unwrap();
+
+    // With space again, the proxy records the next session: nothing stayed broken.
+    let mut c = r.kubectl(&k33);
+    c.args(["exec", "after", "--", "echo", "recorded"]);
+    let o = common::harness::run(c, None, T).await;
+    assert!(o.status.success(), "kubectl 1.33: {}", stderr(&o));
+    let ended = r.ended("after").await;
+    assert_eq!(ended["outcome"], "success", "{ended}");
+    let metrics = r.proxy.metrics();
+    assert!(
+        metrics.contains("kube_ws_proxy_recording_failures_total 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn best_effort_sessions_outlive_a_full_disk() {
+    let Some(k33) = require_kubectl("1.33") else {
+        return;
+    };
+    let r = Recorded::start(&["--record", "best-effort"]).await;
+    let Some(_disk) = SmallDisk::mount(&r.records, 256) else {
+        return;
+    };
+    let mut c = r.kubectl(&k33);
+    c.args(["exec", "full-disk", "--", "seq", "1", "200000"]);
+    c.stdin(Stdio::null());
+    let o = common::harness::run(c, None, T).await;
+    assert!(o.status.success(), "kubectl 1.33: {}", stderr(&o));
+    let expected: String = (1..=200_000).map(|i| format!("{i}\n")).collect();
+    assert!(stdout(&o) == expected, "the output was cut");
+    let ended = r.ended("full-disk").await;
+    assert_eq!(ended["outcome"], "success", "{ended}");
+    assert!(
+        ended["recording_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("No space left")),
+        "{ended}"
+    );
+    let recording = PathBuf::from(ended["recording"].as_str().unwrap());
+    let kept = valid_up_to_the_cut(&recording);
+    assert!(!kept.is_empty() && expected.starts_with(&kept));
+}
