@@ -2,7 +2,8 @@
 //! as deployed) into the simulated cluster (a separate process too, so it can be killed and
 //! frozen), for a given time, every session checking its bytes end to end and its exit code
 //! (benches/common/soak_sessions.rs). Meanwhile faults are injected on a schedule, and the
-//! proxy's memory, descriptors, threads and `sessions_active` are sampled every second.
+//! proxy's memory, descriptors, threads, runtime tasks and `sessions_active` are sampled every
+//! second.
 //!
 //!     cargo bench --bench soak -- [--duration 3600] [--sessions 200] [--fault-every 30]
 //!         [--faults upstream-kill,client-vanish,upstream-freeze,relay-delay,relay-stall,
@@ -28,7 +29,7 @@
 //! without an error (silent corruption); when a session a fault broke ended later than twice
 //! that fault's bound; when any session (touched or not) outlived `--bound`; when a vanished or
 //! stalled client's pod process outlived twice its bound; when `sessions_active` does not
-//! return to 0 or descriptors are left behind; or (runs of 5 minutes and more) when the
+//! return to 0 or descriptors or runtime tasks are left behind; or (runs of 5 minutes and more) when the
 //! proxy's memory grows more than `--max-drift` percent from the second quarter of the run to
 //! the last.
 
@@ -162,6 +163,8 @@ struct Sample {
     rss_kib: u64,
     fds: usize,
     threads: u64,
+    /// Tasks alive on the proxy's runtime (its `kube_ws_proxy_runtime_tasks_alive`).
+    tasks: f64,
     active: f64,
 }
 
@@ -535,6 +538,8 @@ fn main() {
         };
         wait_idle(proxy.clone()).await;
         let baseline_fds = open_fds(pid);
+        let tasks = |p: &Arc<Mutex<Proxy>>| p.lock().unwrap().metric_sum("kube_ws_proxy_runtime_tasks_alive");
+        let baseline_tasks = tasks(&proxy);
         let baseline_rss = rss_kib(pid);
 
         let started = Instant::now();
@@ -548,12 +553,16 @@ fn main() {
             let proxy = proxy.clone();
             tokio::spawn(async move {
                 while Instant::now() < stop_at {
+                    // One lock at a time: a guard in the literal would live to its end.
+                    let tasks = proxy.lock().unwrap().metric_sum("kube_ws_proxy_runtime_tasks_alive");
+                    let active = proxy.lock().unwrap().metric_sum("kube_ws_proxy_sessions_active");
                     let sample = Sample {
                         at: started.elapsed(),
                         rss_kib: rss_kib(pid),
                         fds: open_fds(pid),
                         threads: threads(pid),
-                        active: proxy.lock().unwrap().metric_sum("kube_ws_proxy_sessions_active"),
+                        tasks,
+                        active,
                     };
                     samples.lock().unwrap().push(sample);
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -634,6 +643,7 @@ fn main() {
         // Idle pooled connections to the cluster may still be open; give them back first.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let end_fds = open_fds(pid);
+        let end_tasks = tasks(&proxy);
         let end_rss = rss_kib(pid);
 
         // The proxy killed under load: every client ends promptly, a restart serves at once.
@@ -765,6 +775,11 @@ fn main() {
             median(&mut v)
         };
         let (rss_q2, rss_q4) = (quarter(0.25, 0.5), quarter(0.75, 1.01));
+        // The trend over the run, a tenth at a time: a leak climbs steadily, an allocator
+        // settling steps up and stays.
+        let tenths: Vec<String> = (0..10)
+            .map(|t| format!("{}", quarter(t as f64 / 10.0, (t + 1) as f64 / 10.0 + 0.001)))
+            .collect();
         let drift = if rss_q2 > 0 {
             100.0 * (rss_q4 as f64 - rss_q2 as f64) / rss_q2 as f64
         } else {
@@ -772,6 +787,7 @@ fn main() {
         };
         let max_fds = samples.iter().map(|s| s.fds).max().unwrap_or(0);
         let max_threads = samples.iter().map(|s| s.threads).max().unwrap_or(0);
+        let max_tasks = samples.iter().map(|s| s.tasks).fold(0.0, f64::max);
         let max_active = samples.iter().map(|s| s.active as u64).max().unwrap_or(0);
         println!("\n| proxy | value |");
         println!("|---|---|");
@@ -780,8 +796,10 @@ fn main() {
         println!("| sessions active, most | {max_active} |");
         println!("| RSS idle before → idle after | {baseline_rss} → {end_rss} KiB |");
         println!("| RSS median, 2nd quarter → last quarter | {rss_q2} → {rss_q4} KiB ({drift:+.1}%) |");
+        println!("| RSS median per tenth of the run, KiB | {} |", tenths.join(" → "));
         println!("| descriptors idle before → idle after (most under load) | {baseline_fds} → {end_fds} ({max_fds}) |");
         println!("| threads, most | {max_threads} |");
+        println!("| runtime tasks idle before → idle after (most under load) | {baseline_tasks} → {end_tasks} ({max_tasks}) |");
         println!("| sessions_active after the run | {left_active} |");
         println!("| proxy SIGKILLed under load | {} |", match &kill {
             Ok(r) => r.clone(),
@@ -808,6 +826,10 @@ fn main() {
             failures.push(format!("sessions_active is {left_active} after the run"));
         }
         // Slack: the pool's idle connections to the cluster, the admin connection.
+        // Slack as for descriptors: a pooled connection holds a task too.
+        if end_tasks.is_nan() || end_tasks > baseline_tasks + 16.0 {
+            failures.push(format!("runtime tasks: {baseline_tasks} before, {end_tasks} after"));
+        }
         if end_fds > baseline_fds + 16 {
             failures.push(format!("descriptors: {baseline_fds} before, {end_fds} after"));
         }

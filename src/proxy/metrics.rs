@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use super::client_stream::HandshakeForm;
@@ -132,6 +132,7 @@ pub struct Metrics {
     requests_total: IntCounterVec,
     request_duration: HistogramVec,
     handler_panics: IntCounter,
+    tasks_alive: IntGauge,
     audit: AuditCounters,
     recording: RecordingCounters,
 }
@@ -179,7 +180,17 @@ impl Metrics {
         registry
             .register(Box::new(sessions_active.clone()))
             .expect("unique metric");
+        let tasks_alive = IntGauge::new(
+            "kube_ws_proxy_runtime_tasks_alive",
+            "Tasks alive on the proxy's async runtime (every connection and session holds a \
+             few): after load it returns to its idle level unless tasks leak.",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(tasks_alive.clone()))
+            .expect("unique metric");
         Metrics {
+            tasks_alive,
             sessions_active,
             sessions_total: counter(
                 "kube_ws_proxy_sessions_total",
@@ -345,6 +356,11 @@ impl Metrics {
 
     /// The Prometheus text exposition of every family.
     pub fn render(&self) -> Vec<u8> {
+        // Read when asked rather than kept up to date: the runtime counts its tasks anyway.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.tasks_alive
+                .set(i64::try_from(runtime.metrics().num_alive_tasks()).unwrap_or(i64::MAX));
+        }
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
