@@ -5,7 +5,11 @@
 //! audit log without a recording needs only the exit code). SPDY/3.1 (kubectl ≤ 1.30, relayed)
 //! and `v5.channel.k8s.io` (passed through), both with 32 KiB DATA frames / messages.
 //!
-//! Run with `cargo bench --bench observe`.
+//! Run with `cargo bench --bench observe`. For instruction counts, which a busy machine does
+//! not blur, one pass of one case under callgrind, counting `follow` alone:
+//!
+//!     OBSERVE_ONCE=spdy/error_stream valgrind --tool=callgrind --toggle-collect='*follow*' \
+//!         target/release/deps/observe-<hash>
 
 use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -103,6 +107,7 @@ fn websocket_session() -> Vec<u8> {
 }
 
 /// What the tap does with each read.
+#[inline(never)]
 fn follow(observer: &mut Observer, up: &[u8], down: &[u8]) -> (Option<i32>, Option<String>) {
     let mut errors = ErrorStream::default();
     for (direction, bytes) in [
@@ -123,6 +128,11 @@ fn follow(observer: &mut Observer, up: &[u8], down: &[u8]) -> (Option<i32>, Opti
     errors.outcome()
 }
 
+const SCOPES: [(&str, Scope); 2] = [
+    ("everything", Scope::Everything),
+    ("error_stream", Scope::ErrorStream),
+];
+
 fn observe(c: &mut Criterion) {
     let (spdy_up, spdy_down) = spdy_session();
     let ws_down = websocket_session();
@@ -142,16 +152,24 @@ fn observe(c: &mut Criterion) {
             &ws_down[..],
         ),
     ];
+    if let Ok(case) = std::env::var("OBSERVE_ONCE") {
+        for (name, upgrade, protocol, up, down) in sessions {
+            for (scope_name, scope) in SCOPES {
+                if case == format!("{name}/{scope_name}") {
+                    let mut o = Observer::with_scope(Some(upgrade), Some(protocol), scope).unwrap();
+                    println!("{case}: {:?}", follow(&mut o, up, down));
+                }
+            }
+        }
+        return;
+    }
     let mut group = c.benchmark_group("observe_64MiB_stdout");
     group.throughput(Throughput::Bytes(STDOUT as u64));
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(5));
     for (name, upgrade, protocol, up, down) in sessions {
-        for (scope_name, scope) in [
-            ("everything", Scope::Everything),
-            ("error_stream", Scope::ErrorStream),
-        ] {
+        for (scope_name, scope) in SCOPES {
             let mut o = Observer::with_scope(Some(upgrade), Some(protocol), scope).unwrap();
             assert_eq!(follow(&mut o, up, down).0, Some(3), "{name} {scope_name}");
             group.bench_function(format!("{name}/{scope_name}"), |b| {
