@@ -140,10 +140,10 @@ impl WebSocketObserver {
             }
             let head = FrameHead::parse(&side.frame)
                 .map_err(|e| ObserveError::WebSocket(e.to_string()))?;
-            // Take in no more than the frame at the front needs: its head byte by byte (at
-            // most 14), then exactly its payload.
+            // Take in no more than the frame at the front needs: its head (2 to 14 bytes, as
+            // its first two tell), then exactly its payload.
             let want = match head {
-                None => 1,
+                None => head_bytes_wanted(&side.frame),
                 Some(head) => {
                     if !head.opcode.is_control() {
                         // Before the payload: a frame out of order is not worth taking in.
@@ -240,6 +240,21 @@ impl WebSocketObserver {
             }
         }
     }
+}
+
+/// How many more bytes the incomplete frame head at the front of `frame` needs, as far as
+/// its first two bytes tell (the length's size and the mask bit): never a payload byte.
+fn head_bytes_wanted(frame: &[u8]) -> usize {
+    let [_, b1, ..] = *frame else {
+        return 2 - frame.len();
+    };
+    let length = match b1 & 0x7F {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    let mask: usize = if b1 & 0x80 != 0 { 4 } else { 0 };
+    (2 + length + mask).saturating_sub(frame.len()).max(1)
 }
 
 /// Whether the data frame whose head is `head` may come now: a continuation inside a
