@@ -230,7 +230,7 @@ fn frames(m: &Message, framing: WebSocketFraming, up: bool, seed: usize) -> Vec<
         WebSocketFraming::Binary => 2,
         WebSocketFraming::Base64 => 1,
     };
-    let mask = (up || m.masked).then(|| [seed as u8, 0x5A, (seed >> 8) as u8, 0xC3]);
+    let mask = (up || m.masked).then_some([seed as u8, 0x5A, (seed >> 8) as u8, 0xC3]);
     let mut out = Vec::new();
     let n = message.len();
     for f in 0..m.fragments {
