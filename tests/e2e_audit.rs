@@ -3,8 +3,9 @@
 //! SPDY), a v4 WebSocket exec (relayed), each with its `started` and `ended` events and the
 //! caller's identity: asked of the cluster with the caller's own token in passthrough mode,
 //! the authenticated certificate in impersonate mode. Port-forwards through the tunnel
-//! (kubectl 1.33), relayed SPDY (kubectl 1.28) and the relayed legacy WebSocket protocol list
-//! each forwarded connection's port and exact bytes.
+//! (kubectl 1.33), the tunnel passed through to a cluster that serves it (kubectl 1.33),
+//! relayed SPDY (kubectl 1.28) and the relayed legacy WebSocket protocol list each forwarded
+//! connection's port and exact bytes.
 //!
 //! kubectl sends a kubeconfig token only over TLS, so the proxy listens with TLS here and
 //! kubectl talks to it directly; each event's `protocol_path` shows which path was taken.
@@ -19,7 +20,7 @@ use common::clients::require_kubectl;
 use common::harness::stderr;
 use common::pki::{kubeconfig, Ca, Leaf};
 use common::proxy_process::ProxyProcess;
-use kube_ws_proxy::sim::{SimCluster, SimConfig, SimUser};
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimStreaming, SimUser};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -40,6 +41,11 @@ struct Audited {
 
 impl Audited {
     async fn start(extra: &[&str]) -> Audited {
+        Audited::start_with(SimStreaming::SpdyOnly, extra).await
+    }
+
+    /// [`Audited::start`] against a cluster that streams as `streaming` says.
+    async fn start_with(streaming: SimStreaming, extra: &[&str]) -> Audited {
         let user = |token: &str, name: &str, groups: &[&str]| SimUser {
             token: token.to_owned(),
             name: name.to_owned(),
@@ -51,6 +57,7 @@ impl Audited {
                 user(PROXY_TOKEN, PROXY_USER, &["system:serviceaccounts"]),
             ],
             impersonators: vec![PROXY_USER.to_owned()],
+            streaming,
             ..SimConfig::default()
         })
         .await
@@ -273,8 +280,14 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
     assert!(end["bytes_in"].as_u64().unwrap() > 0, "{end}");
 
     // kubectl 1.28 speaks SPDY: relayed.
-    let o = kubectl(&k28, &kc, cwd, &["exec", "old", "--", "echo", "relayed"]).await;
-    assert!(o.status.success(), "kubectl 1.28: {}", stderr(&o));
+    let o = kubectl(
+        &k28,
+        &kc,
+        cwd,
+        &["exec", "old", "--", "sh", "-c", "echo relayed; exit 4"],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(4), "kubectl 1.28: {}", stderr(&o));
     let (start, end) = a.pair(|e| e["pod"] == "old").await;
     assert_common(&start, &end, "exec", "relay_spdy");
     assert_tina(&start);
@@ -283,9 +296,9 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
         start["protocol"].as_str().unwrap().starts_with("SPDY/3.1"),
         "{start}"
     );
-    assert_eq!(end["outcome"], "success", "{end}");
-    // Followed for its exit code though nothing is recorded.
-    assert_eq!(end["exit_code"], 0, "{end}");
+    assert_eq!(end["outcome"], "non_zero_exit", "{end}");
+    // Followed for its exit code (its error stream alone) though nothing is recorded.
+    assert_eq!(end["exit_code"], 4, "{end}");
     assert_eq!(end["recording"], Value::Null, "{end}");
     assert!(end["bytes_out"].as_u64().unwrap() > 0, "{end}");
 
@@ -524,6 +537,33 @@ async fn port_forward_connections_are_listed_with_their_ports_and_bytes() {
     assert!(o.status.success(), "kubectl: {}", stderr(&o));
     let (_, end) = a.pair(|e| e["pod"] == "web").await;
     assert_eq!(end["connections"], serde_json::json!([]), "{end}");
+}
+
+/// A cluster that serves the tunnel itself gets kubectl 1.33's tunnel passed through unchanged
+/// (`--upstream-streaming auto`); the proxy follows the SPDY inside its WebSocket frames, so
+/// the session's event lists the connections as on the other paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passed_through_tunnel_lists_its_connections_with_their_ports_and_bytes() {
+    let Some(k33) = require_kubectl("1.33") else {
+        return;
+    };
+    let a = Audited::start_with(SimStreaming::New, &[]).await;
+    let kc = a.kubeconfig("tina", Some(TINA), None);
+    forward_two_connections(&a, &k33, &kc, "db-pass", "pass_through").await;
+    // An exec passed through is followed for its exit code alone (nothing is recorded).
+    let o = kubectl(
+        &k33,
+        &kc,
+        a.dir.path(),
+        &["exec", "web-pass", "--", "sh", "-c", "echo passed; exit 5"],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(5), "kubectl: {}", stderr(&o));
+    let (start, end) = a.pair(|e| e["pod"] == "web-pass").await;
+    assert_common(&start, &end, "exec", "pass_through");
+    assert_eq!(end["exit_code"], 5, "{end}");
+    assert_eq!(end["outcome"], "non_zero_exit", "{end}");
+    assert_eq!(end["recording"], Value::Null, "{end}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,8 +40,9 @@ use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, Verb};
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 use crate::translate::observe::{
-    Direction, Observer, PortForwardWatch, WebSocketFraming, PORT_FORWARD,
+    Direction, Observer, PortForwardWatch, Scope, WebSocketFraming, PORT_FORWARD,
 };
+use crate::translate::protocol::TUNNEL_PREFIX;
 use crate::translate::ws::Liveness;
 
 /// Bytes moved by one relayed connection.
@@ -297,7 +298,7 @@ pub(super) async fn carry(
     let mut refusal = None;
     if let (Some(recorder), Ok(resp)) = (recorder, &answer) {
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            match observer_for(resp) {
+            match observer_for(resp, Scope::Everything) {
                 Some(observer) => tap = Some(RelayTap::new(recorder, observer, required)),
                 None => {
                     let e = format!(
@@ -313,12 +314,13 @@ pub(super) async fn carry(
             }
         }
     }
-    // Without a recording, an audited exec or attach is still followed for its exit code.
+    // Without a recording, an audited exec or attach is still followed for its exit code: its
+    // error stream alone, the other streams' payloads passed over unread.
     if let (None, Some(_), Ok(resp)) = (&tap, &state.audit, &answer) {
         let remote_command = parse_pod_subresource(&path)
             .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
         if remote_command && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            tap = observer_for(resp).map(RelayTap::observing);
+            tap = observer_for(resp, Scope::ErrorStream).map(RelayTap::observing);
         }
     }
     let mut info = session_audit::session_info(
@@ -396,9 +398,9 @@ pub(super) async fn carry(
         return Response::from_parts(parts, body);
     }
 
-    // The audit log lists a port-forward's connections (kubectl ≤ 1.30's SPDY, the legacy
-    // WebSocket one): the relay shows its bytes to a watch. Without the log nothing looks at
-    // them.
+    // The audit log lists a port-forward's connections (kubectl ≤ 1.30's SPDY, the tunnel's
+    // WebSocket passed through, the legacy WebSocket one): the relay shows its bytes to a
+    // watch. Without the log nothing looks at them.
     let watch = audit
         .as_ref()
         .filter(|a| a.info().verb == Verb::PortForward)
@@ -781,8 +783,9 @@ fn negotiated_protocol<B>(resp: &Response<B>) -> Option<String> {
 }
 
 /// The watch on a port-forward the upstream accepted, for the protocol it agreed on: SPDY
-/// `portforward.k8s.io`, or a WebSocket channel protocol (legacy port-forward); `None` for
-/// one it cannot follow.
+/// `portforward.k8s.io`, the tunnel's WebSocket (`SPDY/3.1+portforward.k8s.io`, passed
+/// through), or a WebSocket channel protocol (legacy port-forward); `None` for one it cannot
+/// follow.
 fn port_forward_watch<B>(resp: &Response<B>) -> Option<PortForwardWatch> {
     let h = resp.headers();
     let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
@@ -794,23 +797,28 @@ fn port_forward_watch<B>(resp: &Response<B>) -> Option<PortForwardWatch> {
     if !upgrade.eq_ignore_ascii_case("websocket") {
         return None;
     }
+    let subprotocol = header("sec-websocket-protocol");
+    if subprotocol.and_then(|p| p.strip_prefix(TUNNEL_PREFIX)) == Some(PORT_FORWARD) {
+        return Some(PortForwardWatch::tunnel());
+    }
     // A kubelet offered no subprotocol speaks the binary framing under no name.
-    let framing = match header("sec-websocket-protocol").filter(|p| !p.is_empty()) {
+    let framing = match subprotocol.filter(|p| !p.is_empty()) {
         None => WebSocketFraming::Binary,
         Some(name) => WebSocketFraming::from_subprotocol(name)?,
     };
     Some(PortForwardWatch::websocket(framing))
 }
 
-/// The observer of a relayed session the upstream accepted, if its protocol can be followed.
-fn observer_for<B>(resp: &Response<B>) -> Option<Observer> {
+/// The observer of a relayed session the upstream accepted, looking at as much as `scope`
+/// says, if its protocol can be followed.
+fn observer_for<B>(resp: &Response<B>, scope: Scope) -> Option<Observer> {
     let h = resp.headers();
     let upgrade = h.get(header::UPGRADE).and_then(|v| v.to_str().ok());
     let sub = h
         .get(header::SEC_WEBSOCKET_PROTOCOL)
         .or_else(|| h.get("x-stream-protocol-version"))
         .and_then(|v| v.to_str().ok());
-    Observer::for_protocol(upgrade, sub)
+    Observer::with_scope(upgrade, sub, scope)
 }
 
 /// The command and title of a session's recording, from its request: `ns/pod`, with the

@@ -11,12 +11,17 @@
 
 mod port_forward;
 mod spdy;
+mod tunnel;
 mod websocket;
 
 #[cfg(test)]
 mod port_forward_tests;
 #[cfg(test)]
+mod scope_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tunnel_tests;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -24,6 +29,7 @@ use bytes::Bytes;
 
 pub use port_forward::{ForwardedConnection, PortForwardReport, MAX_CONNECTIONS};
 pub use spdy::SpdyObserver;
+pub use tunnel::TunnelObserver;
 pub use websocket::{WebSocketFraming, WebSocketObserver};
 
 use crate::translate::resize::TerminalSize;
@@ -63,6 +69,20 @@ pub enum Observed {
     Error(Bytes),
 }
 
+/// How much of a remote-command session an observer looks at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Every stream: stdin, stdout, stderr, terminal sizes and the error stream (a recording).
+    #[default]
+    Everything,
+    /// The error stream alone, for the exit code (the audit log without a recording): the
+    /// payloads of every other stream are passed over by their length, never buffered or
+    /// copied. SPDY control frames are still all followed (their header blocks share one zlib
+    /// context per direction); a WebSocket message is looked at only as far as its channel.
+    /// Only [`Observed::Error`] events are yielded.
+    ErrorStream,
+}
+
 /// Why an observer stopped following a session.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ObserveError {
@@ -98,6 +118,8 @@ pub struct Observer {
 enum Protocol {
     Spdy(Box<SpdyObserver>),
     WebSocket(Box<WebSocketObserver>),
+    /// A port-forward tunnel's WebSocket, its SPDY followed inside (watches only).
+    Tunnel(Box<TunnelObserver>),
 }
 
 impl Observer {
@@ -105,12 +127,21 @@ impl Observer {
     /// and `subprotocol` (its `Sec-WebSocket-Protocol` or `X-Stream-Protocol-Version`); `None`
     /// for a protocol it cannot follow.
     pub fn for_protocol(upgrade: Option<&str>, subprotocol: Option<&str>) -> Option<Observer> {
+        Observer::with_scope(upgrade, subprotocol, Scope::Everything)
+    }
+
+    /// [`Observer::for_protocol`], looking at as much of the session as `scope` says.
+    pub fn with_scope(
+        upgrade: Option<&str>,
+        subprotocol: Option<&str>,
+        scope: Scope,
+    ) -> Option<Observer> {
         let upgrade = upgrade?;
         let protocol = if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
             if subprotocol == Some(PORT_FORWARD) {
                 Protocol::Spdy(Box::new(SpdyObserver::port_forward()))
             } else {
-                Protocol::Spdy(Box::default())
+                Protocol::Spdy(Box::new(SpdyObserver::with_scope(scope)))
             }
         } else if upgrade.eq_ignore_ascii_case("websocket") {
             // A kubelet that was offered no subprotocol speaks `channel.k8s.io` under no name
@@ -119,7 +150,7 @@ impl Observer {
                 None => WebSocketFraming::Binary,
                 Some(name) => WebSocketFraming::from_subprotocol(name)?,
             };
-            Protocol::WebSocket(Box::new(WebSocketObserver::new(framing)))
+            Protocol::WebSocket(Box::new(WebSocketObserver::with_scope(framing, scope)))
         } else {
             return None;
         };
@@ -153,10 +184,11 @@ impl Observer {
     }
 }
 
-/// Follows one port-forward session (SPDY, relayed or carried by the tunnel, or a relayed
-/// legacy WebSocket one) for its audit event. Both directions of a session run in one task: the lock is never contended,
-/// and a `Mutex` rather than a `RefCell` only because that task may move between threads. It
-/// is never held across an await.
+/// Follows one port-forward session (SPDY, relayed or carried by the tunnel, the tunnel's
+/// WebSocket passed through, or a relayed legacy WebSocket one) for its audit event. Both
+/// directions of a session run in one task: the lock is never contended, and a `Mutex` rather
+/// than a `RefCell` only because that task may move between threads. It is never held across
+/// an await.
 #[derive(Debug)]
 pub struct PortForwardWatch {
     state: Mutex<WatchState>,
@@ -180,6 +212,7 @@ impl Protocol {
         match self {
             Protocol::Spdy(o) => o.feed(direction, bytes, out),
             Protocol::WebSocket(o) => o.feed(direction, bytes, out),
+            Protocol::Tunnel(o) => o.feed(direction, bytes),
         }
     }
 
@@ -187,6 +220,7 @@ impl Protocol {
         match self {
             Protocol::Spdy(o) => o.port_forwards(),
             Protocol::WebSocket(o) => o.port_forwards(),
+            Protocol::Tunnel(o) => Some(o.port_forwards()),
         }
         .unwrap_or_default()
     }
@@ -209,6 +243,13 @@ impl PortForwardWatch {
         Self::of(Protocol::WebSocket(Box::new(
             WebSocketObserver::port_forward(framing),
         )))
+    }
+
+    /// A watch on a port-forward tunnel passed through unchanged: a WebSocket whose
+    /// subprotocol is `SPDY/3.1+portforward.k8s.io` and whose binary messages carry a SPDY
+    /// port-forward session's bytes (PROTOCOL.md §2.1).
+    pub fn tunnel() -> PortForwardWatch {
+        Self::of(Protocol::Tunnel(Box::default()))
     }
 
     fn of(protocol: Protocol) -> PortForwardWatch {

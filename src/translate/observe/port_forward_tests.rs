@@ -62,7 +62,7 @@ const REFUSED: &str = "error forwarding port 9090 to pod 4f1c, uid : connection 
 /// Two forwarded connections the way kubectl and a kubelet carry them: port 8080 (request 0)
 /// moves `big` bytes to the client, port 9090 (request 1) is refused by the pod. Returns the
 /// client's stream openings, the rest of its bytes, and the kubelet's bytes.
-fn session(big: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+pub(super) fn session(big: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     let mut client = FrameEncoder::new();
     let mut server = FrameEncoder::new();
     let syns = encode(
@@ -104,7 +104,7 @@ fn session(big: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     (syns, up, down)
 }
 
-fn want(big: usize) -> PortForwardReport {
+pub(super) fn want(big: usize) -> PortForwardReport {
     PortForwardReport {
         ports: vec![8080, 9090],
         connections: vec![

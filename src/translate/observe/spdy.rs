@@ -4,13 +4,15 @@
 //! connection is an `error` and a `data` stream ([`super::port_forward`]); their DATA payloads
 //! are counted as they pass, never buffered. Each direction has its own zlib context for
 //! header blocks, so each has its own decoder, and every control frame must go through it.
+//! Followed for the error stream alone ([`Scope::ErrorStream`]), the DATA frames of the other
+//! streams pass by the same way: from their 8-byte head, uncopied.
 
 use std::collections::HashMap;
 
 use bytes::BytesMut;
 
 use super::port_forward::{PortForwardReport, PortForwards};
-use super::{Direction, ObserveError, Observed, MAX_FRAME};
+use super::{Direction, ObserveError, Observed, Scope, MAX_FRAME};
 use crate::spdy::codec::FrameDecoder;
 use crate::spdy::frame::{Frame, FLAG_FIN, HEAD_LEN};
 use crate::translate::resize::ResizeDecoder;
@@ -55,7 +57,8 @@ struct Side {
     skipping: Option<Skip>,
 }
 
-/// A DATA payload being counted rather than buffered.
+/// A DATA payload being counted (port-forward) or passed over (error stream only) rather than
+/// buffered.
 #[derive(Debug, Clone, Copy)]
 struct Skip {
     stream: u32,
@@ -80,6 +83,8 @@ pub struct SpdyObserver {
     upstream: Side,
     streams: HashMap<u32, StreamType>,
     resize: ResizeDecoder,
+    /// Which streams' payloads a remote-command observer looks at.
+    scope: Scope,
     /// Set for a port-forward session: its streams are followed there instead.
     forwards: Option<Box<PortForwards>>,
 }
@@ -93,11 +98,17 @@ impl Default for SpdyObserver {
 impl SpdyObserver {
     /// An observer of a session that has not sent a frame yet.
     pub fn new() -> SpdyObserver {
+        SpdyObserver::with_scope(Scope::Everything)
+    }
+
+    /// An observer of a remote-command session that looks at as much as `scope` says.
+    pub fn with_scope(scope: Scope) -> SpdyObserver {
         SpdyObserver {
             client: Side::new(),
             upstream: Side::new(),
             streams: HashMap::new(),
             resize: ResizeDecoder::new(),
+            scope,
             forwards: None,
         }
     }
@@ -151,8 +162,12 @@ impl SpdyObserver {
             let want = match side.buf.get(..HEAD_LEN) {
                 None => HEAD_LEN - side.buf.len(),
                 // A port-forward's DATA frame (control bit clear): its payload is counted as
-                // it passes, whatever its size.
-                Some(head) if self.forwards.is_some() && head[0] & 0x80 == 0 => {
+                // it passes, whatever its size; so is one of a stream the scope leaves out.
+                Some(head)
+                    if head[0] & 0x80 == 0
+                        && (self.forwards.is_some()
+                            || passed_over(self.scope, &self.streams, direction, head)) =>
+                {
                     side.skipping = Some(Skip {
                         stream: u32::from_be_bytes([head[0], head[1], head[2], head[3]]),
                         remaining: u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize,
@@ -269,4 +284,19 @@ impl SpdyObserver {
         }
         Ok(())
     }
+}
+
+/// Whether the DATA frame whose head is `head` goes by unread: under [`Scope::ErrorStream`],
+/// every one but the upstream's on the error stream.
+fn passed_over(
+    scope: Scope,
+    streams: &HashMap<u32, StreamType>,
+    direction: Direction,
+    head: &[u8],
+) -> bool {
+    if scope == Scope::Everything {
+        return false;
+    }
+    let id = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+    !(direction == Direction::UpstreamToClient && streams.get(&id) == Some(&StreamType::Error))
 }

@@ -9,7 +9,7 @@ use crate::translate::ws::mask::apply_mask;
 const UP: Direction = Direction::ClientToUpstream;
 const DOWN: Direction = Direction::UpstreamToClient;
 
-fn syn(id: u32, streamtype: &str) -> Frame {
+pub(super) fn syn(id: u32, streamtype: &str) -> Frame {
     let mut headers = HeaderBlock::new();
     headers.push("streamtype", streamtype);
     headers.push("port", "0");
@@ -24,7 +24,7 @@ fn syn(id: u32, streamtype: &str) -> Frame {
     })
 }
 
-fn reply(id: u32) -> Frame {
+pub(super) fn reply(id: u32) -> Frame {
     Frame::SynReply(SynReply {
         stream_id: StreamId::new(id),
         fin: false,
@@ -32,7 +32,7 @@ fn reply(id: u32) -> Frame {
     })
 }
 
-fn data(id: u32, payload: &[u8]) -> Frame {
+pub(super) fn data(id: u32, payload: &[u8]) -> Frame {
     Frame::Data(Data {
         stream_id: StreamId::new(id),
         fin: false,
@@ -40,7 +40,7 @@ fn data(id: u32, payload: &[u8]) -> Frame {
     })
 }
 
-fn encode(enc: &mut FrameEncoder, frames: &[Frame]) -> Vec<u8> {
+pub(super) fn encode(enc: &mut FrameEncoder, frames: &[Frame]) -> Vec<u8> {
     let mut out = BytesMut::new();
     for f in frames {
         enc.encode(f, &mut out).unwrap();
@@ -51,7 +51,7 @@ fn encode(enc: &mut FrameEncoder, frames: &[Frame]) -> Vec<u8> {
 /// A kubectl-like session: the client's stream openings, the rest of its bytes and the
 /// kubelet's, each side from its own encoder (its own zlib context), the way they cross a
 /// relay. The kubelet answers streams it has been sent, so the openings come first.
-fn spdy_session_parts() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+pub(super) fn spdy_session_parts() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     let mut client = FrameEncoder::new();
     let mut server = FrameEncoder::new();
     let syns = encode(
@@ -93,7 +93,7 @@ fn spdy_session_parts() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
 }
 
 /// The whole session: the client's bytes and the kubelet's.
-fn spdy_session() -> (Vec<u8>, Vec<u8>) {
+pub(super) fn spdy_session() -> (Vec<u8>, Vec<u8>) {
     let (syns, up, down) = spdy_session_parts();
     ([syns, up].concat(), down)
 }
@@ -116,7 +116,7 @@ fn spdy_observer() -> Observer {
     Observer::for_protocol(Some("SPDY/3.1"), Some("v4.channel.k8s.io")).unwrap()
 }
 
-fn want_spdy() -> (Vec<Observed>, Vec<Observed>) {
+pub(super) fn want_spdy() -> (Vec<Observed>, Vec<Observed>) {
     (
         vec![
             size(80, 24),
@@ -134,7 +134,7 @@ fn want_spdy() -> (Vec<Observed>, Vec<Observed>) {
 
 /// Feeds each direction in pieces of `chunk` bytes, alternating directions; returns what
 /// each direction yielded.
-fn feed_chunked(
+pub(super) fn feed_chunked(
     o: &mut Observer,
     up: &[u8],
     down: &[u8],
@@ -159,7 +159,7 @@ fn feed_chunked(
 }
 
 /// Adjacent data events of one kind joined: how bytes are split into events is not the point.
-fn merge(events: Vec<Observed>) -> Vec<Observed> {
+pub(super) fn merge(events: Vec<Observed>) -> Vec<Observed> {
     let mut out: Vec<Observed> = Vec::new();
     for e in events {
         let joined = match (out.last_mut(), &e) {
@@ -292,7 +292,7 @@ fn spdy_headers_out_of_order_on_one_context_fail() {
 // --- WebSocket ---
 
 /// A frame as a client sends it (masked) or a server does (unmasked).
-fn ws_frame(opcode: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+pub(super) fn ws_frame(opcode: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
     let mut out = vec![if fin { 0x80 } else { 0 } | opcode];
     let m = if mask.is_some() { 0x80 } else { 0 };
     match payload.len() {
@@ -315,9 +315,9 @@ fn ws_frame(opcode: u8, fin: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec
     out
 }
 
-const KEY: Option<[u8; 4]> = Some([0x12, 0x34, 0x56, 0x78]);
+pub(super) const KEY: Option<[u8; 4]> = Some([0x12, 0x34, 0x56, 0x78]);
 
-fn binary_session() -> (Vec<u8>, Vec<u8>) {
+pub(super) fn binary_session() -> (Vec<u8>, Vec<u8>) {
     let mut up = Vec::new();
     up.extend(ws_frame(2, true, b"\x04{\"Width\":80,\"Height\":24}", KEY));
     // stdin fragmented, with a ping between the fragments.
@@ -353,7 +353,7 @@ fn binary_session() -> (Vec<u8>, Vec<u8>) {
     (up, down)
 }
 
-fn want_binary() -> (Vec<Observed>, Vec<Observed>) {
+pub(super) fn want_binary() -> (Vec<Observed>, Vec<Observed>) {
     (
         vec![
             size(80, 24),

@@ -3,12 +3,17 @@
 //! binary messages or as an ASCII digit before a base64 payload in text messages (the
 //! `base64.` protocols). Client frames are masked; messages may be fragmented, with control
 //! frames between the fragments.
+//!
+//! Followed for the error stream alone ([`Scope::ErrorStream`]), a message is looked at only
+//! as far as its channel (the first byte of its first non-empty fragment, unmasked on its own):
+//! the payload of every message but the upstream's on the error channel passes by uncopied,
+//! from the frame heads alone, and so does everything the client sends.
 
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 
 use super::port_forward::{ChannelForwards, PortForwardReport};
-use super::{Direction, ObserveError, Observed, MAX_FRAME};
+use super::{Direction, ObserveError, Observed, Scope, MAX_FRAME};
 use crate::translate::channel::Channel;
 use crate::translate::resize::ResizeDecoder;
 use crate::translate::ws::frame::{FrameHead, OpCode};
@@ -46,12 +51,28 @@ struct Side {
     message: BytesMut,
     /// Whether a data message is unfinished (its first fragment came, its last did not).
     in_message: bool,
+    /// Error stream only: payload bytes of the frame at the front still to pass by unread.
+    skip: u64,
+    /// Error stream only: the unfinished message is not the error channel's (its fragments
+    /// pass by unread).
+    skipping_message: bool,
+}
+
+/// What [`Scope::ErrorStream`] does with a data frame whose head has come.
+enum Verdict {
+    /// Take it whole, as every frame is taken under [`Scope::Everything`].
+    Keep,
+    /// Its message's channel is in its first payload byte, not here yet.
+    Peek,
+    /// Pass its payload by.
+    Skip,
 }
 
 /// Follows both directions of a relayed legacy WebSocket session.
 #[derive(Debug)]
 pub struct WebSocketObserver {
     framing: WebSocketFraming,
+    scope: Scope,
     client: Side,
     upstream: Side,
     resize: ResizeDecoder,
@@ -62,8 +83,14 @@ pub struct WebSocketObserver {
 impl WebSocketObserver {
     /// An observer of a session that has not sent a frame yet.
     pub fn new(framing: WebSocketFraming) -> WebSocketObserver {
+        WebSocketObserver::with_scope(framing, Scope::Everything)
+    }
+
+    /// An observer of a remote-command session that looks at as much as `scope` says.
+    pub fn with_scope(framing: WebSocketFraming, scope: Scope) -> WebSocketObserver {
         WebSocketObserver {
             framing,
+            scope,
             client: Side::default(),
             upstream: Side::default(),
             resize: ResizeDecoder::new(),
@@ -94,6 +121,7 @@ impl WebSocketObserver {
         out: &mut Vec<Observed>,
     ) -> Result<(), ObserveError> {
         let framing = self.framing;
+        let error_only = self.scope == Scope::ErrorStream && self.forwards.is_none();
         let resize = &mut self.resize;
         let mut forwards = self.forwards.as_deref_mut();
         let side = match direction {
@@ -102,13 +130,47 @@ impl WebSocketObserver {
         };
         let mut bytes = bytes;
         loop {
+            if side.skip > 0 {
+                let take = side.skip.min(bytes.len() as u64);
+                side.skip -= take;
+                bytes = &bytes[take as usize..];
+                if side.skip > 0 || bytes.is_empty() {
+                    return Ok(());
+                }
+            }
             let head = FrameHead::parse(&side.frame)
                 .map_err(|e| ObserveError::WebSocket(e.to_string()))?;
-            // Take in no more than the frame at the front needs: its head byte by byte (at
-            // most 14), then exactly its payload.
+            // Take in no more than the frame at the front needs: its head (2 to 14 bytes, as
+            // its first two tell), then exactly its payload.
             let want = match head {
-                None => 1,
+                None => head_bytes_wanted(&side.frame),
                 Some(head) => {
+                    if !head.opcode.is_control() {
+                        // Before the payload: a frame out of order is not worth taking in.
+                        check_order(side, &head)?;
+                    }
+                    if error_only && !head.opcode.is_control() {
+                        match verdict(framing, side, direction, &head)? {
+                            Verdict::Keep => {}
+                            Verdict::Peek => {
+                                let Some((&first, rest)) = bytes.split_first() else {
+                                    return Ok(());
+                                };
+                                side.frame.extend_from_slice(&[first]);
+                                bytes = rest;
+                                continue;
+                            }
+                            Verdict::Skip => {
+                                let seen = (side.frame.len() - head.head_len) as u64;
+                                side.skip = head.len - seen;
+                                side.frame.clear();
+                                side.message.clear();
+                                side.in_message = !head.fin;
+                                side.skipping_message = !head.fin;
+                                continue;
+                            }
+                        }
+                    }
                     let total = head.len.saturating_add(head.head_len as u64);
                     if total > MAX_FRAME as u64 {
                         return Err(ObserveError::TooLarge(total));
@@ -152,12 +214,8 @@ impl WebSocketObserver {
         match head.opcode {
             // Close, ping and pong carry nothing of the session's streams.
             op if op.is_control() => Ok(None),
+            // `check_order` saw to it that it belongs to a message.
             OpCode::Continuation => {
-                if !side.in_message {
-                    return Err(ObserveError::WebSocket(
-                        "a continuation frame outside a message".into(),
-                    ));
-                }
                 if side.message.len() + payload.len() > MAX_FRAME {
                     return Err(ObserveError::TooLarge(
                         (side.message.len() + payload.len()) as u64,
@@ -172,11 +230,6 @@ impl WebSocketObserver {
                 }
             }
             _ => {
-                if side.in_message {
-                    return Err(ObserveError::WebSocket(
-                        "a new message before the last one ended".into(),
-                    ));
-                }
                 if head.fin {
                     Ok(Some(payload))
                 } else {
@@ -187,6 +240,74 @@ impl WebSocketObserver {
             }
         }
     }
+}
+
+/// How many more bytes the incomplete frame head at the front of `frame` needs, as far as
+/// its first two bytes tell (the length's size and the mask bit): never a payload byte.
+fn head_bytes_wanted(frame: &[u8]) -> usize {
+    let [_, b1, ..] = *frame else {
+        return 2 - frame.len();
+    };
+    let length = match b1 & 0x7F {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    let mask: usize = if b1 & 0x80 != 0 { 4 } else { 0 };
+    (2 + length + mask).saturating_sub(frame.len()).max(1)
+}
+
+/// Whether the data frame whose head is `head` may come now: a continuation inside a
+/// message, a new message outside one.
+fn check_order(side: &Side, head: &FrameHead) -> Result<(), ObserveError> {
+    match (head.opcode == OpCode::Continuation, side.in_message) {
+        (true, false) => Err(ObserveError::WebSocket(
+            "a continuation frame outside a message".into(),
+        )),
+        (false, true) => Err(ObserveError::WebSocket(
+            "a new message before the last one ended".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Under [`Scope::ErrorStream`]: whether the data frame at the front of `side`, whose head
+/// is `head` (and perhaps its first payload byte after it), is taken whole or passed by. Its
+/// order has been checked.
+fn verdict(
+    framing: WebSocketFraming,
+    side: &Side,
+    direction: Direction,
+    head: &FrameHead,
+) -> Result<Verdict, ObserveError> {
+    let continuation = head.opcode == OpCode::Continuation;
+    if continuation && side.skipping_message {
+        return Ok(Verdict::Skip);
+    }
+    // A message with bytes gathered already is the error channel's.
+    if continuation && !side.message.is_empty() {
+        return Ok(Verdict::Keep);
+    }
+    // The client sends nothing on the error channel.
+    if direction == Direction::ClientToUpstream {
+        return Ok(Verdict::Skip);
+    }
+    // An empty fragment says nothing of the channel and costs nothing to take.
+    if head.len == 0 {
+        return Ok(Verdict::Keep);
+    }
+    let Some(&first) = side.frame.get(head.head_len) else {
+        return Ok(Verdict::Peek);
+    };
+    // The frame's first payload byte is at key position 0.
+    let first = first ^ head.mask.map_or(0, |key| key[0]);
+    let error = match framing {
+        WebSocketFraming::Binary => Channel::from_byte(first) == Some(Channel::Error),
+        WebSocketFraming::Base64 => {
+            first.checked_sub(b'0').and_then(Channel::from_byte) == Some(Channel::Error)
+        }
+    };
+    Ok(if error { Verdict::Keep } else { Verdict::Skip })
 }
 
 /// Counts a whole message of a legacy port-forward on its channel.
