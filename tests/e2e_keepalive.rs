@@ -156,15 +156,6 @@ impl Stack {
         format!("proxy log (tail):\n{}", lines[from..].join("\n"))
     }
 
-    /// The proxy's session log lines (`exec session finished`, `port-forward tunnel finished`).
-    fn session_lines(&self) -> Vec<String> {
-        self.proxy
-            .log_lines()
-            .into_iter()
-            .filter(|l| l.contains("session finished") || l.contains("tunnel finished"))
-            .collect()
-    }
-
     /// A pod's scratch directory, created.
     fn pod_dir(&self, pod: &str) -> PathBuf {
         let dir = self.sim.pod_dir("default", pod);
@@ -660,13 +651,12 @@ async fn frozen_kubectl_ends_its_port_forward_tunnel() {
         "{}",
         s.proxy.metrics()
     );
-    assert!(
-        s.session_lines()
-            .iter()
-            .any(|l| l.contains("client unresponsive")),
-        "{}",
-        s.logs()
-    );
+    // The line is written just after the gauge drops: wait for it.
+    let line = s
+        .proxy
+        .wait_for_log("tunnel finished", Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("no tunnel log line\n{}", s.logs()));
+    assert!(line.contains("client unresponsive"), "{line}");
     assert_eq!(s.gateway.websocket_cuts(), 0);
     signal(&f.child, libc::SIGCONT);
     s.assert_websocket_only();
