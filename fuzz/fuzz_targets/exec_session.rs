@@ -129,7 +129,10 @@ struct UpLog {
 
 impl UpLog {
     fn id_of(&self, kind: StreamKind) -> Option<u32> {
-        self.streams.iter().find(|(_, k)| *k == kind).map(|(id, _)| *id)
+        self.streams
+            .iter()
+            .find(|(_, k)| *k == kind)
+            .map(|(id, _)| *id)
     }
 
     fn sent_on(&self, kind: StreamKind) -> &[u8] {
@@ -622,27 +625,41 @@ async fn exec_case(data: &[u8]) {
     // The end: the client reads again, time passes, then one side leaves or finishes.
     client.set_mode(ReadMode::Reading);
     let mut session = session;
-    let settle = tokio::time::timeout(Duration::from_secs(30), &mut session).await;
-    let outcome = match settle {
-        Ok(outcome) => outcome.expect("session task"),
-        Err(_) => {
-            match ending {
-                0 => client.set_mode(ReadMode::Gone),
-                1 => kubelet.finish(br#"{"metadata":{},"status":"Success"}"#),
-                2 => {
+    let mut ended = tokio::time::timeout(Duration::from_secs(30), &mut session)
+        .await
+        .ok();
+    if ended.is_none() {
+        match ending {
+            0 => client.set_mode(ReadMode::Gone),
+            1 => {
+                kubelet.finish(br#"{"metadata":{},"status":"Success"}"#);
+                // After a garbled frame the proxy cannot see the end: the kubelet then hangs
+                // up, as a kubelet does once the command is over.
+                ended = tokio::time::timeout(Duration::from_secs(30), &mut session)
+                    .await
+                    .ok();
+                if ended.is_none() {
                     kubelet.well_behaved = false;
                     let _ = kubelet.tx.send(UpOut::Shutdown);
                 }
-                _ => stop.cancel(),
             }
-            match tokio::time::timeout(Duration::from_secs(120), &mut session).await {
-                Ok(outcome) => outcome.expect("session task"),
-                Err(_) => panic!(
-                    "the session did not end within 120 s (virtual) of the ending ({ending})"
-                ),
+            2 => {
+                kubelet.well_behaved = false;
+                let _ = kubelet.tx.send(UpOut::Shutdown);
             }
+            _ => stop.cancel(),
         }
-    };
+        if ended.is_none() {
+            ended = Some(
+                tokio::time::timeout(Duration::from_secs(120), &mut session)
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("the session did not end within 120 s (virtual) of the ending ({ending})")
+                    }),
+            );
+        }
+    }
+    let outcome = ended.expect("ended").expect("session task");
 
     // The harness's own tasks end once the proxy's pipe ends are gone.
     drop(kubelet.tx);
@@ -691,7 +708,10 @@ fn check(outcome: &Outcome, client: &session_harness::ClientLog, up: &UpLog, ctx
             up.streams, up.received, up.sent
         );
     }
-    assert_eq!(client.after_close, 0, "frames after the proxy's close frame");
+    assert_eq!(
+        client.after_close, 0,
+        "frames after the proxy's close frame"
+    );
     assert!(!up.data_after_fin, "stdin DATA after the proxy's FIN");
     let with_status = matches!(
         outcome.end,
@@ -714,7 +734,11 @@ fn check(outcome: &Outcome, client: &session_harness::ClientLog, up: &UpLog, ctx
     for (i, (opcode, payload)) in client.messages.iter().enumerate() {
         assert_eq!(*opcode, 0x2, "text message to the client");
         if i == 0 {
-            assert_eq!(payload.as_slice(), &[ready], "the first message is the ready one");
+            assert_eq!(
+                payload.as_slice(),
+                &[ready],
+                "the first message is the ready one"
+            );
             continue;
         }
         match payload.split_first() {
@@ -726,15 +750,28 @@ fn check(outcome: &Outcome, client: &session_harness::ClientLog, up: &UpLog, ctx
     }
     assert!(statuses.len() <= 1, "more than one status");
     if let Some(status) = statuses.first() {
-        let sent = outcome.status.as_ref().expect("a status went out: Outcome says so");
-        assert_eq!(status, &sent.to_json_bytes(), "channel 3 carries Outcome.status");
+        let sent = outcome
+            .status
+            .as_ref()
+            .expect("a status went out: Outcome says so");
+        assert_eq!(
+            status,
+            &sent.to_json_bytes(),
+            "channel 3 carries Outcome.status"
+        );
     }
 
     // Outputs: in order, nothing invented.
     let sent_out = up.sent_on(StreamKind::Stdout);
     let sent_err = up.sent_on(StreamKind::Stderr);
-    assert!(sent_out.starts_with(&stdout), "stdout is not a prefix of what the kubelet sent");
-    assert!(sent_err.starts_with(&stderr), "stderr is not a prefix of what the kubelet sent");
+    assert!(
+        sent_out.starts_with(&stdout),
+        "stdout is not a prefix of what the kubelet sent"
+    );
+    assert!(
+        sent_err.starts_with(&stderr),
+        "stderr is not a prefix of what the kubelet sent"
+    );
     assert!(outcome.bytes_out >= (stdout.len() + stderr.len()) as u64);
 
     // stdin: in order, nothing invented, nothing after CLOSE.
@@ -752,14 +789,31 @@ fn check(outcome: &Outcome, client: &session_harness::ClientLog, up: &UpLog, ctx
             "bytes_out is what a reading client got"
         );
         if with_status {
-            assert_eq!(statuses.len(), 1, "a reading client gets the status: {outcome:?}");
-            let close = client.close.as_ref().expect("a close frame after the status");
-            assert_eq!(close.get(..2), Some(&[0x03, 0xe8][..]), "Close 1000 after the status");
+            assert_eq!(
+                statuses.len(),
+                1,
+                "a reading client gets the status: {outcome:?}"
+            );
+            let close = client
+                .close
+                .as_ref()
+                .expect("a close frame after the status");
+            assert_eq!(
+                close.get(..2),
+                Some(&[0x03, 0xe8][..]),
+                "Close 1000 after the status"
+            );
         }
         if outcome.end == SessionEndKind::ClientViolation {
-            let close = client.close.as_ref().expect("a violation is answered by a close frame");
+            let close = client
+                .close
+                .as_ref()
+                .expect("a violation is answered by a close frame");
             let code = u16::from_be_bytes([close[0], close[1]]);
-            assert!(matches!(code, 1002 | 1007 | 1009), "violation close code {code}");
+            assert!(
+                matches!(code, 1002 | 1007 | 1009),
+                "violation close code {code}"
+            );
         }
         if ctx.polite {
             assert_ne!(
@@ -779,14 +833,12 @@ fn check(outcome: &Outcome, client: &session_harness::ClientLog, up: &UpLog, ctx
 
     // A command that completed against a kubelet that did everything right, with a client
     // that read everything: all output arrived, and the status is the kubelet's.
-    if outcome.end == SessionEndKind::Completed && ctx.kubelet_well_behaved && ctx.client_healthy
-    {
+    if outcome.end == SessionEndKind::Completed && ctx.kubelet_well_behaved && ctx.client_healthy {
         assert_eq!(stdout, sent_out, "stdout lost");
         assert_eq!(stderr, sent_err, "stderr lost");
         let error_id = up.id_of(StreamKind::Error);
         if error_id.is_some_and(|id| up.ended_by_kubelet.contains(&id)) {
-            let want =
-                from_upstream_error_stream(ctx.version, up.sent_on(StreamKind::Error), true);
+            let want = from_upstream_error_stream(ctx.version, up.sent_on(StreamKind::Error), true);
             assert_eq!(outcome.status.as_ref(), Some(&want), "the kubelet's status");
         }
     }

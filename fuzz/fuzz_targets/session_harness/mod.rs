@@ -234,7 +234,10 @@ impl ClientPeer {
     }
 }
 
-async fn client_writer(mut wr: WriteHalf<DuplexStream>, mut rx: mpsc::UnboundedReceiver<ClientOut>) {
+async fn client_writer(
+    mut wr: WriteHalf<DuplexStream>,
+    mut rx: mpsc::UnboundedReceiver<ClientOut>,
+) {
     while let Some(out) = rx.recv().await {
         match out {
             ClientOut::Bytes(b) => {
@@ -298,7 +301,11 @@ async fn client_reader(
             let payload = buf[head_len..head_len + len].to_vec();
             buf.drain(..head_len + len);
             // The proxy never fragments and never sets RSV bits.
-            assert_eq!(b0 & 0xF0, 0x80, "server frame with FIN unset or RSV bits: {b0:#x}");
+            assert_eq!(
+                b0 & 0xF0,
+                0x80,
+                "server frame with FIN unset or RSV bits: {b0:#x}"
+            );
             let opcode = b0 & 0x0F;
             let mut log = log.lock().unwrap();
             if log.close.is_some() {
