@@ -7,8 +7,9 @@
 //! by hand, which peer ends it), then operations, one opcode byte each with its arguments.
 //!
 //! Checks, besides "never panics":
-//! - the session always ends once the script is over and one side leaves or finishes (no hang,
-//!   bounded in virtual time), and leaves no task behind;
+//! - the session always ends once the script is over and one side leaves or finishes, or the
+//!   proxy shuts down (even with a client that stopped reading): no hang, bounded in virtual
+//!   time, and no task left behind;
 //! - the proxy's frames are well formed (final, unmasked, nothing after its close frame);
 //! - the client's channel 1/2 bytes are a prefix of what the kubelet sent on stdout/stderr, and
 //!   all of it when the command completed against a well-behaved kubelet and a reading client;
@@ -337,6 +338,18 @@ fn status_bytes(s: &mut Script<'_>) -> Vec<u8> {
     }
 }
 
+/// Output: up to 199 bytes of the input, or a generated burst of up to 14 KiB.
+fn output_bytes(s: &mut Script<'_>) -> Vec<u8> {
+    let n = s.byte();
+    if n < 200 {
+        return s.take(usize::from(n)).to_vec();
+    }
+    let fill = s.byte();
+    (0..usize::from(n - 199) * 256)
+        .map(|i| fill.wrapping_add(i as u8))
+        .collect()
+}
+
 /// A resize message's JSON: well-formed, several at once, or garbage.
 fn resize_bytes(s: &mut Script<'_>) -> Vec<u8> {
     match s.byte() % 4 {
@@ -542,16 +555,17 @@ async fn exec_case(data: &[u8]) {
                 let payload = s.payload(128);
                 kubelet.data(id, n & 0x80 != 0, payload);
             }
-            // stdout / stderr by kind (the common case).
-            19 => {
-                let payload = s.payload(200);
-                let id = kubelet.kind(StreamKind::Stdout);
-                kubelet.data(id, false, payload);
-            }
-            20 => {
-                let payload = s.payload(200);
-                let id = kubelet.kind(StreamKind::Stderr);
-                kubelet.data(id, false, payload);
+            // stdout / stderr by kind (the common case): bytes of the input, or a burst that
+            // fills the pipes.
+            19 | 20 => {
+                let kind = if op % 32 == 19 {
+                    StreamKind::Stdout
+                } else {
+                    StreamKind::Stderr
+                };
+                let payload = output_bytes(&mut s);
+                let id = kubelet.kind(kind);
+                kubelet.data(id, false, &payload);
             }
             // A status on the error stream, maybe finished.
             21 => {
@@ -622,8 +636,11 @@ async fn exec_case(data: &[u8]) {
         tokio::task::yield_now().await;
     }
 
-    // The end: the client reads again, time passes, then one side leaves or finishes.
-    client.set_mode(ReadMode::Reading);
+    // The end: the client reads again (except when the proxy shuts down: a drain must end a
+    // session whatever its client does), time passes, then one side leaves or finishes.
+    if ending != 3 {
+        client.set_mode(ReadMode::Reading);
+    }
     let mut session = session;
     let mut ended = tokio::time::timeout(Duration::from_secs(30), &mut session)
         .await

@@ -247,7 +247,10 @@ async fn tunnel_case(data: &[u8]) {
     }
 
     // The end: both read again, time passes, then one side leaves.
-    client.set_mode(ReadMode::Reading);
+    if ending != 3 {
+        // A drain must end the tunnel whatever the client does: it may stay stalled then.
+        client.set_mode(ReadMode::Reading);
+    }
     if !up_gone {
         let _ = up_mode.send(ReadMode::Reading);
     }
