@@ -257,7 +257,7 @@ where
     let client_end = match ended {
         Ok((status, kind)) => {
             // Phase 2: deliver the status, close, and drain the client.
-            let delivered = deliver_status(&mut writer, &status).await;
+            let delivered = deliver_status(&mut writer, &status, limits.close_drain_timeout).await;
             conn.close().await;
             if delivered {
                 // Keep reading (and discarding) so a late client frame never meets a TCP
@@ -322,15 +322,21 @@ where
     let delivered = writer
         .queue_binary(&[ready.as_byte()], Bytes::new())
         .is_ok()
-        && deliver_status(&mut writer, &status).await;
+        && deliver_status(&mut writer, &status, limits.close_drain_timeout).await;
     if delivered {
         let _ = tokio::time::timeout(limits.close_drain_timeout, drain(&mut reader)).await;
     }
     outcome(0, 0, Some(status), SessionEndKind::UpstreamRefused, started)
 }
 
-/// Sends the status on channel 3 and Close 1000. Returns whether both went out.
-async fn deliver_status<W: AsyncWrite + Unpin>(writer: &mut WsWriter<W>, status: &Status) -> bool {
+/// Sends the status on channel 3 and Close 1000, behind whatever is queued. Returns whether
+/// both went out. A client that stopped reading (its socket full of output it never took) gets
+/// `limit` for them: the session ends, and releases its upstream, whatever the client does.
+async fn deliver_status<W: AsyncWrite + Unpin>(
+    writer: &mut WsWriter<W>,
+    status: &Status,
+    limit: Duration,
+) -> bool {
     let json = Bytes::from(status.to_json_bytes());
     if writer
         .queue_binary(&[Channel::Error.as_byte()], json)
@@ -338,10 +344,8 @@ async fn deliver_status<W: AsyncWrite + Unpin>(writer: &mut WsWriter<W>, status:
     {
         return false;
     }
-    writer
-        .close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
-        .await
-        .is_ok()
+    let close = writer.close(Some(CloseFrame::new(CloseCode::NORMAL, "")));
+    matches!(tokio::time::timeout(limit, close).await, Ok(Ok(())))
 }
 
 /// Reads (and discards) until the client's close frame or the end of the connection.
