@@ -30,7 +30,8 @@ const STDIN_FIN_GRACE: Duration = Duration::from_millis(500);
 pub struct SessionLimits {
     /// stdin messages queued towards a slow upstream before the client reader stops reading.
     pub stdin_queue_messages: usize,
-    /// After our Close, how long to wait for the client's Close before dropping the socket.
+    /// How long the final status and Close may take to reach a client that does not read,
+    /// and after our Close, how long to wait for the client's Close before dropping the socket.
     pub close_drain_timeout: Duration,
     /// A session that carries no data either way (stdin, resize, stdout, stderr; pings do not
     /// count) for this long is ended with a Status (`--stream-idle-timeout`).
