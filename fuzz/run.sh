@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs each fuzz target (SPDY codec, WebSocket reader, relay observer, reverse translator, relay ping boundaries) for SECONDS (default: $FUZZ_SECONDS,
-# else 20), installing cargo-fuzz if missing.
+# Runs each fuzz target (SPDY codec, WebSocket reader, relay observer, reverse translator, relay ping boundaries,
+# the translated exec session and port-forward tunnel) for SECONDS (default: $FUZZ_SECONDS, else 20), installing
+# cargo-fuzz if missing.
 #
 #   fuzz/run.sh [SECONDS]
 #
@@ -25,9 +26,15 @@ if [ -n "${FUZZ_TOOLCHAIN:-}" ]; then
 fi
 export RUSTC_BOOTSTRAP=1
 
-for target in frame_decoder header_block_decoder ws_reader relay_observer reverse_upstream frame_boundaries; do
+for target in frame_decoder header_block_decoder ws_reader relay_observer reverse_upstream frame_boundaries \
+  exec_session tunnel_session; do
+  # The session targets read event scripts: short ones reach every state and run faster.
+  case "$target" in
+    exec_session | tunnel_session) max_len=512 ;;
+    *) max_len=4096 ;;
+  esac
   mkdir -p "fuzz/corpus/$target"
   echo "== $target for ${seconds}s"
   cargo "${toolchain[@]}" fuzz run "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
-    -max_total_time="$seconds" -max_len=4096 -print_final_stats=1
+    -max_total_time="$seconds" -max_len="$max_len" -print_final_stats=1
 done

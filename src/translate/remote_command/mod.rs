@@ -19,3 +19,6 @@ mod stdin_pump;
 
 pub use session::{refuse, run, Outcome, SessionEndKind, SessionLimits, SessionRecording};
 pub use setup::{open_streams, ExecStreams};
+
+#[cfg(test)]
+mod tests;

@@ -30,7 +30,8 @@ const STDIN_FIN_GRACE: Duration = Duration::from_millis(500);
 pub struct SessionLimits {
     /// stdin messages queued towards a slow upstream before the client reader stops reading.
     pub stdin_queue_messages: usize,
-    /// After our Close, how long to wait for the client's Close before dropping the socket.
+    /// How long the final status and Close may take to reach a client that does not read,
+    /// and after our Close, how long to wait for the client's Close before dropping the socket.
     pub close_drain_timeout: Duration,
     /// A session that carries no data either way (stdin, resize, stdout, stderr; pings do not
     /// count) for this long is ended with a Status (`--stream-idle-timeout`).
@@ -257,7 +258,7 @@ where
     let client_end = match ended {
         Ok((status, kind)) => {
             // Phase 2: deliver the status, close, and drain the client.
-            let delivered = deliver_status(&mut writer, &status).await;
+            let delivered = deliver_status(&mut writer, &status, limits.close_drain_timeout).await;
             conn.close().await;
             if delivered {
                 // Keep reading (and discarding) so a late client frame never meets a TCP
@@ -322,15 +323,21 @@ where
     let delivered = writer
         .queue_binary(&[ready.as_byte()], Bytes::new())
         .is_ok()
-        && deliver_status(&mut writer, &status).await;
+        && deliver_status(&mut writer, &status, limits.close_drain_timeout).await;
     if delivered {
         let _ = tokio::time::timeout(limits.close_drain_timeout, drain(&mut reader)).await;
     }
     outcome(0, 0, Some(status), SessionEndKind::UpstreamRefused, started)
 }
 
-/// Sends the status on channel 3 and Close 1000. Returns whether both went out.
-async fn deliver_status<W: AsyncWrite + Unpin>(writer: &mut WsWriter<W>, status: &Status) -> bool {
+/// Sends the status on channel 3 and Close 1000, behind whatever is queued. Returns whether
+/// both went out. A client that stopped reading (its socket full of output it never took) gets
+/// `limit` for them: the session ends, and releases its upstream, whatever the client does.
+async fn deliver_status<W: AsyncWrite + Unpin>(
+    writer: &mut WsWriter<W>,
+    status: &Status,
+    limit: Duration,
+) -> bool {
     let json = Bytes::from(status.to_json_bytes());
     if writer
         .queue_binary(&[Channel::Error.as_byte()], json)
@@ -338,10 +345,8 @@ async fn deliver_status<W: AsyncWrite + Unpin>(writer: &mut WsWriter<W>, status:
     {
         return false;
     }
-    writer
-        .close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
-        .await
-        .is_ok()
+    let close = writer.close(Some(CloseFrame::new(CloseCode::NORMAL, "")));
+    matches!(tokio::time::timeout(limit, close).await, Ok(Ok(())))
 }
 
 /// Reads (and discards) until the client's close frame or the end of the connection.

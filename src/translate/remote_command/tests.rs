@@ -1,0 +1,127 @@
+//! Sessions against an in-memory kubelet (our SPDY server role) and a client that stops
+//! reading: whatever ends such a session, it must end (found by the `exec_session` fuzz target).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::DuplexStream;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::spdy::proto::{Config as SpdyConfig, Connection};
+use crate::translate::exec_options::ExecOptions;
+use crate::translate::protocol::UpstreamVersion;
+use crate::translate::status::Status;
+use crate::translate::ws::{Config as WsConfig, WebSocket};
+
+fn quiet() -> SpdyConfig {
+    SpdyConfig {
+        ping_interval: None,
+        ..SpdyConfig::default()
+    }
+}
+
+fn socket(io: DuplexStream) -> WebSocket<DuplexStream> {
+    WebSocket::new(
+        io,
+        WsConfig {
+            max_message_size: 1 << 20,
+            keepalive: None,
+        },
+    )
+}
+
+/// A kubelet that accepts the streams and writes `output` on stdout, never finishing.
+fn kubelet(io: DuplexStream, output: usize) -> Connection {
+    let (conn, mut incoming) = Connection::server(io, Bytes::new(), quiet());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Some(s) = incoming.accept().await {
+            let is_stdout = s.headers().get("streamtype") == Some("stdout");
+            let (mut tx, rx) = s.accept().await.unwrap().split();
+            if is_stdout {
+                let _ = tx.send(Bytes::from(vec![b'x'; output])).await;
+            }
+            held.push((tx, rx));
+        }
+    });
+    conn
+}
+
+/// A translated session whose client end (returned, never read) has a `client_pipe`-byte pipe.
+async fn session(
+    client_pipe: usize,
+    output: usize,
+    limits: SessionLimits,
+    stop: CancellationToken,
+) -> (DuplexStream, Connection, JoinHandle<Outcome>) {
+    let (client, server) = tokio::io::duplex(client_pipe);
+    let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    let kubelet = kubelet(theirs, output);
+    let conn = Connection::client(ours, Bytes::new(), quiet());
+    let options = ExecOptions {
+        stdout: true,
+        ..ExecOptions::default()
+    };
+    let streams = open_streams(conn, UpstreamVersion::V4, &options)
+        .await
+        .unwrap();
+    let ready = options.ready_channel();
+    let task = tokio::spawn(async move {
+        run(socket(server), streams, ready, false, &limits, stop, None).await
+    });
+    (client, kubelet, task)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_ends_a_session_whose_client_stopped_reading() {
+    let stop = CancellationToken::new();
+    let limits = SessionLimits::default();
+    // The output fills the client's pipe: the status cannot go out behind it.
+    let (_client, _kubelet, task) = session(4096, 64 * 1024, limits.clone(), stop.clone()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    stop.cancel();
+    let outcome = tokio::time::timeout(limits.close_drain_timeout * 3, task)
+        .await
+        .expect("the drained session never ended")
+        .unwrap();
+    assert_eq!(outcome.end, SessionEndKind::Drained);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_timeout_ends_a_session_whose_client_stopped_reading() {
+    let limits = SessionLimits {
+        idle_timeout: Some(Duration::from_secs(30)),
+        ..SessionLimits::default()
+    };
+    let (_client, _kubelet, task) =
+        session(4096, 64 * 1024, limits.clone(), CancellationToken::new()).await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(30) + limits.close_drain_timeout * 3,
+        task,
+    )
+    .await
+    .expect("the idle session never ended")
+    .unwrap();
+    assert_eq!(outcome.end, SessionEndKind::IdleTimeout);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_ends_even_when_the_client_reads_nothing() {
+    // Too small a pipe for the ready message, the status and the close frame.
+    let (_client, server) = tokio::io::duplex(16);
+    let limits = SessionLimits::default();
+    let status = Status::internal_error("refused");
+    let refusal = refuse(
+        socket(server),
+        crate::translate::channel::Channel::Stdout,
+        status,
+        &limits,
+    );
+    let outcome = tokio::time::timeout(limits.close_drain_timeout * 3, refusal)
+        .await
+        .expect("the refusal never ended");
+    assert_eq!(outcome.end, SessionEndKind::UpstreamRefused);
+}
