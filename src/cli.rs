@@ -240,8 +240,9 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_TCP_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
     pub tcp_keepalive: Duration,
 
-    /// After a session's final status and Close, how long to wait for the client's Close
-    /// before the connection is dropped (reading on prevents truncated output).
+    /// How long a session's final status and Close may take to reach a client that stopped
+    /// reading, and then how long to wait for the client's Close before the connection is
+    /// dropped (reading on prevents truncated output).
     #[arg(long, env = "KUBE_WS_PROXY_CLOSE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub close_drain_timeout: Duration,
 
