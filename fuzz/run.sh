@@ -8,8 +8,10 @@
 # cargo-fuzz builds with sanitizer flags (-Zsanitizer=address) that only nightly compilers
 # accept. RUSTC_BOOTSTRAP=1 lets the installed stable toolchain accept them too, so no nightly
 # has to be fetched; set FUZZ_TOOLCHAIN=nightly to use a nightly toolchain instead.
-# New corpus entries go to fuzz/corpus/<target> (ignored by git); the committed seeds in
-# fuzz/seeds/<target> are read-only inputs. Crashes land in fuzz/artifacts/<target>.
+# The targets and their input lengths are listed in fuzz/targets. The corpus each grows is kept
+# in the repository, minimised (fuzz/corpus/<target>): new entries land there as untracked
+# files; run fuzz/cmin.sh before committing them. The hand-written seeds in fuzz/seeds/<target>
+# are read-only inputs. Crashes land in fuzz/artifacts/<target>.
 set -euo pipefail
 
 seconds=${1:-${FUZZ_SECONDS:-20}}
@@ -26,15 +28,10 @@ if [ -n "${FUZZ_TOOLCHAIN:-}" ]; then
 fi
 export RUSTC_BOOTSTRAP=1
 
-for target in frame_decoder header_block_decoder ws_reader relay_observer reverse_upstream frame_boundaries \
-  exec_session tunnel_session; do
-  # The session targets read event scripts: short ones reach every state and run faster.
-  case "$target" in
-    exec_session | tunnel_session) max_len=512 ;;
-    *) max_len=4096 ;;
-  esac
+while read -r target max_len <&3; do
+  case "$target" in '' | '#'*) continue ;; esac
   mkdir -p "fuzz/corpus/$target"
   echo "== $target for ${seconds}s"
   cargo "${toolchain[@]}" fuzz run "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
     -max_total_time="$seconds" -max_len="$max_len" -print_final_stats=1
-done
+done 3<"$fuzz_dir/targets"
