@@ -3,7 +3,6 @@
 //! lines, port-forwarded random data, a followed log's numbered lines) and the exit code.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -411,46 +410,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Carries a tunnel WebSocket's binary messages as a byte stream (what kubectl does), and
-/// keeps the close code the tunnel ended with.
-fn tunnel_io(ws: Ws) -> (tokio::io::DuplexStream, Arc<Mutex<Option<u16>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let close = Arc::new(Mutex::new(None));
-    let (ours, theirs) = tokio::io::duplex(256 * 1024);
-    let (mut rd, mut wr) = tokio::io::split(theirs);
-    let (mut sink, mut stream) = ws.split();
-    let seen = close.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = stream.next().await {
-            match msg {
-                Message::Binary(b) if wr.write_all(&b).await.is_err() => break,
-                Message::Close(c) => {
-                    *seen.lock().unwrap() = Some(c.map_or(1005, |c| u16::from(c.code)));
-                    break;
-                }
-                _ => {}
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let m = Message::Binary(buf[..n].to_vec().into());
-                    if sink.send(m).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = sink.close().await;
-    });
-    (ours, close)
-}
-
 /// A port-forward tunnel with one to three forwarded connections, each echoing random data.
 async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64, Failure> {
     let mut req = format!("ws://{proxy}/api/v1/namespaces/default/pods/soak/portforward")
@@ -467,7 +426,7 @@ async fn port_forward(proxy: SocketAddr, port: u16, rng: &mut Rng) -> Result<u64
         .await
         .map_err(Failure::upgrade)?
         .0;
-    let (io, close) = tunnel_io(ws);
+    let (io, close) = ws_client::as_io_keeping_close(ws);
     let cut = |detail: String| {
         let code = *close.lock().unwrap();
         Failure::new(Ending::ForwardCut(code), detail)

@@ -50,24 +50,19 @@ pub struct TapEnd {
 impl RelayTap {
     /// A tap recording to `recorder` what `observer` follows.
     pub fn new(recorder: Recorder, observer: Observer, required: bool) -> RelayTap {
-        RelayTap {
-            recorder: Some(recorder),
-            required,
-            shared: Mutex::new(Shared {
-                observer,
-                errors: ErrorStream::default(),
-                failure: None,
-            }),
-            unobservable: CancellationToken::new(),
-        }
+        RelayTap::with(Some(recorder), observer, required)
     }
 
     /// A tap that follows what `observer` follows for the session's exit code, recording
     /// nothing (the audit log is on, recordings are not).
     pub fn observing(observer: Observer) -> RelayTap {
+        RelayTap::with(None, observer, false)
+    }
+
+    fn with(recorder: Option<Recorder>, observer: Observer, required: bool) -> RelayTap {
         RelayTap {
-            recorder: None,
-            required: false,
+            recorder,
+            required,
             shared: Mutex::new(Shared {
                 observer,
                 errors: ErrorStream::default(),

@@ -100,15 +100,34 @@ pub fn as_io<S>(ws: WebSocketStream<S>) -> tokio::io::DuplexStream
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    as_io_keeping_close(ws).0
+}
+
+/// [`as_io`], keeping the code of the close frame that ended the stream (1005 for one without
+/// a code), if one did.
+pub fn as_io_keeping_close<S>(
+    ws: WebSocketStream<S>,
+) -> (
+    tokio::io::DuplexStream,
+    std::sync::Arc<std::sync::Mutex<Option<u16>>>,
+)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let close = std::sync::Arc::new(std::sync::Mutex::new(None));
     let (ours, theirs) = tokio::io::duplex(256 * 1024);
     let (mut rd, mut wr) = tokio::io::split(theirs);
     let (mut sink, mut stream) = ws.split();
+    let seen = close.clone();
     tokio::spawn(async move {
         while let Some(Ok(msg)) = stream.next().await {
-            if let Message::Binary(b) = msg {
-                if wr.write_all(&b).await.is_err() {
+            match msg {
+                Message::Binary(b) if wr.write_all(&b).await.is_err() => break,
+                Message::Close(c) => {
+                    *seen.lock().unwrap() = Some(c.map_or(1005, |c| u16::from(c.code)));
                     break;
                 }
+                _ => {}
             }
         }
         let _ = wr.shutdown().await;
@@ -131,5 +150,5 @@ where
         }
         let _ = sink.close().await;
     });
-    ours
+    (ours, close)
 }
