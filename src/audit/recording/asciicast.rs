@@ -70,22 +70,23 @@ pub fn end_event(out: &mut Vec<u8>) {
     out.extend_from_slice(b"\"]\n");
 }
 
-/// Bytes that JSON strings cannot hold as they are: control characters, `"` and `\`.
+/// Bytes that JSON strings cannot hold as they are: control characters, `"` and `\` (those
+/// [`ESCAPES`] has an escape for).
 const NEEDS_ESCAPE: [bool; 256] = {
     let mut t = [false; 256];
     let mut i = 0;
-    while i < 0x20 {
-        t[i] = true;
+    while i < 256 {
+        t[i] = ESCAPES[i].1 != 0;
         i += 1;
     }
-    t[b'"' as usize] = true;
-    t[b'\\' as usize] = true;
     t
 };
 
-/// Whether any of the eight bytes of `w` is below 0x20, `"` or `\\` (exact as a yes or no:
-/// the classic "has a byte less than n" and "has a zero byte" word tests).
-fn word_needs_escape(w: u64) -> bool {
+/// A mask with the high bit set in each of the eight bytes of `w` (first byte lowest) that is
+/// below 0x20, `"` or `\`: the classic "has a byte less than n" and "has a zero byte" word
+/// tests. Bits above the lowest one may be false (a borrow runs on into the next byte), but the
+/// lowest is exact, which is all a scan for the next byte to escape needs.
+fn escape_mask(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
@@ -93,59 +94,73 @@ fn word_needs_escape(w: u64) -> bool {
     let quote = q.wrapping_sub(ONES) & !q & HIGHS;
     let s = w ^ (ONES * u64::from(b'\\'));
     let backslash = s.wrapping_sub(ONES) & !s & HIGHS;
-    (below_space | quote | backslash) != 0
+    below_space | quote | backslash
+}
+
+/// The position of the first byte at or after `from` that needs an escape.
+fn next_escape(text: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    // Terminal text rarely needs escapes: eight bytes are looked at at once, and the first
+    // that needs one is found from the word's mask, not byte by byte.
+    while let Some(word) = text.get(at..at + 8) {
+        let mask = escape_mask(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+        if mask != 0 {
+            return Some(at + (mask.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    text[at..]
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[b as usize])
+        .map(|k| at + k)
 }
 
 /// Appends valid UTF-8 `text` as the inside of a JSON string: runs that need no escape are
 /// copied whole, one pass over the bytes.
 fn escape_json(text: &[u8], out: &mut Vec<u8>) {
-    let mut start = 0;
-    let mut words = text.chunks_exact(8);
-    let mut at = 0;
-    // Terminal text rarely needs escapes: whole words of eight bytes that need none are
-    // passed over at once; a word that does is looked at byte by byte.
-    for word in words.by_ref() {
-        if word_needs_escape(u64::from_le_bytes(word.try_into().expect("eight bytes"))) {
-            for (k, &b) in word.iter().enumerate() {
-                if NEEDS_ESCAPE[b as usize] {
-                    out.extend_from_slice(&text[start..at + k]);
-                    push_escape(b, out);
-                    start = at + k + 1;
-                }
+    out.reserve(text.len());
+    let mut copied = 0;
+    while let Some(mut at) = next_escape(text, copied) {
+        out.extend_from_slice(&text[copied..at]);
+        // Escapes come in runs (NUL padding, ANSI sequences after a newline): the bytes
+        // straight after one are looked at one by one before the next word scan.
+        loop {
+            push_escape(text[at], out);
+            at += 1;
+            if at == text.len() || !NEEDS_ESCAPE[text[at] as usize] {
+                break;
             }
         }
-        at += 8;
+        copied = at;
     }
-    for (k, &b) in words.remainder().iter().enumerate() {
-        if NEEDS_ESCAPE[b as usize] {
-            out.extend_from_slice(&text[start..at + k]);
-            push_escape(b, out);
-            start = at + k + 1;
-        }
-    }
-    out.extend_from_slice(&text[start..]);
+    out.extend_from_slice(&text[copied..]);
 }
+
+/// The JSON escape of every byte that needs one, padded to six bytes, and its length.
+const ESCAPES: [([u8; 6], u8); 256] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [([0u8; 6], 0u8); 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = ([b'\\', b'u', b'0', b'0', HEX[b >> 4], HEX[b & 0xf]], 6);
+        b += 1;
+    }
+    t[b'"' as usize] = (*b"\\\"\0\0\0\0", 2);
+    t[b'\\' as usize] = (*b"\\\\\0\0\0\0", 2);
+    t[b'\n' as usize] = (*b"\\n\0\0\0\0", 2);
+    t[b'\r' as usize] = (*b"\\r\0\0\0\0", 2);
+    t[b'\t' as usize] = (*b"\\t\0\0\0\0", 2);
+    t[0x08] = (*b"\\b\0\0\0\0", 2);
+    t[0x0c] = (*b"\\f\0\0\0\0", 2);
+    t
+};
 
 /// Appends the JSON escape of a byte that needs one.
 fn push_escape(b: u8, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    match b {
-        b'"' => out.extend_from_slice(b"\\\""),
-        b'\\' => out.extend_from_slice(b"\\\\"),
-        b'\n' => out.extend_from_slice(b"\\n"),
-        b'\r' => out.extend_from_slice(b"\\r"),
-        b'\t' => out.extend_from_slice(b"\\t"),
-        0x08 => out.extend_from_slice(b"\\b"),
-        0x0c => out.extend_from_slice(b"\\f"),
-        _ => out.extend_from_slice(&[
-            b'\\',
-            b'u',
-            b'0',
-            b'0',
-            HEX[(b >> 4) as usize],
-            HEX[(b & 0xf) as usize],
-        ]),
-    }
+    let (bytes, len) = &ESCAPES[b as usize];
+    // A fixed six-byte copy, then the padding cut off: cheaper than a copy of varying length.
+    out.extend_from_slice(bytes);
+    out.truncate(out.len() - (6 - *len as usize));
 }
 
 /// The text of a resize event.
@@ -297,14 +312,24 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn the_word_test_agrees_with_the_byte_table(w in proptest::prelude::any::<u64>(), pos in 0usize..8, b in proptest::prelude::any::<u8>()) {
+        fn the_word_mask_finds_the_first_byte_the_table_would(w in proptest::prelude::any::<u64>(), pos in 0usize..8, b in proptest::prelude::any::<u8>()) {
             // Random words, and words with one chosen byte, against the table byte by byte.
             let mut bytes = w.to_le_bytes();
             bytes[pos] = b;
             for word in [w.to_le_bytes(), bytes] {
-                let table = word.iter().any(|&b| NEEDS_ESCAPE[b as usize]);
-                proptest::prop_assert_eq!(word_needs_escape(u64::from_le_bytes(word)), table);
+                let table = word.iter().position(|&b| NEEDS_ESCAPE[b as usize]);
+                let mask = escape_mask(u64::from_le_bytes(word));
+                let first = (mask != 0).then(|| (mask.trailing_zeros() / 8) as usize);
+                proptest::prop_assert_eq!(first, table);
             }
+        }
+
+        #[test]
+        fn escaping_any_text_matches_serde_json(s in "(\\PC|[\\x00-\\x1f\"\\\\]){0,80}") {
+            let mut ours = Vec::new();
+            escape_json(s.as_bytes(), &mut ours);
+            let theirs = serde_json::to_string(&s).unwrap();
+            proptest::prop_assert_eq!(format!("\"{}\"", String::from_utf8(ours).unwrap()), theirs);
         }
     }
 

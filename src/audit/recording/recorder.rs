@@ -317,6 +317,64 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn interleaved_sessions_each_get_exactly_their_own_output() {
+        // The writer gathers a recording's lines before writing them; two sessions taking
+        // turns, with more output than one write gathers, must still each get their own.
+        let dir = tempfile::tempdir().unwrap();
+        let c = counters();
+        let recordings = Recordings::start(
+            RecordingConfig {
+                dir: dir.path().to_owned(),
+                policy: RecordPolicy::Required,
+                record_stdin: false,
+            },
+            c.clone(),
+        )
+        .unwrap();
+        let a = recordings
+            .open("a-1", &["sh".into()], "default/a".into())
+            .await
+            .unwrap();
+        let b = recordings
+            .open("b-1", &["sh".into()], "default/b".into())
+            .await
+            .unwrap();
+        let mut sent = [String::new(), String::new()];
+        for i in 0..40 {
+            // 20 KiB chunks, a newline and a quote in each, both sessions in an uneven mix.
+            let line = |who: &str| format!("{who}{i:04}\"{}\n", "x".repeat(20 * 1024 - 8));
+            for (k, rec) in [(0, &a), (0, &a), (1, &b)] {
+                let text = line(["a", "b"][k]);
+                rec.output(&Bytes::from(text.clone())).await;
+                sent[k].push_str(&text);
+            }
+        }
+        let paths = [a.path().to_owned(), b.path().to_owned()];
+        drop((a, b));
+        for (k, path) in paths.iter().enumerate() {
+            let events = 1 + sent[k].matches('\n').count();
+            let lines = wait_for(path, events).await;
+            let shown: String = lines[1..]
+                .iter()
+                .map(|l| {
+                    let event: serde_json::Value = serde_json::from_str(l).unwrap();
+                    event[2].as_str().unwrap().to_owned()
+                })
+                .collect();
+            assert_eq!(shown, sent[k], "{}", path.display());
+        }
+        // Counted just after each write: give the writer a moment to count the last one.
+        let total = (sent[0].len() + sent[1].len()) as u64;
+        for _ in 0..200 {
+            if c.recorded_bytes.get() == total {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(c.recorded_bytes.get(), total);
+    }
+
+    #[tokio::test]
     async fn a_recording_that_cannot_be_created_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let c = counters();

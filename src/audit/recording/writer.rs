@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use prometheus::IntCounter;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::warn;
@@ -62,12 +63,37 @@ struct Open {
     state: Arc<RecordingState>,
 }
 
+/// How much encoded text of one recording is gathered before it is written: bulk output
+/// (a build log, a `cat` of a big file) arrives as many small events, and a few large writes
+/// cost the kernel far less than one per event.
+const WRITE_AT: usize = 256 * 1024;
+
+/// Encoded lines of one recording not written yet (they sit in the writer's line buffer).
+struct Pending {
+    id: u64,
+    /// Output and input bytes the lines record.
+    recorded: u64,
+}
+
 /// Runs until every sender is gone.
 pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, recorded: IntCounter) {
     let mut open: HashMap<u64, Open> = HashMap::new();
-    // Reused for every line.
-    let mut line = Vec::with_capacity(64 * 1024);
-    while let Some(message) = rx.blocking_recv() {
+    // Reused for every line; holds the pending lines of at most one recording.
+    let mut line = Vec::with_capacity(WRITE_AT + 64 * 1024);
+    let mut pending: Option<Pending> = None;
+    loop {
+        let message = match rx.try_recv() {
+            Ok(message) => message,
+            Err(TryRecvError::Empty) => {
+                // Nothing more is waiting: what was gathered goes to disk before the wait.
+                write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+                match rx.blocking_recv() {
+                    Some(message) => message,
+                    None => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
         match message {
             Message::Open {
                 id,
@@ -87,23 +113,23 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
                 );
             }
             Message::Event { id, at, kind, .. } => {
+                if pending.as_ref().is_some_and(|p| p.id != id) {
+                    write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+                }
                 let Some(rec) = open.get_mut(&id) else {
                     continue;
                 };
-                line.clear();
                 let len = encode(rec, at, kind, &mut line);
-                if let Err(e) = rec.file.write_all(&line) {
-                    fail(&mut open, id, &failures, e);
-                    continue;
+                pending.get_or_insert(Pending { id, recorded: 0 }).recorded += len;
+                if line.len() >= WRITE_AT {
+                    write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
                 }
-                recorded.inc_by(len);
-                rec.state.bytes.fetch_add(len, Ordering::Relaxed);
             }
             Message::Close { id } => {
+                write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
                 let Some(mut rec) = open.remove(&id) else {
                     continue;
                 };
-                line.clear();
                 if let Some(header) = rec.header.take() {
                     encode_header(&header, &mut line);
                 }
@@ -112,13 +138,44 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
                 if !tail.is_empty() {
                     encode_event(rec.state.elapsed(), EventCode::Output, &tail, &mut line);
                 }
-                if let Err(e) = rec.file.write_all(&line).and_then(|()| rec.file.flush()) {
+                let written = rec.file.write_all(&line).and_then(|()| rec.file.flush());
+                line.clear();
+                if let Err(e) = written {
                     failures.inc();
                     rec.state.fail(e.to_string());
                     warn!(error = %e, "a session recording could not be completed");
                 }
             }
         }
+    }
+    write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+}
+
+/// Writes the gathered lines of one recording to its file and counts what they record.
+fn write_pending(
+    open: &mut HashMap<u64, Open>,
+    pending: &mut Option<Pending>,
+    line: &mut Vec<u8>,
+    failures: &IntCounter,
+    recorded: &IntCounter,
+) {
+    let Some(Pending { id, recorded: len }) = pending.take() else {
+        return;
+    };
+    let written = match open.get_mut(&id) {
+        Some(rec) => rec.file.write_all(line).map(|()| rec),
+        None => {
+            line.clear();
+            return;
+        }
+    };
+    line.clear();
+    match written {
+        Ok(rec) => {
+            recorded.inc_by(len);
+            rec.state.bytes.fetch_add(len, Ordering::Relaxed);
+        }
+        Err(e) => fail(open, id, failures, e),
     }
 }
 
