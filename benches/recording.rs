@@ -7,6 +7,9 @@
 //!
 //!     cargo bench --bench recording -- [--bytes 268435456] [--rounds 5]
 //!
+//! `KUBE_WS_PROXY_BENCH_BIN` runs another build of the proxy (both the recording one and the
+//! one that does not record), for a before/after comparison.
+//!
 //! Not a test: nothing here asserts on time.
 
 #[allow(dead_code)]
@@ -58,7 +61,10 @@ async fn proxy(upstream: &str, extra: &[&str]) -> Proxy {
         .local_addr()
         .unwrap()
         .port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+    // Another build of the proxy (a before/after comparison) may be named instead.
+    let bin = std::env::var("KUBE_WS_PROXY_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-ws-proxy").to_owned());
+    let child = std::process::Command::new(bin)
         .args([
             "--listen",
             &format!("127.0.0.1:{port}"),
@@ -117,21 +123,24 @@ fn main() {
                 for (i, p) in [&plain, &recording].into_iter().enumerate() {
                     let cpu0 = cpu_seconds(p.child.id());
                     times[w][i].push(workloads::proxy_stdout_run(p.addr, command, bytes).await);
-                    cpu[w][i] += cpu_seconds(p.child.id()) - cpu0;
-                }
-                // The writer finishes on its own thread; wait for the file to stop growing.
-                let mut last = u64::MAX;
-                loop {
-                    let size: u64 = std::fs::read_dir(records.path())
-                        .unwrap()
-                        .map(|e| e.unwrap().metadata().unwrap().len())
-                        .sum();
-                    if size == last {
-                        file_bytes[w] = size;
-                        break;
+                    if i == 1 {
+                        // The writer finishes on its own thread; its CPU counts too, so wait
+                        // for the file to stop growing before reading the proxy's CPU.
+                        let mut last = u64::MAX;
+                        loop {
+                            let size: u64 = std::fs::read_dir(records.path())
+                                .unwrap()
+                                .map(|e| e.unwrap().metadata().unwrap().len())
+                                .sum();
+                            if size == last {
+                                file_bytes[w] = size;
+                                break;
+                            }
+                            last = size;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
                     }
-                    last = size;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    cpu[w][i] += cpu_seconds(p.child.id()) - cpu0;
                 }
                 for e in std::fs::read_dir(records.path()).unwrap() {
                     std::fs::remove_file(e.unwrap().path()).unwrap();
