@@ -5,7 +5,7 @@
 //! every round. Idle memory with recording on is measured by the idle-memory bench
 //! (`--recording-both`).
 //!
-//!     cargo bench --bench recording -- [--bytes 268435456] [--rounds 5]
+//!     cargo bench --bench recording -- [--bytes 268435456] [--rounds 5] [--only text|NUL]
 //!
 //! `KUBE_WS_PROXY_BENCH_BIN` runs another build of the proxy (both the recording one and the
 //! one that does not record), for a before/after comparison.
@@ -110,10 +110,14 @@ fn main() {
         let text = format!(
             "yes 'drwxr-xr-x  2 kube kube  4096 Nov 25 01:02 a-directory-listing-line' | head -c {n}"
         );
-        let workloads: [(&str, Vec<&str>); 2] = [
+        let mut workloads: Vec<(&str, Vec<&str>)> = vec![
             ("text", vec!["sh", "-c", &text]),
             ("NUL bytes", vec!["head", "-c", &n, "/dev/zero"]),
         ];
+        // One of them alone (to profile it): `--only text` or `--only NUL`.
+        if let Some(only) = arg("--only") {
+            workloads.retain(|(name, _)| name.starts_with(&only));
+        }
         println!("bytes per transfer: {bytes}, rounds: {rounds}");
         let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
         let mut cpu = vec![[0.0f64; 2]; workloads.len()];
