@@ -41,7 +41,7 @@ use kube_ws_proxy::translate::status_mapping::from_upstream_error_stream;
 use kube_ws_proxy::translate::ws::{Config as WsConfig, Keepalive, WebSocket};
 use libfuzzer_sys::fuzz_target;
 use session_harness::{
-    client_action, client_message, run_case, ClientPeer, ReadMode, Script, PIPE,
+    assert_forwarded, client_action, client_message, run_case, ClientPeer, ReadMode, Script, PIPE,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
 use tokio::sync::mpsc;
@@ -801,20 +801,12 @@ fn check(outcome: &Outcome, client: &session_harness::ClientLog, up: &UpLog, ctx
 
     // stdin: in order, nothing invented, nothing after CLOSE.
     let stdin_up = up.received_on(StreamKind::Stdin);
-    if ctx.stdin_unfollowed {
-        // Whatever the unfollowed bytes added comes after what the script knows of.
-        let n = stdin_up.len().min(ctx.stdin_sent.len());
-        assert_eq!(
-            &stdin_up[..n],
-            &ctx.stdin_sent[..n],
-            "stdin upstream reordered or lost before the unfollowed bytes"
-        );
-    } else {
-        assert!(
-            ctx.stdin_sent.starts_with(stdin_up),
-            "stdin upstream is not a prefix of the client's channel 0"
-        );
-    }
+    assert_forwarded(
+        stdin_up,
+        ctx.stdin_sent,
+        !ctx.stdin_unfollowed,
+        "the kubelet's stdin",
+    );
     assert!(outcome.bytes_in >= stdin_up.len() as u64);
 
     if ctx.client_healthy {

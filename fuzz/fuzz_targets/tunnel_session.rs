@@ -29,8 +29,8 @@ use kube_ws_proxy::translate::tunnel::{run, TunnelEnd, TunnelOutcome};
 use kube_ws_proxy::translate::ws::{Config as WsConfig, Keepalive, WebSocket};
 use libfuzzer_sys::fuzz_target;
 use session_harness::{
-    client_action, client_frame, client_message, run_case, ClientLog, ClientPeer, ReadMode, Script,
-    PIPE,
+    assert_forwarded, client_action, client_frame, client_message, run_case, ClientLog, ClientPeer,
+    ReadMode, Script, PIPE,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch};
@@ -351,19 +351,7 @@ fn check(outcome: &TunnelOutcome, client: &ClientLog, up: &UpLog, ctx: Ctx<'_>) 
     );
     assert!(outcome.bytes_down >= down.len() as u64);
     let up_got = &up.received;
-    if ctx.frozen {
-        let n = up_got.len().min(ctx.client_sent.len());
-        assert_eq!(
-            &up_got[..n],
-            &ctx.client_sent[..n],
-            "client bytes reordered or lost"
-        );
-    } else {
-        assert!(
-            ctx.client_sent.starts_with(up_got),
-            "the upstream's bytes are not a prefix of the client's messages"
-        );
-    }
+    assert_forwarded(up_got, ctx.client_sent, !ctx.frozen, "the upstream's bytes");
     if !ctx.up_gone {
         assert!(up.eof, "the upstream was not shut down");
         assert_eq!(

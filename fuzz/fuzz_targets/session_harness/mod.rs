@@ -425,3 +425,18 @@ pub fn client_action(op: u8, s: &mut Script<'_>, client: &mut ClientPeer) -> boo
     }
     true
 }
+
+/// Checks that what a peer `got` is what the script `sent` and nothing else: a prefix of it, or,
+/// when the script lost track (`followed` false: the client sent raw frames or garbage, which
+/// may carry data too), the same bytes as far as both go.
+pub fn assert_forwarded(got: &[u8], sent: &[u8], followed: bool, what: &str) {
+    if followed {
+        assert!(
+            sent.starts_with(got),
+            "{what}: not a prefix of what was sent"
+        );
+    } else {
+        let n = got.len().min(sent.len());
+        assert_eq!(&got[..n], &sent[..n], "{what}: reordered or lost");
+    }
+}

@@ -252,6 +252,24 @@ mod tests {
         }
     }
 
+    /// Recordings under `required` into a fresh directory.
+    fn required_recordings(
+        record_stdin: bool,
+    ) -> (tempfile::TempDir, RecordingCounters, Recordings) {
+        let dir = tempfile::tempdir().unwrap();
+        let c = counters();
+        let recordings = Recordings::start(
+            RecordingConfig {
+                dir: dir.path().to_owned(),
+                policy: RecordPolicy::Required,
+                record_stdin,
+            },
+            c.clone(),
+        )
+        .unwrap();
+        (dir, c, recordings)
+    }
+
     async fn wait_for(path: &Path, lines: usize) -> Vec<String> {
         for _ in 0..200 {
             let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -265,17 +283,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_becomes_an_asciicast_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = counters();
-        let recordings = Recordings::start(
-            RecordingConfig {
-                dir: dir.path().to_owned(),
-                policy: RecordPolicy::Required,
-                record_stdin: false,
-            },
-            c.clone(),
-        )
-        .unwrap();
+        let (_dir, c, recordings) = required_recordings(false);
         let rec = recordings
             .open("abcd-1", &["sh".into(), "-i".into()], "default/web".into())
             .await
@@ -320,17 +328,7 @@ mod tests {
     async fn interleaved_sessions_each_get_exactly_their_own_output() {
         // The writer gathers a recording's lines before writing them; two sessions taking
         // turns, with more output than one write gathers, must still each get their own.
-        let dir = tempfile::tempdir().unwrap();
-        let c = counters();
-        let recordings = Recordings::start(
-            RecordingConfig {
-                dir: dir.path().to_owned(),
-                policy: RecordPolicy::Required,
-                record_stdin: false,
-            },
-            c.clone(),
-        )
-        .unwrap();
+        let (_dir, c, recordings) = required_recordings(false);
         let a = recordings
             .open("a-1", &["sh".into()], "default/a".into())
             .await
@@ -376,17 +374,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_recording_that_cannot_be_created_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = counters();
-        let recordings = Recordings::start(
-            RecordingConfig {
-                dir: dir.path().to_owned(),
-                policy: RecordPolicy::Required,
-                record_stdin: true,
-            },
-            c.clone(),
-        )
-        .unwrap();
+        let (dir, c, recordings) = required_recordings(true);
         std::fs::remove_dir(dir.path()).unwrap();
         let err = recordings
             .open("x-1", &[], String::new())

@@ -55,7 +55,9 @@ pub struct Outcome {
     pub bytes_in: u64,
     /// stdout/stderr bytes sent to the client.
     pub bytes_out: u64,
-    /// The Status sent on channel 3, if one was sent.
+    /// The Status the session ended with (the command's result, or the proxy's reason), as
+    /// queued on channel 3; a client that no longer read may not have got it, and `end` says
+    /// why the session ended. Audit events take the exit code from here either way.
     pub status: Option<Status>,
     /// Why the session ended.
     pub end: SessionEndKind,
