@@ -41,9 +41,10 @@ use kube_ws_proxy::translate::status_mapping::from_upstream_error_stream;
 use kube_ws_proxy::translate::ws::{Config as WsConfig, Keepalive, WebSocket};
 use libfuzzer_sys::fuzz_target;
 use session_harness::{
-    assert_forwarded, client_action, client_message, run_case, ClientPeer, ReadMode, Script, PIPE,
+    assert_forwarded, client_action, client_message, peer_writer, run_case, ClientPeer, PeerOut,
+    ReadMode, Script, PIPE,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+use tokio::io::{AsyncReadExt, DuplexStream, ReadHalf};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -102,13 +103,6 @@ fn data_frame(id: u32, fin: bool, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// What goes to the kubelet's writing side.
-enum UpOut {
-    Bytes(Vec<u8>),
-    /// The kubelet closes the connection (EOF to the proxy).
-    Shutdown,
-}
-
 /// The kubelet's view of the session.
 #[derive(Default)]
 struct UpLog {
@@ -152,7 +146,7 @@ impl UpLog {
     }
 
     /// Sends the next SYN_REPLY for `id`, if the proxy opened it and one is left.
-    fn reply(&mut self, id: u32, fin: bool, tx: &mpsc::UnboundedSender<UpOut>) {
+    fn reply(&mut self, id: u32, fin: bool, tx: &mpsc::UnboundedSender<PeerOut>) {
         if self.replies >= REPLIES || self.replied.contains(&id) {
             return;
         }
@@ -164,11 +158,11 @@ impl UpLog {
             self.ended_by_kubelet.push(id);
         }
         self.replied.push(id);
-        let _ = tx.send(UpOut::Bytes(frame));
+        let _ = tx.send(PeerOut::Bytes(frame));
     }
 
     /// DATA on `id`, noted as sent while the stream is open both ways.
-    fn data(&mut self, id: u32, fin: bool, payload: &[u8], tx: &mpsc::UnboundedSender<UpOut>) {
+    fn data(&mut self, id: u32, fin: bool, payload: &[u8], tx: &mpsc::UnboundedSender<PeerOut>) {
         let opened = self.streams.iter().any(|(s, _)| *s == id);
         if opened && !self.ended_by_kubelet.contains(&id) {
             self.sent.entry(id).or_default().extend_from_slice(payload);
@@ -176,12 +170,12 @@ impl UpLog {
         if fin {
             self.ended_by_kubelet.push(id);
         }
-        let _ = tx.send(UpOut::Bytes(data_frame(id, fin, payload)));
+        let _ = tx.send(PeerOut::Bytes(data_frame(id, fin, payload)));
     }
 }
 
 struct Kubelet {
-    tx: mpsc::UnboundedSender<UpOut>,
+    tx: mpsc::UnboundedSender<PeerOut>,
     log: Arc<Mutex<UpLog>>,
     /// Every frame the kubelet sent was well formed and meant for a stream in its state.
     well_behaved: bool,
@@ -203,7 +197,7 @@ impl Kubelet {
     }
 
     fn send(&mut self, bytes: Vec<u8>) {
-        let _ = self.tx.send(UpOut::Bytes(bytes));
+        let _ = self.tx.send(PeerOut::Bytes(bytes));
     }
 
     fn data(&mut self, id: u32, fin: bool, payload: &[u8]) {
@@ -229,28 +223,11 @@ impl Kubelet {
     }
 }
 
-async fn kubelet_writer(mut wr: WriteHalf<DuplexStream>, mut rx: mpsc::UnboundedReceiver<UpOut>) {
-    while let Some(out) = rx.recv().await {
-        match out {
-            UpOut::Bytes(b) => {
-                if wr.write_all(&b).await.is_err() {
-                    return;
-                }
-            }
-            UpOut::Shutdown => {
-                let _ = wr.shutdown().await;
-                while rx.recv().await.is_some() {}
-                return;
-            }
-        }
-    }
-}
-
 /// Reads the proxy's frames: notes streams and data, answers SYN_STREAMs and pings when told to.
 async fn kubelet_reader(
     mut rd: ReadHalf<DuplexStream>,
     log: Arc<Mutex<UpLog>>,
-    tx: mpsc::UnboundedSender<UpOut>,
+    tx: mpsc::UnboundedSender<PeerOut>,
     kinds: Vec<StreamKind>,
     auto_reply: bool,
     auto_pong: bool,
@@ -309,7 +286,7 @@ async fn kubelet_reader(
                 6 => {
                     let id = u32::from_be_bytes(body[..4].try_into().unwrap());
                     if auto_pong && id % 2 == 1 {
-                        let _ = tx.send(UpOut::Bytes(frame.clone()));
+                        let _ = tx.send(PeerOut::Bytes(frame.clone()));
                     }
                 }
                 // GOAWAY, anything else: noted by nothing.
@@ -413,7 +390,7 @@ async fn exec_case(data: &[u8]) {
     let kinds = options.upstream_streams(version);
     let (kr, kw) = tokio::io::split(kubelet_io);
     let mut tasks = vec![
-        tokio::spawn(kubelet_writer(kw, up_rx)),
+        tokio::spawn(peer_writer(kw, up_rx)),
         tokio::spawn(kubelet_reader(
             kr,
             up_log.clone(),
@@ -621,7 +598,7 @@ async fn exec_case(data: &[u8]) {
             27 => {
                 kubelet.well_behaved = false;
                 kubelet.shut_down = true;
-                let _ = kubelet.tx.send(UpOut::Shutdown);
+                let _ = kubelet.tx.send(PeerOut::Shutdown);
             }
             // The command finishes with a status.
             28 => {
@@ -662,12 +639,12 @@ async fn exec_case(data: &[u8]) {
                     .ok();
                 if ended.is_none() {
                     kubelet.well_behaved = false;
-                    let _ = kubelet.tx.send(UpOut::Shutdown);
+                    let _ = kubelet.tx.send(PeerOut::Shutdown);
                 }
             }
             2 => {
                 kubelet.well_behaved = false;
-                let _ = kubelet.tx.send(UpOut::Shutdown);
+                let _ = kubelet.tx.send(PeerOut::Shutdown);
             }
             _ => stop.cancel(),
         }

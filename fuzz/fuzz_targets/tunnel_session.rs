@@ -29,10 +29,10 @@ use kube_ws_proxy::translate::tunnel::{run, TunnelEnd, TunnelOutcome};
 use kube_ws_proxy::translate::ws::{Config as WsConfig, Keepalive, WebSocket};
 use libfuzzer_sys::fuzz_target;
 use session_harness::{
-    assert_forwarded, client_action, client_frame, client_message, run_case, ClientLog, ClientPeer,
-    ReadMode, Script, PIPE,
+    assert_forwarded, client_action, client_frame, client_message, peer_writer, run_case,
+    ClientLog, ClientPeer, PeerOut, ReadMode, Script, PIPE,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+use tokio::io::{AsyncReadExt, DuplexStream, ReadHalf};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -40,40 +40,10 @@ fuzz_target!(|data: &[u8]| {
     run_case(tunnel_case(data));
 });
 
-enum UpOut {
-    Bytes(Vec<u8>),
-    /// EOF to the proxy; the upstream still reads.
-    Shutdown,
-    /// The upstream is gone.
-    Drop,
-}
-
 #[derive(Default)]
 struct UpLog {
     received: Vec<u8>,
     eof: bool,
-}
-
-async fn upstream_writer(mut wr: WriteHalf<DuplexStream>, mut rx: mpsc::UnboundedReceiver<UpOut>) {
-    while let Some(out) = rx.recv().await {
-        match out {
-            UpOut::Bytes(b) => {
-                if wr.write_all(&b).await.is_err() {
-                    return;
-                }
-            }
-            UpOut::Drop => return,
-            UpOut::Shutdown => {
-                let _ = wr.shutdown().await;
-                while let Some(out) = rx.recv().await {
-                    if let UpOut::Drop = out {
-                        return;
-                    }
-                }
-                return;
-            }
-        }
-    }
 }
 
 async fn upstream_reader(
@@ -128,7 +98,7 @@ async fn tunnel_case(data: &[u8]) {
     let (up_mode, up_mode_rx) = watch::channel(ReadMode::Reading);
     let up_log = Arc::new(Mutex::new(UpLog::default()));
     let mut tasks = vec![
-        tokio::spawn(upstream_writer(uw, up_rx)),
+        tokio::spawn(peer_writer(uw, up_rx)),
         tokio::spawn(upstream_reader(ur, up_log.clone(), up_mode_rx)),
     ];
 
@@ -200,7 +170,7 @@ async fn tunnel_case(data: &[u8]) {
                 if !up_done {
                     up_sent.extend_from_slice(&bytes);
                 }
-                let _ = up_tx.send(UpOut::Bytes(bytes));
+                let _ = up_tx.send(PeerOut::Bytes(bytes));
             }
             15 => {
                 let len = usize::from(s.byte()) * 64;
@@ -209,19 +179,19 @@ async fn tunnel_case(data: &[u8]) {
                 if !up_done {
                     up_sent.extend_from_slice(&bytes);
                 }
-                let _ = up_tx.send(UpOut::Bytes(bytes));
+                let _ = up_tx.send(PeerOut::Bytes(bytes));
             }
             // The upstream: EOF, gone, stops reading, reads again.
             16 => match s.byte() % 4 {
                 0 => {
                     up_done = true;
-                    let _ = up_tx.send(UpOut::Shutdown);
+                    let _ = up_tx.send(PeerOut::Shutdown);
                 }
                 1 => {
                     up_done = true;
                     up_gone = true;
                     let _ = up_mode.send(ReadMode::Gone);
-                    let _ = up_tx.send(UpOut::Drop);
+                    let _ = up_tx.send(PeerOut::Drop);
                 }
                 2 => {
                     if !up_gone {
@@ -272,7 +242,7 @@ async fn tunnel_case(data: &[u8]) {
                 }
             }
             2 => {
-                let _ = up_tx.send(UpOut::Shutdown);
+                let _ = up_tx.send(PeerOut::Shutdown);
             }
             _ => stop.cancel(),
         }

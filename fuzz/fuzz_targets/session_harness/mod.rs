@@ -131,11 +131,11 @@ pub fn client_message(opcode: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 /// What the client peer does with its writing side.
-pub enum ClientOut {
+pub enum PeerOut {
     Bytes(Vec<u8>),
     /// Half-close: EOF to the proxy, still reading.
     Shutdown,
-    /// The client is gone: the writing half is dropped.
+    /// The peer is gone: the writing half is dropped.
     Drop,
 }
 
@@ -167,7 +167,7 @@ pub struct ClientLog {
 
 /// The client end of the proxy's WebSocket.
 pub struct ClientPeer {
-    pub tx: mpsc::UnboundedSender<ClientOut>,
+    pub tx: mpsc::UnboundedSender<PeerOut>,
     pub mode: watch::Sender<ReadMode>,
     pub log: Arc<Mutex<ClientLog>>,
     pub tasks: Vec<JoinHandle<()>>,
@@ -188,7 +188,7 @@ impl ClientPeer {
         let (mode, mode_rx) = watch::channel(ReadMode::Reading);
         let log = Arc::new(Mutex::new(ClientLog::default()));
         let tasks = vec![
-            tokio::spawn(client_writer(wr, rx)),
+            tokio::spawn(peer_writer(wr, rx)),
             tokio::spawn(client_reader(rd, log.clone(), mode_rx, tx.clone(), polite)),
         ];
         ClientPeer {
@@ -204,7 +204,7 @@ impl ClientPeer {
     }
 
     pub fn send(&self, bytes: Vec<u8>) {
-        let _ = self.tx.send(ClientOut::Bytes(bytes));
+        let _ = self.tx.send(PeerOut::Bytes(bytes));
     }
 
     pub fn set_mode(&mut self, mode: ReadMode) {
@@ -216,7 +216,7 @@ impl ClientPeer {
             ReadMode::Gone => {
                 self.ever_stalled = true;
                 self.gone = true;
-                let _ = self.tx.send(ClientOut::Drop);
+                let _ = self.tx.send(PeerOut::Drop);
             }
             ReadMode::Reading => {}
         }
@@ -225,7 +225,7 @@ impl ClientPeer {
 
     pub fn shutdown(&mut self) {
         self.shut_down = true;
-        let _ = self.tx.send(ClientOut::Shutdown);
+        let _ = self.tx.send(PeerOut::Shutdown);
     }
 
     /// The client read everything the proxy sent, to the end, and never stopped reading.
@@ -234,23 +234,24 @@ impl ClientPeer {
     }
 }
 
-async fn client_writer(
+/// Writes what a peer (the client, or the tunnel's upstream) sends to the proxy, in order.
+pub async fn peer_writer(
     mut wr: WriteHalf<DuplexStream>,
-    mut rx: mpsc::UnboundedReceiver<ClientOut>,
+    mut rx: mpsc::UnboundedReceiver<PeerOut>,
 ) {
     while let Some(out) = rx.recv().await {
         match out {
-            ClientOut::Bytes(b) => {
+            PeerOut::Bytes(b) => {
                 if wr.write_all(&b).await.is_err() {
                     return;
                 }
             }
-            ClientOut::Drop => return,
-            ClientOut::Shutdown => {
+            PeerOut::Drop => return,
+            PeerOut::Shutdown => {
                 let _ = wr.shutdown().await;
                 // Keep the half until the client is gone: dropping both halves ends the pipe.
                 while let Some(out) = rx.recv().await {
-                    if let ClientOut::Drop = out {
+                    if let PeerOut::Drop = out {
                         return;
                     }
                 }
@@ -264,7 +265,7 @@ async fn client_reader(
     mut rd: ReadHalf<DuplexStream>,
     log: Arc<Mutex<ClientLog>>,
     mut mode: watch::Receiver<ReadMode>,
-    tx: mpsc::UnboundedSender<ClientOut>,
+    tx: mpsc::UnboundedSender<PeerOut>,
     polite: bool,
 ) {
     let mut buf = Vec::with_capacity(PIPE);
@@ -318,14 +319,14 @@ async fn client_reader(
                     if polite && !log.sent_close {
                         log.sent_close = true;
                         let code = payload.get(..2).unwrap_or(&[]).to_vec();
-                        let _ = tx.send(ClientOut::Bytes(client_message(0x8, &code)));
+                        let _ = tx.send(PeerOut::Bytes(client_message(0x8, &code)));
                     }
                     log.close = Some(payload);
                 }
                 0x9 => {
                     log.pings += 1;
                     if polite {
-                        let _ = tx.send(ClientOut::Bytes(client_message(0xA, &payload)));
+                        let _ = tx.send(PeerOut::Bytes(client_message(0xA, &payload)));
                     }
                 }
                 0xA => {}
