@@ -645,6 +645,9 @@ fn main() {
         let end_fds = open_fds(pid);
         let end_tasks = tasks(&proxy);
         let end_rss = rss_kib(pid);
+        // Once the proxy's memory trim (every 10 s by default) has run since the load ended.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let settled_rss = rss_kib(pid);
 
         // The proxy killed under load: every client ends promptly, a restart serves at once.
         let kill = kill_under_load(&proxy, pod_echo).await;
@@ -794,7 +797,7 @@ fn main() {
         println!("| ran for | {:.0} s |", ran_for.as_secs_f64());
         println!("| sessions | {} ({:.1}/s), {:.1} GB checked |", records.len(), records.len() as f64 / ran_for.as_secs_f64(), bytes as f64 / 1e9);
         println!("| sessions active, most | {max_active} |");
-        println!("| RSS idle before → idle after | {baseline_rss} → {end_rss} KiB |");
+        println!("| RSS idle before → idle after (2 s, 12 s) | {baseline_rss} → {end_rss}, {settled_rss} KiB |");
         println!("| RSS median, 2nd quarter → last quarter | {rss_q2} → {rss_q4} KiB ({drift:+.1}%) |");
         println!("| RSS median per tenth of the run, KiB | {} |", tenths.join(" → "));
         println!("| descriptors idle before → idle after (most under load) | {baseline_fds} → {end_fds} ({max_fds}) |");

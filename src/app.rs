@@ -53,6 +53,8 @@ pub struct RunningProxy {
     task: tokio::task::JoinHandle<()>,
     state: Arc<ProxyState>,
     drain_timeout: std::time::Duration,
+    /// Stops with the proxy (its drop ends the timer).
+    _memory_trim: crate::memory_trim::MemoryTrim,
 }
 
 /// How long sessions told to stop get to send their Status and Close.
@@ -278,6 +280,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         task,
         state,
         drain_timeout: args.drain_timeout,
+        _memory_trim: crate::memory_trim::MemoryTrim::start(nonzero(args.memory_trim_interval)),
     })
 }
 

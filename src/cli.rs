@@ -258,6 +258,12 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_DRAIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
+    /// How often memory the proxy has freed is given back to the operating system (glibc's
+    /// `malloc_trim`), so RSS follows the sessions running rather than the last burst of them.
+    /// 0: never (the allocator then gives memory back only when it sees fit).
+    #[arg(long, env = "KUBE_WS_PROXY_MEMORY_TRIM_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub memory_trim_interval: Duration,
+
     /// PEM certificate chain for TLS on the main listener. Re-read when the file changes
     /// (rotation without restart). Without it the main listener speaks plain HTTP.
     #[arg(

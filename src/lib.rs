@@ -13,6 +13,7 @@ pub mod audit;
 pub mod cli;
 pub mod config_file;
 pub mod demo;
+pub mod memory_trim;
 pub mod proxy;
 pub mod read_sizer;
 pub mod sim;
