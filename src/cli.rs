@@ -242,7 +242,8 @@ pub struct ServeArgs {
 
     /// How long a session's final status and Close may take to reach a client that stopped
     /// reading, and then how long to wait for the client's Close before the connection is
-    /// dropped (reading on prevents truncated output).
+    /// dropped (reading on prevents truncated output). On relays: how long one direction may
+    /// go on after the other ended.
     #[arg(long, env = "KUBE_WS_PROXY_CLOSE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub close_drain_timeout: Duration,
 

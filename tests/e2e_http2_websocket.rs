@@ -3,7 +3,8 @@
 //! followed log (relayed as an HTTP/1.1 WebSocket upstream) and a port-forward tunnel on ONE
 //! connection; the handshake's edge cases (plain CONNECT, another `:protocol`, a bad
 //! subprotocol or version, the feature turned off); RST_STREAM ending one session only; the
-//! drain's GOAWAY letting running sessions finish; sessions whose reader or writer stalls
+//! drain's GOAWAY letting running sessions finish; a relay whose client never ends its stream
+//! ending anyway once the upstream closed; sessions whose reader or writer stalls
 //! never stalling a sibling on the same connection; audit events and recordings of translated
 //! and relayed sessions saying `HTTP/2`; and the proxy's pings ending a session whose client
 //! stream stopped answering, not its sibling.
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use http::StatusCode;
-use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent};
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent, SimStreaming};
 use tokio_tungstenite::tungstenite::Message;
 
 use common::h2_ws::{H2Connection, H2Ws};
@@ -34,7 +35,11 @@ struct Setup {
 }
 
 async fn setup(extra: &[&str]) -> Setup {
-    let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+    setup_with(SimConfig::default(), extra).await
+}
+
+async fn setup_with(sim: SimConfig, extra: &[&str]) -> Setup {
+    let sim = SimCluster::start(sim).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("proxy");
     let (cert, key) = ca.server().write(dir.path(), "serving");
@@ -798,4 +803,42 @@ async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
     wait_metric(&s.proxy, EXEC_ACTIVE, 0.0, T).await;
     assert_eq!(metric(&s.proxy, UNRESPONSIVE), 1.0);
     assert!(!conn.driver.is_finished(), "the connection must survive");
+}
+
+/// A passed-through session (a relay) over HTTP/2 whose client reads everything, answers the
+/// Close, and then never ends its stream: once the upstream has closed, the relay gives the
+/// client `--close-drain-timeout` and ends, handing back its slot and the upstream connection
+/// rather than holding them until the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_client_never_ends_its_stream_ends_after_the_drain_timeout() {
+    const PASSED_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{kind="websocket_pass_through"}"#;
+    let sim = SimConfig {
+        streaming: SimStreaming::New,
+        ..SimConfig::default()
+    };
+    let s = setup_with(
+        sim,
+        &[
+            "--upstream-streaming",
+            "websocket",
+            "--close-drain-timeout",
+            "1s",
+        ],
+    )
+    .await;
+    let conn = s.connect().await;
+    let (mut ws, _) = conn.websocket(&sh("echo relayed"), V5).await.unwrap();
+    let o = read_outcome(&mut ws).await;
+    assert_eq!(
+        (o.stdout.as_slice(), o.exit_code),
+        (&b"relayed\n"[..], Some(0))
+    );
+    // `ws` stays open: its stream is never ended or reset from this side. The relay ends a
+    // second after the upstream closed (well before the 4 h idle timeout).
+    wait_metric(&s.proxy, PASSED_ACTIVE, 0.0, Duration::from_secs(10)).await;
+    let ended = s.wait_finished("relayed upgrade finished", 1).await;
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0]["fields"]["http_version"], "2", "{:?}", ended[0]);
+    assert!(!conn.driver.is_finished(), "the connection must survive");
+    drop(ws);
 }

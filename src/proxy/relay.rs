@@ -440,6 +440,7 @@ pub(super) async fn carry(
             }
         };
     let user = caller.user().map(str::to_owned);
+    let linger = state.session_limits.close_drain_timeout;
     // A relayed WebSocket (pass-through, legacy protocols, logs) can be pinged between the
     // upstream's frames; SPDY cannot from outside its session.
     let keepalive = state.client_keepalive.filter(|_| upgraded_to_websocket);
@@ -488,6 +489,7 @@ pub(super) async fn carry(
                 pings: PingInjector::new(k.interval),
                 liveness: liveness.clone(),
             }),
+            linger: Some(linger),
         };
         let outcome = tokio::select! {
             () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, hooks) => SessionOutcome::Success,
@@ -649,15 +651,19 @@ pub struct RelayKeepalive {
 }
 
 /// What a relay does besides copying: the session's recording (`tap`), a port-forward's audit
-/// (`watch`), and client keepalive.
+/// (`watch`), client keepalive, and how long one direction may outlive the other (`linger`).
 #[derive(Default)]
 pub struct RelayHooks<'a> {
     pub tap: Option<&'a RelayTap>,
     pub watch: Option<&'a PortForwardWatch>,
     pub keepalive: Option<RelayKeepalive>,
+    /// Once one direction has ended, how long the other may go on (to deliver a last Status,
+    /// to answer a Close) before the relay ends anyway. `None`: until it ends by itself.
+    pub linger: Option<std::time::Duration>,
 }
 
-/// Copies both ways until both directions end; a finished direction half-closes the other side.
+/// Copies both ways until both directions end (or, with a linger, until it is over after the
+/// first ended); a finished direction half-closes the other side.
 /// Bytes are counted on `counters` and every read is noted on `activity`; with a tap, every
 /// read is shown to it (the session's recording) before it is passed on, and with a watch
 /// (a port-forward's audit) too. With keepalive, pings go to the client between the
@@ -700,7 +706,29 @@ pub async fn pump<C, U>(
         copy(&mut cr, &mut uw, activity, side).await;
         let _ = uw.shutdown().await;
     };
-    tokio::join!(down, up);
+    // Stream protocols close both ways at once; a peer that keeps its half open after the other
+    // ended (an HTTP/2 client that never ends its stream, a client that never closes its
+    // socket) must not hold the session, its slot and its upstream connection until the idle
+    // timeout. kube-apiserver's own relay ends at the first direction's end; the linger
+    // leaves the other the time a close handshake needs.
+    tokio::pin!(down, up);
+    let down_ended_first = tokio::select! {
+        () = &mut down => true,
+        () = &mut up => false,
+    };
+    let rest = async {
+        if down_ended_first {
+            up.await
+        } else {
+            down.await
+        }
+    };
+    match hooks.linger {
+        Some(linger) => {
+            let _ = tokio::time::timeout(linger, rest).await;
+        }
+        None => rest.await,
+    }
 }
 
 /// One direction of a relay: where its bytes are counted and who else sees them.
@@ -886,4 +914,101 @@ fn end_unstarted(audit: Option<SessionAudit>, outcome: SessionOutcome, status: O
         _ => "upstream refused",
     };
     session_audit::end_unstarted(audit, outcome, ended_by, status, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+
+    /// Relays with a 10 s linger; how long the relay took.
+    async fn lingering_pump(
+        client: DuplexStream,
+        upstream: DuplexStream,
+        counters: &RelayCounters,
+    ) -> Duration {
+        let started = tokio::time::Instant::now();
+        let hooks = RelayHooks {
+            linger: Some(Duration::from_secs(10)),
+            ..RelayHooks::default()
+        };
+        pump(client, upstream, counters, &ActivityClock::new(), hooks).await;
+        started.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_keeps_its_side_open_is_cut_after_the_linger() {
+        let (client_near, mut client_far) = duplex(1024);
+        let (upstream_near, mut upstream_far) = duplex(1024);
+        let counters = RelayCounters::default();
+        let upstream = async move {
+            upstream_far.write_all(b"last words").await.unwrap();
+            // The upstream is done: its connection closes.
+        };
+        let relay = lingering_pump(client_near, upstream_near, &counters);
+        let (took, ()) = tokio::join!(relay, upstream);
+        assert!(
+            took >= Duration::from_secs(10) && took < Duration::from_secs(11),
+            "{took:?}"
+        );
+        // The client got everything and then the end, though it never closed its own side.
+        let mut got = Vec::new();
+        client_far.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"last words");
+        assert_eq!(counters.stats().upstream_to_client, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_other_direction_finishes_within_the_linger() {
+        let (client_near, mut client_far) = duplex(1024);
+        let (upstream_near, mut upstream_far) = duplex(1024);
+        let counters = RelayCounters::default();
+        let client = async move {
+            client_far.write_all(b"bye").await.unwrap();
+            client_far.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            client_far.read_to_end(&mut got).await.unwrap();
+            got
+        };
+        let upstream = async move {
+            let mut got = [0; 3];
+            upstream_far.read_exact(&mut got).await.unwrap();
+            assert_eq!(
+                upstream_far.read(&mut [0; 1]).await.unwrap(),
+                0,
+                "the client's end"
+            );
+            // A last answer, a while after the client's side ended.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            upstream_far.write_all(b"status").await.unwrap();
+        };
+        let relay = lingering_pump(client_near, upstream_near, &counters);
+        let (took, got, ()) = tokio::join!(relay, client, upstream);
+        assert_eq!(got, b"status");
+        assert!(
+            took < Duration::from_secs(4),
+            "ended when the upstream did: {took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_linger_a_half_open_relay_goes_on() {
+        let (client_near, _client_far) = duplex(1024);
+        let (upstream_near, upstream_far) = duplex(1024);
+        drop(upstream_far);
+        let (counters, activity) = (RelayCounters::default(), ActivityClock::new());
+        let relay = pump(
+            client_near,
+            upstream_near,
+            &counters,
+            &activity,
+            RelayHooks::default(),
+        );
+        assert!(tokio::time::timeout(Duration::from_secs(3600), relay)
+            .await
+            .is_err());
+    }
 }
