@@ -1,9 +1,9 @@
 //! Soak with fault injection: a churning mix of sessions through the proxy (a separate process,
 //! as deployed) into the simulated cluster (a separate process too, so it can be killed and
 //! frozen), for a given time, every session checking its bytes end to end and its exit code
-//! (benches/common/soak_sessions.rs). Meanwhile faults are injected on a schedule, and the
-//! proxy's memory, descriptors, threads, runtime tasks and `sessions_active` are sampled every
-//! second.
+//! (benches/common/soak_sessions.rs; `kubectl cp`'s tar archives among them). Meanwhile faults
+//! are injected on a schedule, and the proxy's memory, descriptors, threads, runtime tasks and
+//! `sessions_active` are sampled every second.
 //!
 //!     cargo bench --bench soak -- [--duration 3600] [--sessions 200] [--fault-every 30]
 //!         [--faults upstream-kill,client-vanish,upstream-freeze,relay-delay,relay-stall,
@@ -850,6 +850,7 @@ fn main() {
         }
         !failures.is_empty()
     });
+    soak_sessions::remove_tar_fixture();
     if failed {
         std::process::exit(1);
     }

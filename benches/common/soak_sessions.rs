@@ -1,8 +1,11 @@
 //! The soak's sessions, each through the proxy into the simulated cluster and each checking
 //! what it got end to end: exact bytes (a `seq` listing, a sha256 of the stdin sent, echoed
-//! lines, port-forwarded random data, a followed log's numbered lines) and the exit code.
+//! lines, tar archives both ways as `kubectl cp` moves them, port-forwarded random data, a
+//! followed log's numbered lines) and the exit code.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,6 +31,10 @@ pub enum Work {
     Echo,
     /// exec ending with exit code 7.
     ExitCode,
+    /// `kubectl cp` from a pod: `tar cf -` of a directory, the archive checked byte for byte.
+    TarDown,
+    /// `kubectl cp` into a pod: an archive into `tar xf -`, the files it made checked by sha256.
+    TarUp,
     /// the port-forward tunnel, random data echoed through forwarded connections.
     PortForward,
     /// a followed log (`kubectl logs -f`), a few lines read.
@@ -35,12 +42,14 @@ pub enum Work {
 }
 
 /// Every kind, in the order the mix cycles them.
-pub const MIX: [Work; 6] = [
+pub const MIX: [Work; 8] = [
     Work::Stdout,
     Work::Stdin,
     Work::Echo,
+    Work::TarDown,
     Work::ExitCode,
     Work::PortForward,
+    Work::TarUp,
     Work::Logs,
 ];
 
@@ -51,6 +60,8 @@ impl Work {
             Work::Stdin => "exec stdin",
             Work::Echo => "exec echo",
             Work::ExitCode => "exec exit code",
+            Work::TarDown => "cp from pod (tar)",
+            Work::TarUp => "cp into pod (tar)",
             Work::PortForward => "port-forward",
             Work::Logs => "followed log",
         }
@@ -223,8 +234,94 @@ pub async fn run(
             exec(proxy, &["sh", "-c", "exit 7"], None, 7).await?;
             Ok(0)
         }
+        Work::TarDown => {
+            let cp = TarFixture::get();
+            let dir = cp.dir.to_str().expect("a UTF-8 temp path");
+            let out = exec(proxy, &["tar", "cf", "-", "-C", dir, "."], None, 0).await?;
+            if out != cp.archive {
+                return Err(Failure::new(
+                    Ending::Wrong,
+                    format!(
+                        "tar cf: {} bytes, {} expected, differing",
+                        out.len(),
+                        cp.archive.len()
+                    ),
+                ));
+            }
+            Ok(out.len() as u64)
+        }
+        Work::TarUp => {
+            let cp = TarFixture::get();
+            // Unpacked into a directory of its own, as `kubectl cp` does, then each file read back.
+            let script = "d=$(mktemp -d) && tar xf - -C \"$d\" && cd \"$d\" && sha256sum f*; \
+                          s=$?; rm -rf \"$d\"; exit $s";
+            let out = exec(
+                proxy,
+                &["sh", "-c", script],
+                Some(Input::Whole(&cp.archive)),
+                0,
+            )
+            .await?;
+            if out != cp.sums.as_bytes() {
+                return Err(Failure::new(
+                    Ending::Wrong,
+                    format!("tar xf: {:?}", String::from_utf8_lossy(&out)),
+                ));
+            }
+            Ok(cp.archive.len() as u64)
+        }
         Work::PortForward => port_forward(proxy, pod_echo, rng).await,
         Work::Logs => followed_log(proxy).await,
+    }
+}
+
+/// What the cp-like sessions move: a directory of random files on this machine (where the
+/// simulated cluster runs its commands too), its tar archive as this machine's `tar` makes it,
+/// and `sha256sum f*` of the files as the pod prints it.
+struct TarFixture {
+    dir: PathBuf,
+    archive: Vec<u8>,
+    sums: String,
+}
+
+static TAR_FIXTURE: OnceLock<TarFixture> = OnceLock::new();
+
+impl TarFixture {
+    /// Made at first use: eight files of 1 KiB to 256 KiB.
+    fn get() -> &'static TarFixture {
+        TAR_FIXTURE.get_or_init(|| {
+            let dir =
+                std::env::temp_dir().join(format!("kube-ws-proxy-soak-cp-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("the cp fixture's directory");
+            let mut rng = Rng::new(0x7a72);
+            let mut sums = String::new();
+            for i in 0..8 {
+                let len = 1024 + rng.below(255 * 1024) as usize;
+                let data = rng.bytes(len);
+                let name = format!("f{i}");
+                std::fs::write(dir.join(&name), &data).expect("a cp fixture file");
+                sums.push_str(&format!("{}  {name}\n", hex(&Sha256::digest(&data))));
+            }
+            let tar = std::process::Command::new("tar")
+                .args(["cf", "-", "-C"])
+                .arg(&dir)
+                .arg(".")
+                .output()
+                .expect("tar, for the cp-like sessions");
+            assert!(tar.status.success(), "tar cf: {:?}", tar.status);
+            TarFixture {
+                dir,
+                archive: tar.stdout,
+                sums,
+            }
+        })
+    }
+}
+
+/// Removes the cp-like sessions' files, if any were made.
+pub fn remove_tar_fixture() {
+    if let Some(cp) = TAR_FIXTURE.get() {
+        let _ = std::fs::remove_dir_all(&cp.dir);
     }
 }
 
