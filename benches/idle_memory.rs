@@ -89,6 +89,8 @@ const WARM_UP: usize = 20;
 /// One proxy in front of its own simulated cluster.
 struct Pair {
     sim: std::process::Child,
+    /// The cluster's `TMPDIR` (its pods' directories), removed after it is killed.
+    sim_scratch: tempfile::TempDir,
     proxy: std::process::Child,
     addr: std::net::SocketAddr,
     log: std::path::PathBuf,
@@ -113,9 +115,11 @@ impl Pair {
     async fn start(index: usize, pings: bool, record_dir: Option<&std::path::Path>) -> Pair {
         let bin = env!("CARGO_BIN_EXE_kube-ws-proxy");
         let sim_port = free_port();
+        let sim_scratch = tempfile::tempdir().unwrap();
         let sim = std::process::Command::new(bin)
             .args(["sim-cluster", "--listen", &format!("127.0.0.1:{sim_port}")])
             .env("RUST_LOG", "warn")
+            .env("TMPDIR", sim_scratch.path())
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
@@ -157,6 +161,7 @@ impl Pair {
         }
         Pair {
             sim,
+            sim_scratch,
             proxy,
             addr,
             log,
@@ -178,6 +183,7 @@ impl Pair {
         let _ = self.sim.kill();
         let _ = self.sim.wait();
         let _ = std::fs::remove_file(&self.log);
+        drop(self.sim_scratch);
     }
 }
 

@@ -214,9 +214,12 @@ async fn main() {
          {seconds} s per flood, descriptor limit {limit}"
     );
     let sim_port = free_port();
+    // The cluster's pods' directories, removed after it (dropped after `_sim`).
+    let sim_scratch = tempfile::tempdir().unwrap();
     let _sim = KillOnDrop(
         std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
             .args(["sim-cluster", "--listen", &format!("127.0.0.1:{sim_port}")])
+            .env("TMPDIR", sim_scratch.path())
             .env("RUST_LOG", "error")
             .stdout(std::process::Stdio::null())
             .spawn()

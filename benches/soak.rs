@@ -171,20 +171,28 @@ struct Sample {
 /// The simulated cluster as its own process on a fixed port.
 struct Cluster {
     port: u16,
+    /// Its `TMPDIR`, where it keeps its pods' directories: the soak's own, removed at the end,
+    /// since a cluster killed with SIGKILL cannot remove them itself.
+    scratch: std::path::PathBuf,
     child: Child,
 }
 
 impl Cluster {
-    fn start(port: u16) -> Cluster {
+    fn start(port: u16, scratch: &std::path::Path) -> Cluster {
         let child = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
             .args(["sim-cluster", "--listen", &format!("127.0.0.1:{port}")])
+            .env("TMPDIR", scratch)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start the simulated cluster");
         wait_listening(port);
-        Cluster { port, child }
+        Cluster {
+            port,
+            scratch: scratch.to_owned(),
+            child,
+        }
     }
 
     fn signal(&self, sig: libc::c_int) {
@@ -198,7 +206,7 @@ impl Cluster {
         let _ = self.child.kill();
         let _ = self.child.wait();
         std::thread::sleep(down_for);
-        *self = Cluster::start(self.port);
+        *self = Cluster::start(self.port, &self.scratch.clone());
     }
 }
 
@@ -505,8 +513,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let cluster_scratch = tempfile::tempdir().unwrap();
+    let scratch = cluster_scratch.path().to_owned();
     let failed = rt.block_on(async move {
-        let cluster = Arc::new(Mutex::new(Cluster::start(free_port())));
+        let cluster = Arc::new(Mutex::new(Cluster::start(free_port(), &scratch)));
         let sim_addr: SocketAddr = format!("127.0.0.1:{}", cluster.lock().unwrap().port).parse().unwrap();
         let relay = FaultRelay::start(sim_addr).await;
         let dir = tempfile::tempdir().unwrap();
@@ -851,6 +861,7 @@ fn main() {
         !failures.is_empty()
     });
     soak_sessions::remove_tar_fixture();
+    drop(cluster_scratch);
     if failed {
         std::process::exit(1);
     }

@@ -271,7 +271,7 @@ async fn passthrough_exec_cp_port_forward_and_logs_are_audited_with_the_reviewed
 
     // cp is an exec of tar.
     std::fs::write(cwd.join("note.txt"), "copied\n").unwrap();
-    let o = kubectl(&k33, &kc, cwd, &["cp", "note.txt", "web:/tmp/note.txt"]).await;
+    let o = kubectl(&k33, &kc, cwd, &["cp", "note.txt", "web:note.txt"]).await;
     assert!(o.status.success(), "kubectl cp: {}", stderr(&o));
     let (start, end) = a.pair(|e| e["command"][0] == "tar").await;
     assert_common(&start, &end, "exec", "translated");

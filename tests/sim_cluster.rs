@@ -67,3 +67,29 @@ async fn refuses_non_loopback_addresses() {
     };
     assert!(SimCluster::start(config).await.is_err());
 }
+
+/// A test run starts hundreds of clusters, and most are simply dropped at the test's end (or by
+/// a panic): each must take its pods' files with it, or a full run fills the disk.
+#[tokio::test]
+async fn a_dropped_cluster_removes_its_own_scratch_directory_but_not_a_given_one() {
+    let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+    let pod = sim.pod_dir("default", "web");
+    std::fs::create_dir_all(&pod).unwrap();
+    std::fs::write(pod.join("big.bin"), vec![7u8; 1 << 20]).unwrap();
+    let scratch = sim.scratch_dir().to_path_buf();
+    drop(sim);
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
+
+    let given = tempfile::tempdir().unwrap();
+    let sim = SimCluster::start(SimConfig {
+        scratch_dir: Some(given.path().to_path_buf()),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let pod = sim.pod_dir("default", "web");
+    std::fs::create_dir_all(&pod).unwrap();
+    std::fs::write(pod.join("kept.txt"), b"kept").unwrap();
+    drop(sim);
+    assert_eq!(std::fs::read(pod.join("kept.txt")).unwrap(), b"kept");
+}

@@ -253,7 +253,9 @@ pub async fn run(
         Work::TarUp => {
             let cp = TarFixture::get();
             // Unpacked into a directory of its own, as `kubectl cp` does, then each file read back.
-            let script = "d=$(mktemp -d) && tar xf - -C \"$d\" && cd \"$d\" && sha256sum f*; \
+            // The directory is in the pod's, which goes with the cluster when a fault kills the
+            // shell before its `rm`.
+            let script = "d=$(mktemp -d -p .) && tar xf - -C \"$d\" && cd \"$d\" && sha256sum f*; \
                           s=$?; rm -rf \"$d\"; exit $s";
             let out = exec(
                 proxy,

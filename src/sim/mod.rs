@@ -591,6 +591,7 @@ impl SimCluster {
         tokio::time::sleep(Duration::from_millis(50)).await;
         if self.owns_scratch {
             let _ = tokio::fs::remove_dir_all(&self.inner.scratch).await;
+            self.owns_scratch = false;
         }
     }
 }
@@ -600,6 +601,12 @@ impl Drop for SimCluster {
         self.inner.shutdown.cancel();
         if let Some(accept) = self.accept.take() {
             accept.abort();
+        }
+        // A cluster dropped without `shutdown` (a test's end, a panic) must not leave its pods'
+        // files behind: a test run starts hundreds of clusters, some with hundreds of MiB each.
+        // Processes still running there lose only their directory entry, not open files.
+        if self.owns_scratch {
+            let _ = std::fs::remove_dir_all(&self.inner.scratch);
         }
     }
 }
