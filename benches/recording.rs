@@ -6,6 +6,13 @@
 //! (`--recording-both`).
 //!
 //!     cargo bench --bench recording -- [--bytes 268435456] [--rounds 5] [--only text|NUL]
+//!         [--client kubectl]
+//!
+//! The client is the project's own WebSocket client by default, which reads as fast as the
+//! proxy sends: the worst case for a recorder. `--client kubectl` runs kubectl 1.33 instead
+//! (`kubectl exec`, translated to SPDY), its stdout read and counted by the bench: what a user
+//! sees. Its times include kubectl's start (reading its kubeconfig, getting the pod), the same
+//! for both proxies.
 //!
 //! `KUBE_WS_PROXY_BENCH_BIN` runs another build of the proxy (both the recording one and the
 //! one that does not record), for a before/after comparison.
@@ -23,8 +30,14 @@ mod workloads;
 #[path = "common/process.rs"]
 mod process;
 
+#[allow(dead_code)]
+#[path = "../tests/common/clients.rs"]
+mod clients;
+
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use kube_ws_proxy::sim::{SimCluster, SimConfig};
 use process::cpu_seconds;
@@ -83,11 +96,44 @@ async fn proxy(upstream: &str, extra: &[&str]) -> Proxy {
     Proxy { child, addr }
 }
 
+/// Seconds for `kubectl exec` of `command` through `proxy` to deliver `n` bytes of stdout.
+async fn kubectl_stdout_run(kubectl: &Path, kubeconfig: &Path, command: &[&str], n: u64) -> f64 {
+    use tokio::io::AsyncReadExt;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["exec", "web", "--"])
+        .args(command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start kubectl");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    loop {
+        match stdout.read(&mut buf).await.unwrap() {
+            0 => break,
+            len => got += len as u64,
+        }
+    }
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "kubectl exec {command:?}: {status}");
+    assert_eq!(got, n, "kubectl stdout of {command:?}");
+    started.elapsed().as_secs_f64()
+}
+
 fn main() {
     let bytes: u64 = arg("--bytes")
         .and_then(|v| v.parse().ok())
         .unwrap_or(256 << 20);
     let rounds: usize = arg("--rounds").and_then(|v| v.parse().ok()).unwrap_or(5);
+    let kubectl: Option<PathBuf> = match arg("--client").as_deref() {
+        None | Some("websocket") => None,
+        Some("kubectl") => Some(clients::kubectl("1.33").expect("kubectl 1.33 not found")),
+        Some(other) => panic!("unknown --client {other}: websocket or kubectl"),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -106,6 +152,14 @@ fn main() {
             ],
         )
         .await;
+        let kubeconfig_dir = tempfile::tempdir().unwrap();
+        let kubeconfig = |p: &Proxy, name: &str| {
+            let path = kubeconfig_dir.path().join(name);
+            let server = format!("http://{}", p.addr);
+            std::fs::write(&path, kube_ws_proxy::demo::kubeconfig(&server, None)).unwrap();
+            path
+        };
+        let kubeconfigs = [kubeconfig(&plain, "plain"), kubeconfig(&recording, "recording")];
         let n = bytes.to_string();
         let text = format!(
             "yes 'drwxr-xr-x  2 kube kube  4096 Nov 25 01:02 a-directory-listing-line' | head -c {n}"
@@ -118,7 +172,11 @@ fn main() {
         if let Some(only) = arg("--only") {
             workloads.retain(|(name, _)| name.starts_with(&only));
         }
-        println!("bytes per transfer: {bytes}, rounds: {rounds}");
+        let client = match &kubectl {
+            Some(k) => format!("kubectl exec ({})", k.display()),
+            None => "the project's WebSocket client".to_owned(),
+        };
+        println!("bytes per transfer: {bytes}, rounds: {rounds}, client: {client}");
         let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
         let mut cpu = vec![[0.0f64; 2]; workloads.len()];
         let mut file_bytes = vec![0u64; workloads.len()];
@@ -126,7 +184,11 @@ fn main() {
             for (w, (_, command)) in workloads.iter().enumerate() {
                 for (i, p) in [&plain, &recording].into_iter().enumerate() {
                     let cpu0 = cpu_seconds(p.child.id());
-                    times[w][i].push(workloads::proxy_stdout_run(p.addr, command, bytes).await);
+                    let took = match &kubectl {
+                        Some(k) => kubectl_stdout_run(k, &kubeconfigs[i], command, bytes).await,
+                        None => workloads::proxy_stdout_run(p.addr, command, bytes).await,
+                    };
+                    times[w][i].push(took);
                     if i == 1 {
                         // The writer finishes on its own thread; its CPU counts too, so wait
                         // for the file to stop growing before reading the proxy's CPU.
