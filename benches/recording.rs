@@ -1,12 +1,21 @@
 //! What recording exec sessions (`--record`) costs: exec stdout throughput through a proxy
 //! that records and one that does not, interleaved (A B A B …), for terminal-like text and for
 //! NUL bytes (the worst case for asciicast: each becomes a six-character JSON escape). The
-//! recording proxy writes its files to a temporary directory on the same disk, removed after
-//! every round. Idle memory with recording on is measured by the idle-memory bench
-//! (`--recording-both`).
+//! recording proxy writes its files to a temporary directory on the same disk. Idle memory with
+//! recording on is measured by the idle-memory bench (`--recording-both`).
 //!
 //!     cargo bench --bench recording -- [--bytes 268435456] [--rounds 5] [--only text|NUL]
-//!         [--client kubectl]
+//!         [--client kubectl] [--fresh-pages]
+//!
+//! Page cache: a round's recording is removed just before the next recorded run, so the new
+//! file's page cache reuses the pages the old one freed, as on a node whose memory is in use
+//! (its page cache comes from reclaimed pages). A first round that is not counted leaves the
+//! first such file. `--fresh-pages` removes each recording right after its run instead, so by
+//! the next recorded run its pages are free memory again: on a virtual machine that reports
+//! free pages to its host (virtio-balloon free page reporting, as this project's machines do)
+//! every page of the next file is then faulted in afresh by the host, which costs the kernel
+//! several times the copy itself (`dd` of 1 GiB: 0.22 CPU s when it reuses just-freed pages,
+//! 1.3–1.9 s after a few seconds' pause).
 //!
 //! The client is the project's own WebSocket client by default, which reads as fast as the
 //! proxy sends: the worst case for a recorder. `--client kubectl` runs kubectl 1.33 instead
@@ -176,19 +185,32 @@ fn main() {
             Some(k) => format!("kubectl exec ({})", k.display()),
             None => "the project's WebSocket client".to_owned(),
         };
-        println!("bytes per transfer: {bytes}, rounds: {rounds}, client: {client}");
+        let fresh_pages = std::env::args().any(|a| a == "--fresh-pages");
+        println!(
+            "bytes per transfer: {bytes}, rounds: {rounds}, client: {client}, page cache: {}",
+            if fresh_pages { "fresh pages" } else { "recycled pages" }
+        );
         let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
         let mut cpu = vec![[0.0f64; 2]; workloads.len()];
         let mut file_bytes = vec![0u64; workloads.len()];
-        for round in 0..rounds {
+        let remove_recordings = || {
+            for e in std::fs::read_dir(records.path()).unwrap() {
+                std::fs::remove_file(e.unwrap().path()).unwrap();
+            }
+        };
+        // Round 0 is a warm-up, not counted.
+        for round in 0..=rounds {
+            let counted = round > 0;
             for (w, (_, command)) in workloads.iter().enumerate() {
                 for (i, p) in [&plain, &recording].into_iter().enumerate() {
+                    if i == 1 && !fresh_pages {
+                        remove_recordings();
+                    }
                     let cpu0 = cpu_seconds(p.child.id());
                     let took = match &kubectl {
                         Some(k) => kubectl_stdout_run(k, &kubeconfigs[i], command, bytes).await,
                         None => workloads::proxy_stdout_run(p.addr, command, bytes).await,
                     };
-                    times[w][i].push(took);
                     if i == 1 {
                         // The writer finishes on its own thread; its CPU counts too, so wait
                         // for the file to stop growing before reading the proxy's CPU.
@@ -206,14 +228,18 @@ fn main() {
                             tokio::time::sleep(Duration::from_millis(200)).await;
                         }
                     }
-                    cpu[w][i] += cpu_seconds(p.child.id()) - cpu0;
-                }
-                for e in std::fs::read_dir(records.path()).unwrap() {
-                    std::fs::remove_file(e.unwrap().path()).unwrap();
+                    if counted {
+                        times[w][i].push(took);
+                        cpu[w][i] += cpu_seconds(p.child.id()) - cpu0;
+                    }
+                    if i == 1 && fresh_pages {
+                        remove_recordings();
+                    }
                 }
             }
-            println!("round {} done", round + 1);
+            println!("round {round} done{}", if counted { "" } else { " (warm-up)" });
         }
+        remove_recordings();
         let mib = bytes as f64 / (1 << 20) as f64;
         let gib = (bytes * rounds as u64) as f64 / (1u64 << 30) as f64;
         println!("\n| exec stdout, {mib:.0} MiB | not recorded, median s | recorded, median s | recorded / not | proxy CPU s/GiB, not recorded → recorded | recording file | target |");

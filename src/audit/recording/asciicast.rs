@@ -11,6 +11,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use super::json_escape::escape_json;
+
 /// The header line.
 #[derive(Debug, Clone, Serialize)]
 pub struct Header {
@@ -68,99 +70,6 @@ pub fn begin_event(seconds: f64, code: EventCode, out: &mut Vec<u8>) {
 /// Appends the end of an event line, from the closing quote of its data.
 pub fn end_event(out: &mut Vec<u8>) {
     out.extend_from_slice(b"\"]\n");
-}
-
-/// Bytes that JSON strings cannot hold as they are: control characters, `"` and `\` (those
-/// [`ESCAPES`] has an escape for).
-const NEEDS_ESCAPE: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = ESCAPES[i].1 != 0;
-        i += 1;
-    }
-    t
-};
-
-/// A mask with the high bit set in each of the eight bytes of `w` (first byte lowest) that is
-/// below 0x20, `"` or `\`: the classic "has a byte less than n" and "has a zero byte" word
-/// tests. Bits above the lowest one may be false (a borrow runs on into the next byte), but the
-/// lowest is exact, which is all a scan for the next byte to escape needs.
-fn escape_mask(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
-    let q = w ^ (ONES * u64::from(b'"'));
-    let quote = q.wrapping_sub(ONES) & !q & HIGHS;
-    let s = w ^ (ONES * u64::from(b'\\'));
-    let backslash = s.wrapping_sub(ONES) & !s & HIGHS;
-    below_space | quote | backslash
-}
-
-/// The position of the first byte at or after `from` that needs an escape.
-fn next_escape(text: &[u8], from: usize) -> Option<usize> {
-    let mut at = from;
-    // Terminal text rarely needs escapes: eight bytes are looked at at once, and the first
-    // that needs one is found from the word's mask, not byte by byte.
-    while let Some(word) = text.get(at..at + 8) {
-        let mask = escape_mask(u64::from_le_bytes(word.try_into().expect("eight bytes")));
-        if mask != 0 {
-            return Some(at + (mask.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    text[at..]
-        .iter()
-        .position(|&b| NEEDS_ESCAPE[b as usize])
-        .map(|k| at + k)
-}
-
-/// Appends valid UTF-8 `text` as the inside of a JSON string: runs that need no escape are
-/// copied whole, one pass over the bytes.
-fn escape_json(text: &[u8], out: &mut Vec<u8>) {
-    out.reserve(text.len());
-    let mut copied = 0;
-    while let Some(mut at) = next_escape(text, copied) {
-        out.extend_from_slice(&text[copied..at]);
-        // Escapes come in runs (NUL padding, ANSI sequences after a newline): the bytes
-        // straight after one are looked at one by one before the next word scan.
-        loop {
-            push_escape(text[at], out);
-            at += 1;
-            if at == text.len() || !NEEDS_ESCAPE[text[at] as usize] {
-                break;
-            }
-        }
-        copied = at;
-    }
-    out.extend_from_slice(&text[copied..]);
-}
-
-/// The JSON escape of every byte that needs one, padded to six bytes, and its length.
-const ESCAPES: [([u8; 6], u8); 256] = {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut t = [([0u8; 6], 0u8); 256];
-    let mut b = 0;
-    while b < 0x20 {
-        t[b] = ([b'\\', b'u', b'0', b'0', HEX[b >> 4], HEX[b & 0xf]], 6);
-        b += 1;
-    }
-    t[b'"' as usize] = (*b"\\\"\0\0\0\0", 2);
-    t[b'\\' as usize] = (*b"\\\\\0\0\0\0", 2);
-    t[b'\n' as usize] = (*b"\\n\0\0\0\0", 2);
-    t[b'\r' as usize] = (*b"\\r\0\0\0\0", 2);
-    t[b'\t' as usize] = (*b"\\t\0\0\0\0", 2);
-    t[0x08] = (*b"\\b\0\0\0\0", 2);
-    t[0x0c] = (*b"\\f\0\0\0\0", 2);
-    t
-};
-
-/// Appends the JSON escape of a byte that needs one.
-fn push_escape(b: u8, out: &mut Vec<u8>) {
-    let (bytes, len) = &ESCAPES[b as usize];
-    // A fixed six-byte copy, then the padding cut off: cheaper than a copy of varying length.
-    out.extend_from_slice(bytes);
-    out.truncate(out.len() - (6 - *len as usize));
 }
 
 /// The text of a resize event.
@@ -308,38 +217,6 @@ mod tests {
         assert_eq!(carry.decode(b"a\xffb\xc3"), "a\u{fffd}b");
         assert_eq!(carry.finish(), "\u{fffd}");
         assert_eq!(carry.finish(), "");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn the_word_mask_finds_the_first_byte_the_table_would(w in proptest::prelude::any::<u64>(), pos in 0usize..8, b in proptest::prelude::any::<u8>()) {
-            // Random words, and words with one chosen byte, against the table byte by byte.
-            let mut bytes = w.to_le_bytes();
-            bytes[pos] = b;
-            for word in [w.to_le_bytes(), bytes] {
-                let table = word.iter().position(|&b| NEEDS_ESCAPE[b as usize]);
-                let mask = escape_mask(u64::from_le_bytes(word));
-                let first = (mask != 0).then(|| (mask.trailing_zeros() / 8) as usize);
-                proptest::prop_assert_eq!(first, table);
-            }
-        }
-
-        #[test]
-        fn escaping_any_text_matches_serde_json(s in "(\\PC|[\\x00-\\x1f\"\\\\]){0,80}") {
-            let mut ours = Vec::new();
-            escape_json(s.as_bytes(), &mut ours);
-            let theirs = serde_json::to_string(&s).unwrap();
-            proptest::prop_assert_eq!(format!("\"{}\"", String::from_utf8(ours).unwrap()), theirs);
-        }
-    }
-
-    #[test]
-    fn json_escaping_matches_serde_json() {
-        let text = "plain \" quote \\ back \n\r\t\u{8}\u{c}\u{0}\u{1b}[0m € 😀 \u{7f}";
-        let mut ours = Vec::new();
-        escape_json(text.as_bytes(), &mut ours);
-        let theirs = serde_json::to_string(text).unwrap();
-        assert_eq!(format!("\"{}\"", String::from_utf8(ours).unwrap()), theirs);
     }
 
     proptest::proptest! {

@@ -3,10 +3,12 @@
 //! asciicast v2 files that `asciinema play` and `asciinema cat` replay.
 //!
 //! - [`asciicast`]: the format, and text from output that arrives in chunks.
+//! - `json_escape`: recorded text as the inside of a JSON string, the recorder's hot loop.
 //! - [`recorder`]: the proxy's recordings and each session's handle, bounded memory.
 //! - `writer`: the thread that writes them.
 
 pub mod asciicast;
+mod json_escape;
 pub mod recorder;
 mod state;
 mod writer;
