@@ -8,7 +8,14 @@
 //!     cargo bench --bench soak -- [--duration 3600] [--sessions 200] [--fault-every 30]
 //!         [--faults upstream-kill,client-vanish,upstream-freeze,relay-delay,relay-stall,
 //!                   client-stall,relay-reset,relay-truncate | none] [--bound 60] [--max-drift 5]
+//!         [--audit]
 //!     cargo bench --bench soak -- --smoke        # 30 s, 12 sessions, a fault every 3 s (CI)
+//!
+//! `--audit` runs the proxy as security teams do: with the audit log (rotated every MiB
+//! under load) and every exec recorded (`--record best-effort`). Every audit line must be JSON,
+//! every started session must have its `ended` event, every recording must be valid asciicast
+//! to its last line and named by an `ended` event, and no recording may fail (the disk is not
+//! full). Recordings are checked and removed as sessions end (benches/common/soak_audit.rs).
 //!
 //! Faults, in turn: the cluster killed (SIGKILL) and restarted; the cluster frozen (SIGSTOP,
 //! SIGCONT); a relay between proxy and cluster that delays every read by 50 ms, stops
@@ -45,6 +52,9 @@ mod fault_relay;
 
 #[path = "common/soak_sessions.rs"]
 mod soak_sessions;
+
+#[path = "common/soak_audit.rs"]
+mod soak_audit;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -224,6 +234,8 @@ struct Proxy {
     admin: SocketAddr,
     upstream: SocketAddr,
     log: std::path::PathBuf,
+    /// Arguments beyond the soak's own (`--audit`'s).
+    extra: Vec<String>,
     child: Child,
 }
 
@@ -233,6 +245,7 @@ impl Proxy {
         admin: SocketAddr,
         upstream: SocketAddr,
         log: &std::path::Path,
+        extra: &[String],
     ) -> Proxy {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let file = std::fs::OpenOptions::new()
@@ -258,6 +271,7 @@ impl Proxy {
             .args(["--upstream-ping-interval", &ms(PING_INTERVAL)])
             .args(["--upstream-ping-timeout", &ms(PING_TIMEOUT)])
             .args(["--handshake-timeout", "5s", "--max-sessions", "100000"])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -270,6 +284,7 @@ impl Proxy {
             admin,
             upstream,
             log: log.to_owned(),
+            extra: extra.to_vec(),
             child,
         }
     }
@@ -303,7 +318,13 @@ impl Proxy {
 
     fn restart(&mut self) {
         self.kill();
-        *self = Proxy::start(self.addr, self.admin, self.upstream, &self.log.clone());
+        *self = Proxy::start(
+            self.addr,
+            self.admin,
+            self.upstream,
+            &self.log.clone(),
+            &self.extra.clone(),
+        );
     }
 }
 
@@ -507,6 +528,7 @@ fn main() {
     let max_drift: f64 = arg("--max-drift")
         .and_then(|v| v.parse().ok())
         .unwrap_or(5.0);
+    let audited = std::env::args().any(|a| a == "--audit");
     raise_fd_limit();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -523,12 +545,16 @@ fn main() {
         let log = dir.path().join("proxy.log");
         let proxy_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let proxy = Arc::new(Mutex::new(Proxy::start(proxy_addr, admin, relay.addr, &log)));
+        let audit_dir = dir.path().join("audit");
+        let audit = audited.then(|| soak_audit::Audit::start(&audit_dir));
+        let extra = if audited { soak_audit::Audit::proxy_args(&audit_dir) } else { Vec::new() };
+        let proxy = Arc::new(Mutex::new(Proxy::start(proxy_addr, admin, relay.addr, &log, &extra)));
         let pid = proxy.lock().unwrap().pid();
         let pod_echo = echo_service().await;
         println!(
-            "soak: {duration:?}, {sessions} sessions at once, faults every {fault_every:?}: {}",
-            faults.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
+            "soak: {duration:?}, {sessions} sessions at once, faults every {fault_every:?}: {}{}",
+            faults.iter().map(|f| f.name()).collect::<Vec<_>>().join(","),
+            if audited { "; audit log and recordings on" } else { "" }
         );
 
         // Warm-up: one of each, then the baseline of an idle proxy.
@@ -658,6 +684,21 @@ fn main() {
         // Once the proxy's memory trim (every 10 s by default) has run since the load ended.
         tokio::time::sleep(Duration::from_secs(10)).await;
         let settled_rss = rss_kib(pid);
+        // Before the proxy is killed: a killed proxy leaves its sessions without `ended`.
+        let audited = match audit {
+            Some(a) => {
+                let counters = {
+                    let p = proxy.lock().unwrap();
+                    (
+                        p.metric_sum("kube_ws_proxy_recording_failures_total"),
+                        p.metric_sum("kube_ws_proxy_audit_events_dropped_total"),
+                        p.metric_sum("kube_ws_proxy_audit_write_failures_total"),
+                    )
+                };
+                Some((a.finish(Duration::from_secs(15)).await, counters))
+            }
+            None => None,
+        };
 
         // The proxy killed under load: every client ends promptly, a restart serves at once.
         let kill = kill_under_load(&proxy, pod_echo).await;
@@ -851,6 +892,39 @@ fn main() {
         }
         if let Err(e) = &kill {
             failures.push(format!("kill -9 under load: {e}"));
+        }
+        if let Some(((seen, unnamed), (rec_failures, dropped, write_failures))) = &audited {
+            let outcomes = seen
+                .outcomes
+                .iter()
+                .map(|(o, n)| format!("{n} × {o}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!("\n| audit and recordings | value |");
+            println!("|---|---|");
+            println!("| audit events started / ended | {} / {} |", seen.started, seen.ended);
+            println!("| ended, by outcome | {outcomes} |");
+            println!("| audit log rotations | {} |", seen.rotations);
+            println!("| recordings checked (valid to the last line), size | {}, {:.1} GB |", seen.recordings_checked, seen.recording_bytes as f64 / 1e9);
+            println!("| recording failures / audit events dropped / audit write failures | {rec_failures} / {dropped} / {write_failures} |");
+            if seen.started != seen.ended {
+                failures.push(format!("audit: {} sessions started, {} ended", seen.started, seen.ended));
+            }
+            if !seen.bad.is_empty() {
+                failures.push(format!("audit: {} bad lines or recordings: {:?}", seen.bad.len(), &seen.bad[..seen.bad.len().min(10)]));
+            }
+            if !seen.recording_errors.is_empty() {
+                failures.push(format!("recordings failed: {:?}", &seen.recording_errors[..seen.recording_errors.len().min(10)]));
+            }
+            if !unnamed.is_empty() {
+                failures.push(format!("{} recordings no ended event named: {:?}", unnamed.len(), &unnamed[..unnamed.len().min(10)]));
+            }
+            if *rec_failures != 0.0 || *dropped != 0.0 || *write_failures != 0.0 {
+                failures.push(format!("recording failures {rec_failures}, audit events dropped {dropped}, audit write failures {write_failures}"));
+            }
+            if seen.recordings_checked == 0 {
+                failures.push("audit: no recording was checked".into());
+            }
         }
         for f in &failures {
             println!("FAILED: {f}");

@@ -27,5 +27,7 @@ cargo bench --bench streaming -- --smoke
 # Half a minute of the soak with a fault every 3 s: sessions untouched by a fault byte-exact,
 # touched ones ended within their bound, victims cleaned up, nothing left behind.
 cargo bench --bench soak -- --smoke
+# The same with the audit log and recordings on: every session audited, every recording valid.
+cargo bench --bench soak -- --smoke --audit
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/run.sh
