@@ -2,8 +2,9 @@
 //! fed in 32 KiB chunks through `Utf8Carry::decode_json_into`, one asciicast event line per
 //! chunk into a reused buffer, as the recording writer does. Three kinds of output: terminal
 //! text (the `recording` bench's `ls -l` line: a newline to escape every 63 bytes), text with
-//! box drawing and accents (UTF-8 beyond ASCII in every line), and NUL bytes (every byte a
-//! six-character escape).
+//! box drawing and accents (UTF-8 beyond ASCII in every line), NUL bytes (every byte a
+//! six-character escape) and random bytes (binary: most bytes above 0x7f are not UTF-8 and
+//! become U+FFFD).
 //!
 //! Run with `cargo bench --bench asciicast_encode`. For instruction counts, which a busy
 //! machine does not blur, one pass of one case under callgrind:
@@ -23,6 +24,18 @@ fn output(kind: &str) -> Vec<u8> {
         "text" => b"drwxr-xr-x  2 kube kube  4096 Nov 25 01:02 a-directory-listing-line\n",
         "utf8" => "\u{1b}[0m\u{2502}   \u{251c}\u{2500}\u{2500} r\u{e9}sum\u{e9}-\u{fc}bersicht.txt  4096 \u{2714}\r\n".as_bytes(),
         "NUL" => b"\0",
+        "random" => {
+            // xorshift: bytes a binary `kubectl cp` or a compressed file shows.
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            return (0..OUTPUT)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect();
+        }
         other => panic!("unknown output {other}"),
     };
     line.iter().cycle().take(OUTPUT).copied().collect()
@@ -54,7 +67,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(OUTPUT as u64));
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(5));
-    for kind in ["text", "utf8", "NUL"] {
+    for kind in ["text", "utf8", "NUL", "random"] {
         let out = output(kind);
         let mut line = Vec::new();
         group.bench_function(kind, |b| b.iter(|| encode(black_box(&out), &mut line)));

@@ -120,7 +120,7 @@ impl Utf8Carry {
                     // bytes after it are looked at again.
                     let rest: Vec<u8> = self.pending[e.error_len().unwrap_or(1)..].to_vec();
                     self.pending.clear();
-                    emit(REPLACEMENT, out);
+                    out.extend_from_slice(REPLACEMENT);
                     let mut again = Utf8Carry::default();
                     again.decode_with(&rest, out, emit);
                     self.pending = again.pending;
@@ -136,7 +136,10 @@ impl Utf8Carry {
                 }
                 Err(e) => {
                     let (valid, after) = chunk.split_at(e.valid_up_to());
-                    emit(valid, out);
+                    // Binary output has bad bytes back to back: nothing to hand on between.
+                    if !valid.is_empty() {
+                        emit(valid, out);
+                    }
                     match e.error_len() {
                         // An incomplete character at the very end: keep it for later.
                         None => {
@@ -144,7 +147,8 @@ impl Utf8Carry {
                             return;
                         }
                         Some(bad) => {
-                            emit(REPLACEMENT, out);
+                            // U+FFFD needs no escape: appended as it is.
+                            out.extend_from_slice(REPLACEMENT);
                             chunk = &after[bad..];
                         }
                     }
