@@ -318,13 +318,7 @@ impl Proxy {
 
     fn restart(&mut self) {
         self.kill();
-        *self = Proxy::start(
-            self.addr,
-            self.admin,
-            self.upstream,
-            &self.log.clone(),
-            &self.extra.clone(),
-        );
+        *self = Proxy::start(self.addr, self.admin, self.upstream, &self.log, &self.extra);
     }
 }
 
@@ -687,15 +681,8 @@ fn main() {
         // Before the proxy is killed: a killed proxy leaves its sessions without `ended`.
         let audited = match audit {
             Some(a) => {
-                let counters = {
-                    let p = proxy.lock().unwrap();
-                    (
-                        p.metric_sum("kube_ws_proxy_recording_failures_total"),
-                        p.metric_sum("kube_ws_proxy_audit_events_dropped_total"),
-                        p.metric_sum("kube_ws_proxy_audit_write_failures_total"),
-                    )
-                };
-                Some((a.finish(Duration::from_secs(15)).await, counters))
+                let counters = soak_audit::counters(|name| proxy.lock().unwrap().metric_sum(name));
+                Some(a.finish(Duration::from_secs(15), counters).await)
             }
             None => None,
         };
@@ -893,38 +880,8 @@ fn main() {
         if let Err(e) = &kill {
             failures.push(format!("kill -9 under load: {e}"));
         }
-        if let Some(((seen, unnamed), (rec_failures, dropped, write_failures))) = &audited {
-            let outcomes = seen
-                .outcomes
-                .iter()
-                .map(|(o, n)| format!("{n} × {o}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            println!("\n| audit and recordings | value |");
-            println!("|---|---|");
-            println!("| audit events started / ended | {} / {} |", seen.started, seen.ended);
-            println!("| ended, by outcome | {outcomes} |");
-            println!("| audit log rotations | {} |", seen.rotations);
-            println!("| recordings checked (valid to the last line), size | {}, {:.1} GB |", seen.recordings_checked, seen.recording_bytes as f64 / 1e9);
-            println!("| recording failures / audit events dropped / audit write failures | {rec_failures} / {dropped} / {write_failures} |");
-            if seen.started != seen.ended {
-                failures.push(format!("audit: {} sessions started, {} ended", seen.started, seen.ended));
-            }
-            if !seen.bad.is_empty() {
-                failures.push(format!("audit: {} bad lines or recordings: {:?}", seen.bad.len(), &seen.bad[..seen.bad.len().min(10)]));
-            }
-            if !seen.recording_errors.is_empty() {
-                failures.push(format!("recordings failed: {:?}", &seen.recording_errors[..seen.recording_errors.len().min(10)]));
-            }
-            if !unnamed.is_empty() {
-                failures.push(format!("{} recordings no ended event named: {:?}", unnamed.len(), &unnamed[..unnamed.len().min(10)]));
-            }
-            if *rec_failures != 0.0 || *dropped != 0.0 || *write_failures != 0.0 {
-                failures.push(format!("recording failures {rec_failures}, audit events dropped {dropped}, audit write failures {write_failures}"));
-            }
-            if seen.recordings_checked == 0 {
-                failures.push("audit: no recording was checked".into());
-            }
+        if let Some(verdict) = &audited {
+            failures.extend(verdict.report());
         }
         for f in &failures {
             println!("FAILED: {f}");

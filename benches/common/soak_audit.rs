@@ -81,13 +81,12 @@ impl Audit {
     }
 
     /// Once the proxy is idle: waits (up to `wait`) for every started session's `ended` event
-    /// and for the last recordings to be checked, stops following, and returns what was seen
-    /// and the recordings no `ended` event named.
-    pub async fn finish(mut self, wait: Duration) -> (Seen, Vec<String>) {
+    /// and for the last recordings to be checked, stops following, and returns the verdict
+    /// with the proxy's `counters`.
+    pub async fn finish(mut self, wait: Duration, counters: Counters) -> Verdict {
         let deadline = Instant::now() + wait;
         while Instant::now() < deadline {
-            let s = self.seen();
-            if s.started == s.ended {
+            if self.seen.lock().unwrap().all_ended() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -102,7 +101,109 @@ impl Audit {
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        (self.seen(), unnamed)
+        Verdict {
+            seen: self.seen(),
+            unnamed,
+            counters,
+        }
+    }
+}
+
+impl Seen {
+    fn all_ended(&self) -> bool {
+        self.started == self.ended
+    }
+}
+
+/// The proxy's own counts of what went wrong, from its metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Counters {
+    pub recording_failures: f64,
+    pub audit_events_dropped: f64,
+    pub audit_write_failures: f64,
+}
+
+/// Reads [`Counters`] with `metric`, a metric's value summed over its labels.
+pub fn counters(metric: impl Fn(&str) -> f64) -> Counters {
+    Counters {
+        recording_failures: metric("kube_ws_proxy_recording_failures_total"),
+        audit_events_dropped: metric("kube_ws_proxy_audit_events_dropped_total"),
+        audit_write_failures: metric("kube_ws_proxy_audit_write_failures_total"),
+    }
+}
+
+/// Everything `--audit` checks, at the end of the run.
+pub struct Verdict {
+    seen: Seen,
+    /// Recordings left that no `ended` event named.
+    unnamed: Vec<String>,
+    counters: Counters,
+}
+
+impl Verdict {
+    /// Prints the figures and returns what failed.
+    pub fn report(&self) -> Vec<String> {
+        let (seen, c) = (&self.seen, &self.counters);
+        let outcomes: Vec<String> = seen
+            .outcomes
+            .iter()
+            .map(|(o, n)| format!("{n} × {o}"))
+            .collect();
+        println!("\n| audit and recordings | value |");
+        println!("|---|---|");
+        println!(
+            "| audit events started / ended | {} / {} |",
+            seen.started, seen.ended
+        );
+        println!("| ended, by outcome | {} |", outcomes.join(", "));
+        println!("| audit log rotations | {} |", seen.rotations);
+        println!(
+            "| recordings checked (valid to the last line), size | {}, {:.1} GB |",
+            seen.recordings_checked,
+            seen.recording_bytes as f64 / 1e9
+        );
+        println!(
+            "| recording failures / audit events dropped / audit write failures | {} / {} / {} |",
+            c.recording_failures, c.audit_events_dropped, c.audit_write_failures
+        );
+        let first = |v: &[String]| v[..v.len().min(10)].to_vec();
+        let mut failures = Vec::new();
+        if !seen.all_ended() {
+            failures.push(format!(
+                "audit: {} sessions started, {} ended",
+                seen.started, seen.ended
+            ));
+        }
+        if !seen.bad.is_empty() {
+            failures.push(format!(
+                "audit: {} bad lines or recordings: {:?}",
+                seen.bad.len(),
+                first(&seen.bad)
+            ));
+        }
+        if !seen.recording_errors.is_empty() {
+            failures.push(format!(
+                "recordings failed: {:?}",
+                first(&seen.recording_errors)
+            ));
+        }
+        if !self.unnamed.is_empty() {
+            failures.push(format!(
+                "{} recordings no ended event named: {:?}",
+                self.unnamed.len(),
+                first(&self.unnamed)
+            ));
+        }
+        if c.recording_failures != 0.0
+            || c.audit_events_dropped != 0.0
+            || c.audit_write_failures != 0.0
+        {
+            failures.push(format!("{c:?}"));
+        }
+        if seen.recordings_checked == 0 {
+            failures.push("audit: no recording was checked".into());
+        }
+        failures
     }
 }
 

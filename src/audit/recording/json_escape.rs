@@ -36,19 +36,16 @@ mod sse2 {
             // the loop does not go through `out` in memory for every block.
             let base = out.as_mut_ptr();
             let mut len = out.len();
-            let room = out.capacity() - len;
-            let mut stored = 0;
             let mut mask = 0;
-            // Every block stores sixteen bytes and keeps at most sixteen, so `room` (at least
-            // what is left of `text` plus a block) is never used up in this loop.
+            // Every block keeps at most the sixteen bytes it consumes, so the room reserved
+            // (what is left of `text` plus a block) is never used up in this loop.
             while at + BLOCK <= text.len() {
-                debug_assert!(stored + BLOCK <= room);
+                debug_assert!(len + BLOCK <= out.capacity());
                 // SAFETY: `at + 16 <= text.len()`: the sixteen bytes read are inside `text`.
                 let v = unsafe { _mm_loadu_si128(text.as_ptr().add(at).cast::<__m128i>()) };
-                // SAFETY: `len` grew by at most what `at` did since `room` was taken, and
-                // `room >= text.len() - at + 16` then, so sixteen bytes are free after `len`.
+                // SAFETY: since the reserve above, `len` grew by at most what `at` did, and the
+                // reserve left `text.len() - at + 16` free then: sixteen bytes are free after `len`.
                 unsafe { _mm_storeu_si128(base.add(len).cast::<__m128i>(), v) };
-                stored += BLOCK;
                 mask = needs_escape_mask(v);
                 if mask != 0 {
                     let plain = mask.trailing_zeros() as usize;
