@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::audit::recording::Recorder;
+use crate::audit::recording::{Recordable, Recorded, Recorder};
 use crate::translate::observe::{Direction, ErrorStream, Observed, Observer};
 
 /// What the two directions of one relay share. Both run in one task, so the lock is never
@@ -115,14 +115,8 @@ impl RelayTap {
         let Some(recorder) = &self.recorder else {
             return true;
         };
-        for event in events {
-            match event {
-                Observed::Stdout(data) | Observed::Stderr(data) => recorder.output(&data).await,
-                Observed::Stdin(data) => recorder.input(&data).await,
-                Observed::Resize(size) => recorder.resize(size.width, size.height).await,
-                Observed::Error(_) => {}
-            }
-        }
+        // What one read carried waits for the recording budget once.
+        recorder.record(&events).await;
         true
     }
 
@@ -166,6 +160,21 @@ impl RelayTap {
             status,
             recording_error,
         }
+    }
+}
+
+impl Recordable for Observed {
+    fn recorded(&self) -> Option<Recorded<'_>> {
+        Some(match self {
+            Observed::Stdout(data) | Observed::Stderr(data) => Recorded::Output(data),
+            Observed::Stdin(data) => Recorded::Input(data),
+            Observed::Resize(size) => Recorded::Resize {
+                cols: size.width,
+                rows: size.height,
+            },
+            // Its Status is the audit event's business, not the terminal's.
+            Observed::Error(_) => return None,
+        })
     }
 }
 

@@ -14,5 +14,6 @@ mod state;
 mod writer;
 
 pub use recorder::{
-    RecordPolicy, Recorder, RecordingConfig, RecordingCounters, RecordingError, Recordings,
+    RecordPolicy, Recordable, Recorded, Recorder, RecordingConfig, RecordingCounters,
+    RecordingError, Recordings,
 };

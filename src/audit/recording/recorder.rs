@@ -4,7 +4,9 @@
 //! Memory is bounded for the whole proxy, not per session: an event takes its size from a
 //! shared byte budget until the writer has written it. A disk slower than the sessions makes
 //! them wait once the budget is spent (backpressure, as a slow client does), never grows
-//! memory. A recording whose write fails stops; [`Recorder::failed`] tells the session, which
+//! memory. The budget is handed out in turn, so a session takes what it already holds
+//! (everything one read brought) in one wait: a wait per chunk would make a session with a
+//! backlog wait its turn again for every chunk. A recording whose write fails stops; [`Recorder::failed`] tells the session, which
 //! under `--record=required` ends with a Status that says why.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +17,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use prometheus::IntCounter;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::asciicast::Header;
 use super::state::RecordingState;
@@ -198,19 +200,26 @@ impl Recorder {
 
     /// Stdout or stderr, as the client got it.
     pub async fn output(&self, data: &Bytes) {
-        self.send(EventKind::Output(data.clone()), data.len()).await;
+        self.record(&[Recorded::Output(data)]).await;
+    }
+
+    /// Output chunks the client is sent together: they wait for the budget once (see
+    /// [`Recorder::record`]).
+    pub async fn outputs(&self, chunks: &[Bytes]) {
+        let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
+        if let Some(budget) = self.reserve(count, cost).await {
+            self.send_reserved(budget, count, chunks.iter().map(Recorded::Output));
+        }
     }
 
     /// What the client typed (only with `--record-stdin`).
     pub async fn input(&self, data: &Bytes) {
-        if self.record_stdin {
-            self.send(EventKind::Input(data.clone()), data.len()).await;
-        }
+        self.record(&[Recorded::Input(data)]).await;
     }
 
     /// The client's terminal size changed.
     pub async fn resize(&self, cols: u16, rows: u16) {
-        self.send(EventKind::Resize(cols, rows), 0).await;
+        self.record(&[Recorded::Resize { cols, rows }]).await;
     }
 
     /// Resolves once the recording has failed; why.
@@ -218,20 +227,113 @@ impl Recorder {
         self.state.failed().await
     }
 
-    async fn send(&self, kind: EventKind, len: usize) {
-        if self.state.has_failed() {
-            return;
+    /// Events the session handled together (what one read brought, output already queued):
+    /// they wait for the budget once. When the writer is behind, every wait is a turn after
+    /// all the other sessions' events, so a session passing on a backlog (a burst of output,
+    /// or the rest of what an upstream that just died had sent) would otherwise take one turn
+    /// per chunk.
+    pub async fn record<T: Recordable + Sync>(&self, events: &[T]) {
+        let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
+        if let Some(budget) = self.reserve(count, cost).await {
+            self.send_reserved(budget, count, events.iter().filter_map(T::recorded));
         }
-        let cost = len.clamp(MIN_EVENT_COST, BUDGET_BYTES) as u32;
-        let Ok(budget) = self.budget.clone().acquire_many_owned(cost).await else {
-            return;
+    }
+
+    /// How many of `events` are recorded, and what they cost together.
+    fn tally<'a>(&self, events: impl Iterator<Item = Recorded<'a>>) -> (usize, usize) {
+        events
+            .filter(|e| self.wanted(*e))
+            .fold((0, 0), |(n, cost), e| (n + 1, cost + e.cost()))
+    }
+
+    /// Waits for `cost` of the budget (at most all of it); `None` when there is nothing to
+    /// record or the recording has failed.
+    ///
+    /// The events themselves are not held across this wait: a generic iterator held there
+    /// would make the session's future lose `Send` (a known limit of the compiler with
+    /// higher-ranked lifetimes), so callers count first and send after.
+    async fn reserve(&self, count: usize, cost: usize) -> Option<OwnedSemaphorePermit> {
+        if count == 0 || self.state.has_failed() {
+            return None;
+        }
+        let cost = cost.min(BUDGET_BYTES) as u32;
+        self.budget.clone().acquire_many_owned(cost).await.ok()
+    }
+
+    /// Queues the `count` wanted ones of `events` for the writer, sharing `budget` out.
+    fn send_reserved<'a>(
+        &self,
+        budget: OwnedSemaphorePermit,
+        mut count: usize,
+        events: impl Iterator<Item = Recorded<'a>>,
+    ) {
+        let at = self.state.elapsed();
+        let mut budget = Some(budget);
+        for event in events.filter(|e| self.wanted(*e)) {
+            count = count.saturating_sub(1);
+            // Each event gives its share back once written; the last takes what is left.
+            let share = match count {
+                0 => budget.take(),
+                _ => budget
+                    .as_mut()
+                    .and_then(|b| b.split(event.cost().min(b.num_permits()))),
+            };
+            // Always there: every share fits in what is left, and only the last takes it all.
+            let Some(share) = share else { break };
+            let _ = self.tx.send(Message::Event {
+                id: self.id,
+                at,
+                kind: event.kind(),
+                _budget: share,
+            });
+        }
+    }
+
+    /// Typed input is recorded only with `--record-stdin`.
+    fn wanted(&self, event: Recorded<'_>) -> bool {
+        self.record_stdin || !matches!(event, Recorded::Input(_))
+    }
+}
+
+/// Something a session hands its recorder in a batch ([`Recorder::record`]).
+pub trait Recordable {
+    /// What of it is recorded, if anything.
+    fn recorded(&self) -> Option<Recorded<'_>>;
+}
+
+impl Recordable for Recorded<'_> {
+    fn recorded(&self) -> Option<Recorded<'_>> {
+        Some(*self)
+    }
+}
+
+/// What a session hands its [`Recorder`].
+#[derive(Debug, Clone, Copy)]
+pub enum Recorded<'a> {
+    /// Stdout or stderr, as the client got it.
+    Output(&'a Bytes),
+    /// What the client typed (recorded only with `--record-stdin`).
+    Input(&'a Bytes),
+    /// The client's terminal size changed.
+    Resize { cols: u16, rows: u16 },
+}
+
+impl Recorded<'_> {
+    /// What the event takes of the budget until it is written.
+    fn cost(self) -> usize {
+        let len = match self {
+            Recorded::Output(data) | Recorded::Input(data) => data.len(),
+            Recorded::Resize { .. } => 0,
         };
-        let _ = self.tx.send(Message::Event {
-            id: self.id,
-            at: self.state.elapsed(),
-            kind,
-            _budget: budget,
-        });
+        len.clamp(MIN_EVENT_COST, BUDGET_BYTES)
+    }
+
+    fn kind(self) -> EventKind {
+        match self {
+            Recorded::Output(data) => EventKind::Output(data.clone()),
+            Recorded::Input(data) => EventKind::Input(data.clone()),
+            Recorded::Resize { cols, rows } => EventKind::Resize(cols, rows),
+        }
     }
 }
 
@@ -370,6 +472,107 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!(c.recorded_bytes.get(), total);
+    }
+
+    /// Waits until the writer has given the whole budget back.
+    async fn budget_returns(recordings: &Recordings) {
+        for _ in 0..500 {
+            if recordings.budget.available_permits() == BUDGET_BYTES {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!(
+            "the budget never came back: {} of {BUDGET_BYTES}",
+            recordings.budget.available_permits()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_waits_for_its_whole_cost_at_once() {
+        let (_dir, _c, recordings) = required_recordings(false);
+        let rec = recordings
+            .open("batch-1", &["cat".into()], String::new())
+            .await
+            .unwrap();
+        // Room for one small event, not for three.
+        let held = recordings
+            .budget
+            .clone()
+            .acquire_many_owned((BUDGET_BYTES - 100) as u32)
+            .await
+            .unwrap();
+        let chunks = [
+            Bytes::from_static(b"one "),
+            Bytes::from_static(b"two "),
+            Bytes::from_static(b"three"),
+        ];
+        let path = rec.path().to_owned();
+        let send = tokio::spawn(async move {
+            rec.outputs(&chunks).await;
+            rec
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // Nothing of the batch went ahead alone: one chunk at a time, the first would have
+        // been written by now (with the header before it).
+        assert!(!send.is_finished());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        drop(held);
+        drop(send.await.unwrap());
+        let lines = wait_for(&path, 4).await;
+        let shown: Vec<String> = lines[1..]
+            .iter()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[2].to_string())
+            .collect();
+        assert_eq!(shown, ["\"one \"", "\"two \"", "\"three\""]);
+        budget_returns(&recordings).await;
+    }
+
+    #[tokio::test]
+    async fn a_batch_larger_than_the_budget_still_passes() {
+        let (_dir, c, recordings) = required_recordings(false);
+        let rec = recordings
+            .open("big-1", &["cat".into()], String::new())
+            .await
+            .unwrap();
+        let chunk = Bytes::from(vec![b'x'; BUDGET_BYTES * 2 / 3]);
+        rec.outputs(&[chunk.clone(), chunk.clone()]).await;
+        drop(rec);
+        budget_returns(&recordings).await;
+        assert_eq!(c.recorded_bytes.get(), 2 * chunk.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn typed_input_in_a_batch_is_left_out_unless_asked_for() {
+        for record_stdin in [false, true] {
+            let (_dir, _c, recordings) = required_recordings(record_stdin);
+            let rec = recordings
+                .open("mix-1", &["sh".into()], String::new())
+                .await
+                .unwrap();
+            let (out, typed) = (Bytes::from_static(b"$ "), Bytes::from_static(b"ls\r"));
+            // The input last: the event before it must still give its share back.
+            rec.record(&[
+                Recorded::Resize { cols: 90, rows: 20 },
+                Recorded::Output(&out),
+                Recorded::Input(&typed),
+            ])
+            .await;
+            let path = rec.path().to_owned();
+            drop(rec);
+            let lines = wait_for(&path, 2).await;
+            let kinds: Vec<String> = lines[1..]
+                .iter()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[1].to_string())
+                .collect();
+            let expected: &[&str] = if record_stdin {
+                &["\"o\"", "\"i\""]
+            } else {
+                &["\"o\""]
+            };
+            assert_eq!(kinds, expected, "record_stdin {record_stdin}");
+            budget_returns(&recordings).await;
+        }
     }
 
     #[tokio::test]

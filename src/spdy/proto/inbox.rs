@@ -73,9 +73,20 @@ impl InboxReceiver {
     /// The next queued item, or `None` once the sender is gone and the queue is drained.
     pub(crate) async fn recv(&mut self) -> Option<Bytes> {
         let data = self.rx.recv().await?;
+        Some(self.taken(data))
+    }
+
+    /// The next queued item if one is queued now; never waits.
+    pub(crate) fn try_recv(&mut self) -> Option<Bytes> {
+        let data = self.rx.try_recv().ok()?;
+        Some(self.taken(data))
+    }
+
+    /// Gives the room `data` held back to the sender.
+    fn taken(&self, data: Bytes) -> Bytes {
         self.room
             .add_permits(permits_for(data.len(), self.capacity) as usize);
-        Some(data)
+        data
     }
 }
 
@@ -111,6 +122,21 @@ mod tests {
         assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"0123456789"));
         assert!(tx.deliver(Bytes::from_static(b"x")).await);
         assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"x"));
+    }
+
+    #[tokio::test]
+    async fn try_recv_takes_only_what_is_queued_and_frees_its_room() {
+        let (tx, mut rx) = inbox(10);
+        assert_eq!(rx.try_recv(), None);
+        assert!(tx.deliver(Bytes::from_static(b"0123456789")).await);
+        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"0123456789"));
+        assert_eq!(rx.try_recv(), None);
+        // The room is back: this does not wait.
+        assert_eq!(tx.try_deliver(Bytes::from_static(b"abc")), Ok(true));
+        drop(tx);
+        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"abc"));
+        assert_eq!(rx.try_recv(), None);
+        assert!(rx.recv().await.is_none());
     }
 
     #[tokio::test]

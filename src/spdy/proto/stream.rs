@@ -171,6 +171,12 @@ impl RecvStream {
         None
     }
 
+    /// Data already received, without waiting; `None` when nothing is queued now (how the
+    /// stream ended is told by `recv` only).
+    pub fn try_recv(&mut self) -> Option<Bytes> {
+        self.inbox.try_recv()
+    }
+
     /// Whether data is queued right now, so `recv` would return without waiting.
     pub fn has_queued(&self) -> bool {
         self.inbox.has_queued()

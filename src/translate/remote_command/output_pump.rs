@@ -38,6 +38,8 @@ pub(crate) async fn pump_output<W>(
 where
     W: AsyncWrite + Unpin,
 {
+    // Output already queued behind a chunk is handled with it (reused across the loop).
+    let mut batch: Vec<Bytes> = Vec::new();
     loop {
         let (channel, next) = tokio::select! {
             next = recv_opt(&mut stdout), if stdout.is_some() => (Channel::Stdout, next),
@@ -62,14 +64,22 @@ where
                 continue;
             }
         };
-        *bytes_out += data.len() as u64;
+        let rx = match channel {
+            Channel::Stdout => &mut stdout,
+            _ => &mut stderr,
+        };
+        let gathered = gather(data, rx, &mut batch);
+        *bytes_out += gathered as u64;
         activity.touch();
         if let Some(recorder) = recorder {
-            // What the client is sent, as it is sent; a full recording budget waits here.
-            recorder.output(&data).await;
+            // What the client is sent, as it is sent: the batch waits for the recording
+            // budget once, however many chunks it holds.
+            recorder.outputs(&batch).await;
         }
-        if queue(writer, channel, data).is_err() {
-            return OutputEnd::ClientGone;
+        for data in batch.drain(..) {
+            if queue(writer, channel, data).is_err() {
+                return OutputEnd::ClientGone;
+            }
         }
         // Write unless more output is already waiting: small messages go out together.
         let more = output_ready(&stdout) || output_ready(&stderr);
@@ -77,6 +87,23 @@ where
             return OutputEnd::ClientGone;
         }
     }
+}
+
+/// Puts `first` and whatever `rx` already holds behind it (up to [`BATCH_BYTES`]) into
+/// `batch`; their length.
+fn gather(first: Bytes, rx: &mut Option<RecvStream>, batch: &mut Vec<Bytes>) -> usize {
+    let mut gathered = first.len();
+    batch.push(first);
+    while gathered < BATCH_BYTES {
+        match rx.as_mut().and_then(RecvStream::try_recv) {
+            Some(more) => {
+                gathered += more.len();
+                batch.push(more);
+            }
+            None => break,
+        }
+    }
+    gathered
 }
 
 /// Queues `data` as messages behind the channel byte; the payload is not copied.

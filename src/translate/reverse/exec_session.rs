@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -27,7 +27,7 @@ use super::client_status::ClientStatus;
 use super::client_streams::ClientStreams;
 use super::v5_message::{self, decode_server, ServerMessage, StatusBytes};
 use crate::activity_clock::ActivityClock;
-use crate::audit::recording::Recorder;
+use crate::audit::recording::{Recordable, Recorded, Recorder};
 use crate::spdy::proto::{RecvStream, SendStream, SessionEnd};
 use crate::translate::remote_command::{Outcome, SessionEndKind, SessionRecording};
 use crate::translate::resize::ResizeDecoder;
@@ -35,6 +35,8 @@ use crate::translate::status::Status;
 
 /// How long the closing handshake with the upstream may take.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// Upstream output already received is gathered, up to this much, and passed on together.
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// Bounds and clocks of one reverse-translated session.
 #[derive(Debug, Clone)]
@@ -270,42 +272,99 @@ async fn read_upstream<S>(
 where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
 {
-    while let Some(msg) = source.next().await {
-        heard.touch();
-        let message = match msg {
-            Ok(Message::Binary(message)) => message,
-            // client-go refuses text on v5 too.
-            Ok(Message::Text(_)) => {
-                return UpstreamEnd::Violation(
-                    "the upstream sent a text message on a v5.channel.k8s.io connection",
-                )
+    // Output that arrived together is recorded together (one wait for the recording budget),
+    // then passed on in order. Reused across the loop.
+    let mut batch: Vec<Output> = Vec::new();
+    loop {
+        let mut next = source.next().await;
+        let mut gathered = 0;
+        let end = loop {
+            let Some(msg) = next else {
+                break Some(UpstreamEnd::Lost);
+            };
+            heard.touch();
+            match read_message(msg, status) {
+                Read::Output(output) => {
+                    gathered += output.payload.len();
+                    batch.push(output);
+                }
+                Read::Nothing => {}
+                Read::End(end) => break Some(end),
             }
-            Ok(Message::Close(_)) => return UpstreamEnd::Closed,
-            Ok(_) => continue,
-            Err(_) => return UpstreamEnd::Lost,
-        };
-        let (slot, payload) = match decode_server(message) {
-            ServerMessage::Stdout(payload) => (0, payload),
-            ServerMessage::Stderr(payload) => (1, payload),
-            ServerMessage::Status(payload) => {
-                status.push(&payload);
-                continue;
+            if gathered >= BATCH_BYTES {
+                break None;
             }
-            ServerMessage::Ignored => continue,
+            // Only what is there already: the batch never waits for more.
+            match source.next().now_or_never() {
+                Some(more) => next = more,
+                None => break None,
+            }
         };
-        data.touch();
-        *bytes_out += payload.len() as u64;
-        if let Some(recorder) = recorder {
-            recorder.output(&payload).await;
+        if !batch.is_empty() {
+            data.touch();
+            *bytes_out += gathered as u64;
+            if let Some(recorder) = recorder {
+                recorder.record(&batch).await;
+            }
+            for Output { slot, payload } in batch.drain(..) {
+                if let Some(out) = outputs[slot].as_mut() {
+                    if out.send(payload).await.is_err() {
+                        // The client's session is gone; it is noticed there. Keep reading
+                        // meanwhile.
+                        outputs[slot] = None;
+                    }
+                }
+            }
         }
-        if let Some(out) = outputs[slot].as_mut() {
-            if out.send(payload).await.is_err() {
-                // The client's session is gone; it is noticed there. Keep reading meanwhile.
-                outputs[slot] = None;
-            }
+        if let Some(end) = end {
+            return end;
         }
     }
-    UpstreamEnd::Lost
+}
+
+/// Output for the client's stdout (slot 0) or stderr (slot 1).
+struct Output {
+    slot: usize,
+    payload: Bytes,
+}
+
+impl Recordable for Output {
+    fn recorded(&self) -> Option<Recorded<'_>> {
+        Some(Recorded::Output(&self.payload))
+    }
+}
+
+/// What one upstream message means for the reader.
+enum Read {
+    Output(Output),
+    /// Nothing for the client (a Status part, a ping).
+    Nothing,
+    End(UpstreamEnd),
+}
+
+fn read_message(msg: Result<Message, WsError>, status: &mut StatusBytes) -> Read {
+    let message = match msg {
+        Ok(Message::Binary(message)) => message,
+        // client-go refuses text on v5 too.
+        Ok(Message::Text(_)) => {
+            return Read::End(UpstreamEnd::Violation(
+                "the upstream sent a text message on a v5.channel.k8s.io connection",
+            ))
+        }
+        Ok(Message::Close(_)) => return Read::End(UpstreamEnd::Closed),
+        Ok(_) => return Read::Nothing,
+        Err(_) => return Read::End(UpstreamEnd::Lost),
+    };
+    let (slot, payload) = match decode_server(message) {
+        ServerMessage::Stdout(payload) => (0, payload),
+        ServerMessage::Stderr(payload) => (1, payload),
+        ServerMessage::Status(payload) => {
+            status.push(&payload);
+            return Read::Nothing;
+        }
+        ServerMessage::Ignored => return Read::Nothing,
+    };
+    Read::Output(Output { slot, payload })
 }
 
 /// Client stdin to the upstream: `00`+data per DATA frame, `FF 00` when the client half-closes.

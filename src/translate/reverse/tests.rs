@@ -17,7 +17,7 @@ use crate::spdy::frame::HeaderBlock;
 use crate::spdy::proto::{Config, Connection, RecvStream, SendStream};
 use crate::translate::exec_options::{ExecOptions, StreamKind};
 use crate::translate::protocol::UpstreamVersion;
-use crate::translate::remote_command::{Outcome, SessionEndKind};
+use crate::translate::remote_command::{Outcome, SessionEndKind, SessionRecording};
 
 const SUCCESS: &[u8] = br#"{"metadata":{},"status":"Success"}"#;
 const EXIT_3: &[u8] = br#"{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: command terminated with exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
@@ -48,6 +48,16 @@ async fn start(
     query: &str,
     version: UpstreamVersion,
     limits: ReverseLimits,
+) -> (Kubectl, Upstream, tokio::task::JoinHandle<Outcome>) {
+    start_recorded(query, version, limits, None).await
+}
+
+/// [`start`], the session recorded by `recording`.
+async fn start_recorded(
+    query: &str,
+    version: UpstreamVersion,
+    limits: ReverseLimits,
+    recording: Option<SessionRecording>,
 ) -> (Kubectl, Upstream, tokio::task::JoinHandle<Outcome>) {
     let options = ExecOptions::from_query(query);
     let (client_io, proxy_io) = tokio::io::duplex(256 * 1024);
@@ -82,7 +92,7 @@ async fn start(
             to_upstream,
             &limits,
             CancellationToken::new(),
-            None,
+            recording.as_ref(),
         )
         .await
     });
@@ -146,6 +156,84 @@ async fn output_exit_code_and_status_bytes() {
     assert_eq!(outcome.end, SessionEndKind::Completed);
     assert_eq!(outcome.status.unwrap().exit_code(), Some(3));
     assert_eq!(outcome.bytes_out, 8);
+}
+
+#[tokio::test]
+async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
+    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
+    let dir = tempfile::tempdir().unwrap();
+    let recordings = Recordings::start(
+        RecordingConfig {
+            dir: dir.path().to_owned(),
+            policy: RecordPolicy::Required,
+            record_stdin: false,
+        },
+        RecordingCounters {
+            recorded_bytes: prometheus::IntCounter::new("r", "r").unwrap(),
+            failures: prometheus::IntCounter::new("f", "f").unwrap(),
+        },
+    )
+    .unwrap();
+    let recorder = recordings
+        .open("burst-1", &["sh".into()], String::new())
+        .await
+        .unwrap();
+    let path = recorder.path().to_owned();
+    let (mut k, mut up, session) = start_recorded(
+        "command=sh&stdout=true&stderr=true",
+        UpstreamVersion::V4,
+        ReverseLimits::default(),
+        Some(SessionRecording {
+            recorder,
+            required: true,
+        }),
+    )
+    .await;
+    // More than one batch's worth, both channels mixed, all queued before the reader looks,
+    // the Status and Close right behind: nothing may be lost, reordered or cut short.
+    let mut shown = Vec::new();
+    let mut expected = [Vec::new(), Vec::new()];
+    for i in 0..200u32 {
+        let channel = if i % 3 == 2 { 2u8 } else { 1 };
+        let text = format!("{i:05}{}\n", "x".repeat(2000));
+        expected[channel as usize - 1].extend_from_slice(text.as_bytes());
+        shown.extend_from_slice(text.as_bytes());
+        up.send(Message::Binary(Bytes::from(
+            [&[channel], text.as_bytes()].concat(),
+        )))
+        .await
+        .unwrap();
+    }
+    finish_upstream(&mut up, SUCCESS).await;
+    let (out, err) = tokio::join!(
+        read_all(k.stdout.as_mut().unwrap()),
+        read_all(k.stderr.as_mut().unwrap())
+    );
+    assert_eq!((out, err), (expected[0].clone(), expected[1].clone()));
+    let outcome = session.await.unwrap();
+    assert_eq!(outcome.end, SessionEndKind::Completed);
+    assert_eq!(outcome.bytes_out, shown.len() as u64);
+    drop(outcome);
+    // The recording holds every message in the order the upstream sent them.
+    let mut recorded = String::new();
+    for _ in 0..500 {
+        recorded = std::fs::read_to_string(&path).unwrap_or_default();
+        if recorded.lines().count() > 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let text: String = recorded
+        .lines()
+        .skip(1)
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()[2]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(text.as_bytes(), &shown[..]);
 }
 
 #[tokio::test]
