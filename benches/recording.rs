@@ -23,6 +23,14 @@
 //! sees. Its times include kubectl's start (reading its kubeconfig, getting the pod), the same
 //! for both proxies.
 //!
+//! `--echo` measures what recording does to a person typing instead: one session echoes a
+//! byte through `cat` every 20 ms while `--bulk` other sessions (4 by default) pour out text
+//! as fast as they can, through each proxy in turn; it reports the echo's round trips. A
+//! recording proxy whose writer is behind makes sessions wait for its byte budget, and an
+//! echo must not wait behind the others' bulk output.
+//!
+//!     cargo bench --bench recording -- --echo [--bulk 4] [--rounds 3] [--only NUL]
+//!
 //! `KUBE_WS_PROXY_BENCH_BIN` runs another build of the proxy (both the recording one and the
 //! one that does not record), for a before/after comparison.
 //!
@@ -133,6 +141,99 @@ async fn kubectl_stdout_run(kubectl: &Path, kubeconfig: &Path, command: &[&str],
     started.elapsed().as_secs_f64()
 }
 
+/// A shell command printing `n` bytes of terminal-like text (`ls -l` lines).
+fn text_command(n: u64) -> String {
+    format!(
+        "yes 'drwxr-xr-x  2 kube kube  4096 Nov 25 01:02 a-directory-listing-line' | head -c {n}"
+    )
+}
+
+/// Removes the recordings in `dir`.
+fn remove_all(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+}
+
+/// Percentile `p` (0–100) of sorted `v`.
+fn percentile(v: &[f64], p: f64) -> f64 {
+    v[((v.len() - 1) as f64 * p / 100.0).round() as usize]
+}
+
+/// `--echo`: round trips of a 1-byte echo every 20 ms while `bulk` sessions print `text`
+/// (64 MiB each, again and again), through each proxy in turn, `rounds` times.
+async fn echo_under_load(
+    proxies: [&Proxy; 2],
+    bulk: usize,
+    rounds: usize,
+    remove_recordings: impl Fn(),
+) {
+    const ECHOES: usize = 250;
+    const BULK_BYTES: u64 = 64 << 20;
+    // `--only NUL`: NUL bytes, six times their size once recorded, keep the writer behind.
+    let nul = arg("--only").is_some_and(|o| o.starts_with("NUL"));
+    let command = match nul {
+        true => format!("head -c {BULK_BYTES} /dev/zero"),
+        false => text_command(BULK_BYTES),
+    };
+    let kind = if nul { "NUL bytes" } else { "text" };
+    println!("echo every 20 ms, {ECHOES} per run, beside {bulk} sessions of bulk output ({kind})");
+    let mut rtts = [Vec::new(), Vec::new()];
+    let mut bulk_rate = [Vec::new(), Vec::new()];
+    for round in 1..=rounds {
+        for (i, p) in proxies.iter().enumerate() {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let moved = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let mut tasks = Vec::new();
+            for _ in 0..bulk {
+                let (stop, moved, addr) = (stop.clone(), moved.clone(), p.addr);
+                let command = ["sh".to_owned(), "-c".to_owned(), command.clone()];
+                tasks.push(tokio::spawn(async move {
+                    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        workloads::proxy_stdout_run(addr, &command, BULK_BYTES).await;
+                        moved.fetch_add(BULK_BYTES, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }));
+            }
+            // Let the bulk sessions fill whatever they fill first.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let (moved0, started) = (
+                moved.load(std::sync::atomic::Ordering::Relaxed),
+                Instant::now(),
+            );
+            rtts[i]
+                .extend(workloads::proxy_echo_run(p.addr, ECHOES, Duration::from_millis(20)).await);
+            let during = moved.load(std::sync::atomic::Ordering::Relaxed) - moved0;
+            bulk_rate[i].push(during as f64 / (1 << 20) as f64 / started.elapsed().as_secs_f64());
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for t in tasks {
+                t.await.unwrap();
+            }
+            if i == 1 {
+                remove_recordings();
+            }
+        }
+        println!("round {round} done");
+    }
+    println!("\n| proxy | echo round trip p50 / p90 / p99 / max, ms | bulk output meanwhile, MiB/s (per run) |");
+    println!("|---|---|---|");
+    for (i, name) in ["not recording", "recording"].iter().enumerate() {
+        let v = &mut rtts[i];
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let ms = |p: f64| percentile(v, p) / 1000.0;
+        let rates: Vec<String> = bulk_rate[i].iter().map(|r| format!("{r:.0}")).collect();
+        println!(
+            "| {name} | {:.1} / {:.1} / {:.1} / {:.1} | {} |",
+            ms(50.0),
+            ms(90.0),
+            ms(99.0),
+            ms(100.0),
+            rates.join(", ")
+        );
+    }
+}
+
 fn main() {
     let bytes: u64 = arg("--bytes")
         .and_then(|v| v.parse().ok())
@@ -170,9 +271,7 @@ fn main() {
         };
         let kubeconfigs = [kubeconfig(&plain, "plain"), kubeconfig(&recording, "recording")];
         let n = bytes.to_string();
-        let text = format!(
-            "yes 'drwxr-xr-x  2 kube kube  4096 Nov 25 01:02 a-directory-listing-line' | head -c {n}"
-        );
+        let text = text_command(bytes);
         let mut workloads: Vec<(&str, Vec<&str>)> = vec![
             ("text", vec!["sh", "-c", &text]),
             ("NUL bytes", vec!["head", "-c", &n, "/dev/zero"]),
@@ -185,6 +284,12 @@ fn main() {
             Some(k) => format!("kubectl exec ({})", k.display()),
             None => "the project's WebSocket client".to_owned(),
         };
+        if std::env::args().any(|a| a == "--echo") {
+            let bulk = arg("--bulk").and_then(|v| v.parse().ok()).unwrap_or(4);
+            let remove = || remove_all(records.path());
+            echo_under_load([&plain, &recording], bulk, rounds, remove).await;
+            return;
+        }
         let fresh_pages = std::env::args().any(|a| a == "--fresh-pages");
         println!(
             "bytes per transfer: {bytes}, rounds: {rounds}, client: {client}, page cache: {}",
@@ -193,11 +298,7 @@ fn main() {
         let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
         let mut cpu = vec![[0.0f64; 2]; workloads.len()];
         let mut file_bytes = vec![0u64; workloads.len()];
-        let remove_recordings = || {
-            for e in std::fs::read_dir(records.path()).unwrap() {
-                std::fs::remove_file(e.unwrap().path()).unwrap();
-            }
-        };
+        let remove_recordings = || remove_all(records.path());
         // Round 0 is a warm-up, not counted.
         for round in 0..=rounds {
             let counted = round > 0;

@@ -207,33 +207,7 @@ pub async fn echo_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
     let query = exec_query(&["cat"], true);
     let mut rtts = Vec::with_capacity(count);
     match path {
-        Path::Proxy => {
-            let mut ws = ws_connect(s.proxy, &query).await;
-            for _ in 0..count {
-                let t = Instant::now();
-                ws.send(Message::Binary(Bytes::from_static(b"\x00x")))
-                    .await
-                    .unwrap();
-                loop {
-                    match ws.next().await {
-                        Some(Ok(Message::Binary(d))) if d.first() == Some(&1) && d.len() > 1 => {
-                            break
-                        }
-                        Some(Ok(_)) => continue,
-                        other => panic!("echo ended: {other:?}"),
-                    }
-                }
-                rtts.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            ws.send(Message::Binary(Bytes::from_static(b"\xff\x00")))
-                .await
-                .unwrap();
-            while let Some(Ok(m)) = ws.next().await {
-                if let Message::Close(_) = m {
-                    break;
-                }
-            }
-        }
+        Path::Proxy => return proxy_echo_run(s.proxy, count, Duration::ZERO).await,
         Path::Direct | Path::Relay => {
             let addr = s.spdy_addr(path);
             let mut st = spdy_connect(addr, &query).await;
@@ -248,6 +222,40 @@ pub async fn echo_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
             stdin.finish().await.unwrap();
             while let Some(Ok(_)) = out.recv().await {}
             finish_spdy(st).await;
+        }
+    }
+    rtts
+}
+
+/// Round-trip times (µs) of `count` 1-byte echoes through `cat` over a v5 WebSocket through
+/// the proxy at `proxy`, `pause` apart (a person typing rather than a flood).
+pub async fn proxy_echo_run(proxy: SocketAddr, count: usize, pause: Duration) -> Vec<f64> {
+    let query = exec_query(&["cat"], true);
+    let mut rtts = Vec::with_capacity(count);
+    let mut ws = ws_connect(proxy, &query).await;
+    for _ in 0..count {
+        let t = Instant::now();
+        ws.send(Message::Binary(Bytes::from_static(b"\x00x")))
+            .await
+            .unwrap();
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Binary(d))) if d.first() == Some(&1) && d.len() > 1 => break,
+                Some(Ok(_)) => continue,
+                other => panic!("echo ended: {other:?}"),
+            }
+        }
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    ws.send(Message::Binary(Bytes::from_static(b"\xff\x00")))
+        .await
+        .unwrap();
+    while let Some(Ok(m)) = ws.next().await {
+        if let Message::Close(_) = m {
+            break;
         }
     }
     rtts

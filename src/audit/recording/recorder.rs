@@ -6,7 +6,13 @@
 //! them wait once the budget is spent (backpressure, as a slow client does), never grows
 //! memory. The budget is handed out in turn, so a session takes what it already holds
 //! (everything one read brought) in one wait: a wait per chunk would make a session with a
-//! backlog wait its turn again for every chunk. A recording whose write fails stops; [`Recorder::failed`] tells the session, which
+//! backlog wait its turn again for every chunk.
+//!
+//! Waiting in turn would put a person's keystroke echo behind every other session's bulk
+//! output whenever the writer is behind (tenths of a second). So each session also has an
+//! express lane of its own: a small batch goes ahead without queueing when the session has
+//! nothing else in that lane. That bounds memory per session too ([`EXPRESS_BYTES`] each, on
+//! top of the shared budget), as its other buffers are. A recording whose write fails stops; [`Recorder::failed`] tells the session, which
 //! under `--record=required` ends with a Status that says why.
 
 use std::path::{Path, PathBuf};
@@ -25,6 +31,9 @@ use super::writer::{self, EventKind, Message};
 
 /// Bytes of events waiting for the writer, all sessions together.
 const BUDGET_BYTES: usize = 16 * 1024 * 1024;
+/// What one session may have waiting for the writer without taking its turn for the shared
+/// budget: a screenful of output, a keystroke's echo, a resize.
+pub const EXPRESS_BYTES: usize = 8 * 1024;
 /// What the smallest event (a resize, a short line) costs of the budget, so that the number of
 /// queued events is bounded too.
 const MIN_EVENT_COST: usize = 64;
@@ -169,6 +178,7 @@ impl Recordings {
             id,
             tx: self.tx.clone(),
             budget: self.budget.clone(),
+            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: self.config.record_stdin,
             path,
@@ -182,6 +192,8 @@ pub struct Recorder {
     id: u64,
     tx: UnboundedSender<Message>,
     budget: Arc<Semaphore>,
+    /// This session's own small lane beside `budget`.
+    express: Arc<Semaphore>,
     state: Arc<RecordingState>,
     record_stdin: bool,
     path: PathBuf,
@@ -207,7 +219,7 @@ impl Recorder {
     /// [`Recorder::record`]).
     pub async fn outputs(&self, chunks: &[Bytes]) {
         let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
-        if let Some(budget) = self.reserve(count, cost).await {
+        if let Some(budget) = self.wait_for_budget(count, cost).await {
             self.send_reserved(budget, count, chunks.iter().map(Recorded::Output));
         }
     }
@@ -234,7 +246,7 @@ impl Recorder {
     /// per chunk.
     pub async fn record<T: Recordable + Sync>(&self, events: &[T]) {
         let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
-        if let Some(budget) = self.reserve(count, cost).await {
+        if let Some(budget) = self.wait_for_budget(count, cost).await {
             self.send_reserved(budget, count, events.iter().filter_map(T::recorded));
         }
     }
@@ -246,15 +258,21 @@ impl Recorder {
             .fold((0, 0), |(n, cost), e| (n + 1, cost + e.cost()))
     }
 
-    /// Waits for `cost` of the budget (at most all of it); `None` when there is nothing to
-    /// record or the recording has failed.
+    /// Takes `cost` of the session's express lane if it is that small and the lane is free,
+    /// else waits for it (at most all of it) from the shared budget; `None` when there is
+    /// nothing to record or the recording has failed.
     ///
     /// The events themselves are not held across this wait: a generic iterator held there
     /// would make the session's future lose `Send` (a known limit of the compiler with
     /// higher-ranked lifetimes), so callers count first and send after.
-    async fn reserve(&self, count: usize, cost: usize) -> Option<OwnedSemaphorePermit> {
+    async fn wait_for_budget(&self, count: usize, cost: usize) -> Option<OwnedSemaphorePermit> {
         if count == 0 || self.state.has_failed() {
             return None;
+        }
+        if cost <= EXPRESS_BYTES {
+            if let Ok(express) = self.express.clone().try_acquire_many_owned(cost as u32) {
+                return Some(express);
+            }
         }
         let cost = cost.min(BUDGET_BYTES) as u32;
         self.budget.clone().acquire_many_owned(cost).await.ok()
@@ -495,19 +513,17 @@ mod tests {
             .open("batch-1", &["cat".into()], String::new())
             .await
             .unwrap();
-        // Room for one small event, not for three.
+        // Room in the shared budget for one of the chunks, not for all three; together they
+        // are too big for the session's express lane.
+        let chunk = Bytes::from(vec![b'x'; EXPRESS_BYTES / 2]);
         let held = recordings
             .budget
             .clone()
-            .acquire_many_owned((BUDGET_BYTES - 100) as u32)
+            .acquire_many_owned((BUDGET_BYTES - chunk.len()) as u32)
             .await
             .unwrap();
-        let chunks = [
-            Bytes::from_static(b"one "),
-            Bytes::from_static(b"two "),
-            Bytes::from_static(b"three"),
-        ];
         let path = rec.path().to_owned();
+        let chunks = [chunk.clone(), chunk.clone(), chunk.clone()];
         let send = tokio::spawn(async move {
             rec.outputs(&chunks).await;
             rec
@@ -520,12 +536,59 @@ mod tests {
         drop(held);
         drop(send.await.unwrap());
         let lines = wait_for(&path, 4).await;
-        let shown: Vec<String> = lines[1..]
+        let shown: String = lines[1..]
             .iter()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[2].to_string())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()[2]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect();
-        assert_eq!(shown, ["\"one \"", "\"two \"", "\"three\""]);
+        assert_eq!(shown.len(), 3 * chunk.len());
         budget_returns(&recordings).await;
+    }
+
+    #[tokio::test]
+    async fn a_small_event_takes_the_express_lane_past_a_spent_budget() {
+        let (_dir, _c, recordings) = required_recordings(false);
+        let rec = recordings
+            .open("echo-1", &["sh".into()], String::new())
+            .await
+            .unwrap();
+        // Other sessions' bulk output holds the whole shared budget.
+        let held = recordings
+            .budget
+            .clone()
+            .acquire_many_owned(BUDGET_BYTES as u32)
+            .await
+            .unwrap();
+        let echo = std::time::Duration::from_secs(5);
+        tokio::time::timeout(echo, rec.output(&Bytes::from_static(b"x")))
+            .await
+            .expect("a keystroke's echo does not queue behind bulk output");
+        let path = rec.path().to_owned();
+        let lines = wait_for(&path, 2).await;
+        assert!(lines[1].ends_with(r#""o", "x"]"#), "{}", lines[1]);
+        // Written, the lane is free again.
+        for _ in 0..500 {
+            if rec.express.available_permits() == EXPRESS_BYTES {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(rec.express.available_permits(), EXPRESS_BYTES);
+        // More than the lane holds takes its turn for the shared budget.
+        let big = Bytes::from(vec![b'y'; EXPRESS_BYTES + 1]);
+        let waits = tokio::time::timeout(std::time::Duration::from_millis(50), rec.output(&big));
+        assert!(
+            waits.await.is_err(),
+            "a bulk event must wait for the budget"
+        );
+        drop(held);
+        tokio::time::timeout(echo, rec.output(&big))
+            .await
+            .expect("with the budget back it goes");
     }
 
     #[tokio::test]
@@ -628,6 +691,7 @@ mod tests {
             id: 9,
             tx,
             budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: false,
             path: "/dev/full".into(),
