@@ -22,6 +22,8 @@ pub(crate) struct InboxReceiver {
     rx: mpsc::UnboundedReceiver<Bytes>,
     room: Arc<Semaphore>,
     capacity: usize,
+    /// Room of items taken by `try_recv_held` and not given back yet.
+    held: usize,
 }
 
 /// Creates an inbox that holds at most `capacity` bytes (one larger frame is let through alone).
@@ -35,7 +37,12 @@ pub(crate) fn inbox(capacity: usize) -> (InboxSender, InboxReceiver) {
             room: room.clone(),
             capacity,
         },
-        InboxReceiver { rx, room, capacity },
+        InboxReceiver {
+            rx,
+            room,
+            capacity,
+            held: 0,
+        },
     )
 }
 
@@ -72,14 +79,25 @@ impl InboxSender {
 impl InboxReceiver {
     /// The next queued item, or `None` once the sender is gone and the queue is drained.
     pub(crate) async fn recv(&mut self) -> Option<Bytes> {
+        self.release_held();
         let data = self.rx.recv().await?;
         Some(self.taken(data))
     }
 
-    /// The next queued item if one is queued now; never waits.
-    pub(crate) fn try_recv(&mut self) -> Option<Bytes> {
+    /// The next queued item if one is queued now (never waits), its room still taken until
+    /// [`InboxReceiver::release_held`] or the next `recv`: the reader may hold it a while
+    /// (waiting for a recording's budget) without the peer sending more in its place.
+    pub(crate) fn try_recv_held(&mut self) -> Option<Bytes> {
         let data = self.rx.try_recv().ok()?;
-        Some(self.taken(data))
+        self.held += permits_for(data.len(), self.capacity) as usize;
+        Some(data)
+    }
+
+    /// Gives back the room of what `try_recv_held` took.
+    pub(crate) fn release_held(&mut self) {
+        if self.held > 0 {
+            self.room.add_permits(std::mem::take(&mut self.held));
+        }
     }
 
     /// Gives the room `data` held back to the sender.
@@ -125,17 +143,33 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn try_recv_takes_only_what_is_queued_and_frees_its_room() {
+    async fn try_recv_held_takes_what_is_queued_and_keeps_its_room_until_released() {
         let (tx, mut rx) = inbox(10);
-        assert_eq!(rx.try_recv(), None);
-        assert!(tx.deliver(Bytes::from_static(b"0123456789")).await);
-        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"0123456789"));
-        assert_eq!(rx.try_recv(), None);
-        // The room is back: this does not wait.
-        assert_eq!(tx.try_deliver(Bytes::from_static(b"abc")), Ok(true));
+        assert_eq!(rx.try_recv_held(), None);
+        assert!(tx.deliver(Bytes::from_static(b"0123")).await);
+        assert!(tx.deliver(Bytes::from_static(b"456789")).await);
+        assert_eq!(rx.try_recv_held().unwrap(), Bytes::from_static(b"0123"));
+        assert_eq!(rx.try_recv_held().unwrap(), Bytes::from_static(b"456789"));
+        assert_eq!(rx.try_recv_held(), None);
+        // Taken but held: the peer may not send more in its place yet.
+        let x = Bytes::from_static(b"x");
+        assert_eq!(tx.try_deliver(x.clone()), Err(x.clone()));
+        rx.release_held();
+        assert_eq!(tx.try_deliver(Bytes::from_static(b"abcdefghij")), Ok(true));
+        // `recv` gives back what is still held too.
+        assert_eq!(
+            rx.try_recv_held().unwrap(),
+            Bytes::from_static(b"abcdefghij")
+        );
+        assert_eq!(tx.try_deliver(x.clone()), Err(x.clone()));
+        let waiting = tokio::spawn(async move {
+            let got = rx.recv().await;
+            (rx, got)
+        });
+        assert!(tx.deliver(x.clone()).await);
         drop(tx);
-        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"abc"));
-        assert_eq!(rx.try_recv(), None);
+        let (mut rx, got) = waiting.await.unwrap();
+        assert_eq!(got, Some(x));
         assert!(rx.recv().await.is_none());
     }
 

@@ -172,9 +172,16 @@ impl RecvStream {
     }
 
     /// Data already received, without waiting; `None` when nothing is queued now (how the
-    /// stream ended is told by `recv` only).
-    pub fn try_recv(&mut self) -> Option<Bytes> {
-        self.inbox.try_recv()
+    /// stream ended is told by `recv` only). Its room in the stream's inbox stays taken until
+    /// [`RecvStream::release_held`] or the next `recv`, so that holding it a while does not let
+    /// the peer send more in its place.
+    pub fn try_recv_held(&mut self) -> Option<Bytes> {
+        self.inbox.try_recv_held()
+    }
+
+    /// Gives back the inbox room of what `try_recv_held` took.
+    pub fn release_held(&mut self) {
+        self.inbox.release_held();
     }
 
     /// Whether data is queued right now, so `recv` would return without waiting.

@@ -15,6 +15,9 @@ use crate::translate::ws::WsWriter;
 const MAX_MESSAGE_PAYLOAD: usize = 64 * 1024;
 /// Output already waiting is written together, up to this much per write.
 const BATCH_BYTES: usize = 256 * 1024;
+/// And at most this many chunks per batch: the batch's list stays with the session, and an
+/// idle one should not keep a long one after a burst of small chunks.
+const BATCH_CHUNKS: usize = 64;
 
 /// How the output side ended.
 #[derive(Debug)]
@@ -76,6 +79,11 @@ where
             // budget once, however many chunks it holds.
             recorder.outputs(&batch).await;
         }
+        // Until now the batch held its room in the stream's inbox: a session waiting for the
+        // recording budget holds no more than its inbox, however long it waits.
+        if let Some(rx) = rx.as_mut() {
+            rx.release_held();
+        }
         for data in batch.drain(..) {
             if queue(writer, channel, data).is_err() {
                 return OutputEnd::ClientGone;
@@ -89,13 +97,13 @@ where
     }
 }
 
-/// Puts `first` and whatever `rx` already holds behind it (up to [`BATCH_BYTES`]) into
-/// `batch`; their length.
+/// Puts `first` and whatever `rx` already holds behind it (up to [`BATCH_BYTES`] and
+/// [`BATCH_CHUNKS`]) into `batch`, their inbox room still held; their length.
 fn gather(first: Bytes, rx: &mut Option<RecvStream>, batch: &mut Vec<Bytes>) -> usize {
     let mut gathered = first.len();
     batch.push(first);
-    while gathered < BATCH_BYTES {
-        match rx.as_mut().and_then(RecvStream::try_recv) {
+    while gathered < BATCH_BYTES && batch.len() < BATCH_CHUNKS {
+        match rx.as_mut().and_then(RecvStream::try_recv_held) {
             Some(more) => {
                 gathered += more.len();
                 batch.push(more);

@@ -35,8 +35,10 @@ use crate::translate::status::Status;
 
 /// How long the closing handshake with the upstream may take.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
-/// Upstream output already received is gathered, up to this much, and passed on together.
+/// Upstream output already received is gathered, up to this much and this many messages, and
+/// passed on together (the batch's list stays with the session: it is kept short).
 const BATCH_BYTES: usize = 256 * 1024;
+const BATCH_MESSAGES: usize = 64;
 
 /// Bounds and clocks of one reverse-translated session.
 #[derive(Debug, Clone)]
@@ -291,7 +293,7 @@ where
                 Read::Nothing => {}
                 Read::End(end) => break Some(end),
             }
-            if gathered >= BATCH_BYTES {
+            if gathered >= BATCH_BYTES || batch.len() >= BATCH_MESSAGES {
                 break None;
             }
             // Only what is there already: the batch never waits for more.
