@@ -87,6 +87,56 @@ pub struct Utf8Carry {
 /// U+FFFD, as UTF-8.
 const REPLACEMENT: &[u8] = "\u{fffd}".as_bytes();
 
+/// Valid bytes in a row after which output that had bad bytes is taken for text again.
+const TEXT_AGAIN: usize = 32;
+
+/// The UTF-8 sequence at the start of some bytes, judged as the standard library does (the
+/// invalid part is the longest start of a sequence that could have been valid, at least one
+/// byte: one U+FFFD each, as `String::from_utf8_lossy` gives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sequence {
+    /// A character of this many bytes.
+    Valid(usize),
+    /// This many bytes that are not a character.
+    Invalid(usize),
+    /// The start of a character whose end is not there.
+    Incomplete,
+}
+
+impl Sequence {
+    fn at(bytes: &[u8]) -> Sequence {
+        let lead = bytes[0];
+        if lead < 0x80 {
+            return Sequence::Valid(1);
+        }
+        // The width, and the range of the second byte (which rules out overlong forms,
+        // surrogates and code points above U+10FFFF).
+        let (width, second) = match lead {
+            0xc2..=0xdf => (2, 0x80..=0xbf),
+            0xe0 => (3, 0xa0..=0xbf),
+            0xe1..=0xec | 0xee..=0xef => (3, 0x80..=0xbf),
+            0xed => (3, 0x80..=0x9f),
+            0xf0 => (4, 0x90..=0xbf),
+            0xf1..=0xf3 => (4, 0x80..=0xbf),
+            0xf4 => (4, 0x80..=0x8f),
+            _ => return Sequence::Invalid(1),
+        };
+        match bytes.get(1) {
+            None => return Sequence::Incomplete,
+            Some(b) if !second.contains(b) => return Sequence::Invalid(1),
+            Some(_) => {}
+        }
+        for k in 2..width {
+            match bytes.get(k) {
+                None => return Sequence::Incomplete,
+                Some(b) if b & 0xc0 != 0x80 => return Sequence::Invalid(k),
+                Some(_) => {}
+            }
+        }
+        Sequence::Valid(width)
+    }
+}
+
 impl Utf8Carry {
     #[cfg(test)]
     /// The text of `chunk`, preceded by what the last chunk left incomplete; an incomplete
@@ -149,12 +199,60 @@ impl Utf8Carry {
                         Some(bad) => {
                             // U+FFFD needs no escape: appended as it is.
                             out.extend_from_slice(REPLACEMENT);
-                            chunk = &after[bad..];
+                            match self.decode_binary(&after[bad..], out, emit) {
+                                Some(text) => chunk = text,
+                                None => return,
+                            }
                         }
                     }
                 }
             }
         }
+    }
+
+    /// After a bad byte: binary output has another every few bytes, and starting the standard
+    /// library's check afresh after each costs more than the check itself. So the bytes are
+    /// looked at one sequence at a time here, until a stretch of [`TEXT_AGAIN`] valid bytes
+    /// says this is text again: the rest from that stretch's start is returned, for the fast
+    /// check. `None`: the chunk is used up (an incomplete character at its end is kept).
+    fn decode_binary<'a>(
+        &mut self,
+        chunk: &'a [u8],
+        out: &mut Vec<u8>,
+        emit: fn(&[u8], &mut Vec<u8>),
+    ) -> Option<&'a [u8]> {
+        // Where the current run of valid sequences began.
+        let mut run = 0;
+        let mut at = 0;
+        while at < chunk.len() {
+            match Sequence::at(&chunk[at..]) {
+                Sequence::Valid(len) => {
+                    at += len;
+                    if at - run >= TEXT_AGAIN {
+                        return Some(&chunk[run..]);
+                    }
+                }
+                Sequence::Invalid(len) => {
+                    if run < at {
+                        emit(&chunk[run..at], out);
+                    }
+                    out.extend_from_slice(REPLACEMENT);
+                    at += len;
+                    run = at;
+                }
+                Sequence::Incomplete => {
+                    if run < at {
+                        emit(&chunk[run..at], out);
+                    }
+                    self.pending.extend_from_slice(&chunk[at..]);
+                    return None;
+                }
+            }
+        }
+        if run < at {
+            emit(&chunk[run..], out);
+        }
+        None
     }
 
     /// What is left when the stream ends: an incomplete character, as U+FFFD.
@@ -239,6 +337,50 @@ mod tests {
             let json = format!("\"{}\"", String::from_utf8(inner).unwrap());
             let decoded: String = serde_json::from_str(&json).unwrap();
             proptest::prop_assert_eq!(decoded, String::from_utf8_lossy(&bytes).into_owned());
+        }
+
+        #[test]
+        fn binary_with_text_in_it_in_any_chunks_is_the_lossy_text(
+            pieces in proptest::collection::vec(proptest::prop_oneof![
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
+                // Valid characters of every width, runs long enough to count as text again.
+                proptest::strategy::Strategy::prop_map("\\PC{0,40}", String::into_bytes),
+                proptest::sample::select(vec![
+                    b"\xe0\x80".to_vec(), b"\xed\xa0\x80".to_vec(), b"\xf4\x90\x80\x80".to_vec(),
+                    b"\xf0\x9f\x98".to_vec(), b"\xe2\x82".to_vec(), b"\xc3".to_vec(), vec![0u8; 40],
+                ]),
+            ], 0..24),
+            cuts in proptest::collection::vec(0usize..2000, 0..8),
+        ) {
+            let bytes = pieces.concat();
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut carry = Utf8Carry::default();
+            let mut out = String::new();
+            let mut from = 0;
+            for p in points.into_iter().chain([bytes.len()]) {
+                out.push_str(&carry.decode(&bytes[from..p]));
+                from = p;
+            }
+            out.push_str(&carry.finish());
+            proptest::prop_assert_eq!(out, String::from_utf8_lossy(&bytes).into_owned());
+        }
+
+        #[test]
+        fn a_sequence_is_judged_as_the_standard_library_judges_it(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..6),
+        ) {
+            let expected = match std::str::from_utf8(&bytes) {
+                Ok(s) => Sequence::Valid(s.chars().next().unwrap().len_utf8()),
+                Err(e) if e.valid_up_to() > 0 => {
+                    Sequence::Valid(std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap().chars().next().unwrap().len_utf8())
+                }
+                Err(e) => match e.error_len() {
+                    Some(len) => Sequence::Invalid(len),
+                    None => Sequence::Incomplete,
+                },
+            };
+            proptest::prop_assert_eq!(Sequence::at(&bytes), expected);
         }
 
         #[test]

@@ -5,12 +5,30 @@
 
 /// Appends valid UTF-8 `text` as the inside of a JSON string.
 pub fn escape_json(text: &[u8], out: &mut Vec<u8>) {
+    if text.len() < SHORT {
+        escape_bytes(text, out);
+        return;
+    }
     out.reserve(text.len());
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     let at = sse2::escape_blocks(text, out);
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
     let at = 0;
     escape_words(&text[at..], out);
+}
+
+/// Text shorter than this is escaped byte by byte: binary output comes as runs of a few
+/// valid bytes between U+FFFDs, and for those setting up the scans costs more than the bytes.
+const SHORT: usize = 8;
+
+/// [`escape_json`] one byte at a time.
+fn escape_bytes(text: &[u8], out: &mut Vec<u8>) {
+    for &b in text {
+        match &ESCAPES[b as usize] {
+            (_, 0) => out.push(b),
+            (bytes, n) => out.extend_from_slice(&bytes[..*n as usize]),
+        }
+    }
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
