@@ -77,6 +77,19 @@ pub fn resize_text(cols: u16, rows: u16) -> String {
     format!("{cols}x{rows}")
 }
 
+/// The data of every event line in `lines` (a recording without its header), joined: what
+/// the recording shows. For tests.
+#[cfg(test)]
+pub(crate) fn event_text<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
+    lines
+        .into_iter()
+        .map(|l| {
+            let event: serde_json::Value = serde_json::from_str(l).expect("an event line");
+            event[2].as_str().expect("event data").to_owned()
+        })
+        .collect()
+}
+
 /// Decodes a byte stream that arrives in chunks as UTF-8 text.
 #[derive(Debug, Default)]
 pub struct Utf8Carry {
@@ -321,6 +334,20 @@ mod tests {
         assert_eq!(carry.finish(), "");
     }
 
+    /// `bytes` decoded in the chunks that cutting it at `points` gives, and finished.
+    fn decode_cut_at(bytes: &[u8], mut points: Vec<usize>) -> String {
+        points.sort_unstable();
+        let mut carry = Utf8Carry::default();
+        let mut out = String::new();
+        let mut from = 0;
+        for p in points.into_iter().chain([bytes.len()]) {
+            out.push_str(&carry.decode(&bytes[from..p]));
+            from = p;
+        }
+        out.push_str(&carry.finish());
+        out
+    }
+
     proptest::proptest! {
         #[test]
         fn json_decoding_of_any_bytes_in_any_chunks_is_valid_json_of_the_lossy_text(
@@ -353,16 +380,8 @@ mod tests {
             cuts in proptest::collection::vec(0usize..2000, 0..8),
         ) {
             let bytes = pieces.concat();
-            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-            points.sort_unstable();
-            let mut carry = Utf8Carry::default();
-            let mut out = String::new();
-            let mut from = 0;
-            for p in points.into_iter().chain([bytes.len()]) {
-                out.push_str(&carry.decode(&bytes[from..p]));
-                from = p;
-            }
-            out.push_str(&carry.finish());
+            let points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            let out = decode_cut_at(&bytes, points);
             proptest::prop_assert_eq!(out, String::from_utf8_lossy(&bytes).into_owned());
         }
 
@@ -386,16 +405,8 @@ mod tests {
         #[test]
         fn any_split_of_valid_text_is_exact(s in "\\PC{0,40}", cuts in proptest::collection::vec(0usize..200, 0..6)) {
             let bytes = s.as_bytes();
-            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-            points.sort_unstable();
-            let mut carry = Utf8Carry::default();
-            let mut out = String::new();
-            let mut from = 0;
-            for p in points.into_iter().chain([bytes.len()]) {
-                out.push_str(&carry.decode(&bytes[from..p]));
-                from = p;
-            }
-            out.push_str(&carry.finish());
+            let points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            let out = decode_cut_at(bytes, points);
             proptest::prop_assert_eq!(out, s);
         }
     }

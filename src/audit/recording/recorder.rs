@@ -364,6 +364,7 @@ impl Drop for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::recording::asciicast::event_text;
 
     fn counters() -> RecordingCounters {
         RecordingCounters {
@@ -472,13 +473,7 @@ mod tests {
         for (k, path) in paths.iter().enumerate() {
             let events = 1 + sent[k].matches('\n').count();
             let lines = wait_for(path, events).await;
-            let shown: String = lines[1..]
-                .iter()
-                .map(|l| {
-                    let event: serde_json::Value = serde_json::from_str(l).unwrap();
-                    event[2].as_str().unwrap().to_owned()
-                })
-                .collect();
+            let shown = event_text(lines[1..].iter().map(String::as_str));
             assert_eq!(shown, sent[k], "{}", path.display());
         }
         // Counted just after each write: give the writer a moment to count the last one.
@@ -536,15 +531,7 @@ mod tests {
         drop(held);
         drop(send.await.unwrap());
         let lines = wait_for(&path, 4).await;
-        let shown: String = lines[1..]
-            .iter()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).unwrap()[2]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect();
+        let shown = event_text(lines[1..].iter().map(String::as_str));
         assert_eq!(shown.len(), 3 * chunk.len());
         budget_returns(&recordings).await;
     }

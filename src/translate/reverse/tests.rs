@@ -223,16 +223,7 @@ async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let text: String = recorded
-        .lines()
-        .skip(1)
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()[2]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let text = crate::audit::recording::asciicast::event_text(recorded.lines().skip(1));
     assert_eq!(text.as_bytes(), &shown[..]);
 }
 
