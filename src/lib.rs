@@ -4,6 +4,7 @@
 //! - [`spdy`]: an SPDY/3.1 library (frames, header blocks, session, HTTP/1.1 upgrade).
 //! - [`translate`]: the WebSocket channel protocols and their mapping to SPDY streams.
 //! - [`proxy`]: the HTTP front door, routing, relaying and upstream connections.
+//! - [`request`]: a request target read as kube-apiserver reads it (Go's URL rules).
 //! - [`audit`]: audit events of streaming sessions.
 //! - [`sim`]: a simulated SPDY-only cluster for tests and the demo.
 
@@ -16,6 +17,7 @@ pub mod demo;
 pub mod memory_trim;
 pub mod proxy;
 pub mod read_sizer;
+pub mod request;
 pub mod sim;
 pub mod spdy;
 pub mod timestamp;

@@ -1,8 +1,10 @@
 //! Every request on the main listener is classified once, here (DESIGN.md "One request, one
-//! decision"). A pure function of method, path and headers; the table in the tests is the spec.
+//! decision"). A pure function of method, the request target as the API server reads it
+//! (decoded: `%65xec` is an exec) and headers; the table in the tests is the spec.
 
 use http::{header, HeaderMap, Method};
 
+use crate::request::target::RequestTarget;
 use crate::translate::exec_options::{parse_pod_subresource, Subresource};
 use crate::translate::protocol::ChannelProtocol;
 use crate::translate::subprotocol::{BearerToken, OfferedProtocols};
@@ -54,7 +56,7 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
 }
 
 /// Classifies one request.
-pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
+pub fn classify(method: &Method, target: &RequestTarget, headers: &HeaderMap) -> Class {
     // Checked on every request, upgrade or not: a malformed offer (a bad bearer entry, a line
     // that is not visible ASCII) is refused outright, so nothing is forwarded on its behalf.
     let mut offered = match OfferedProtocols::from_headers(headers) {
@@ -87,7 +89,7 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Class {
         };
     }
     let _ = method;
-    if let Some(target) = parse_pod_subresource(path) {
+    if let Some(target) = parse_pod_subresource(target.path()) {
         let exec_like = matches!(target.subresource, Subresource::Exec | Subresource::Attach);
         if exec_like && offered.contains(ChannelProtocol::V5.name()) {
             return Class::Translate {
@@ -182,9 +184,13 @@ mod tests {
             ("non-ASCII subprotocol line", Method::GET, EXEC, { let mut h = ws(&["v5.channel.k8s.io"]); h.append(header::SEC_WEBSOCKET_PROTOCOL, http::HeaderValue::from_bytes(format!("{token}, v4.channel.k8s.io\u{e9}").as_bytes()).unwrap()); h }, BadRequest("invalid WebSocket subprotocol: a Sec-WebSocket-Protocol line is not visible ASCII".into())),
             ("malformed bearer on a plain request", Method::GET, "/api/v1/pods", ws_header_only(&token), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
             ("pods list is not a subresource", Method::GET, "/api/v1/namespaces/default/pods/exec", ws(&["v5.channel.k8s.io"]), ws_relay()),
+            ("percent-encoded exec", Method::GET, "/api/v1/namespaces/default/pods/web/%65xec", ws(&["v5.channel.k8s.io"]), translate(Subresource::Exec)),
+            ("percent-encoded attach", Method::GET, "/api/v1/namespaces/default/pods/web/%61ttach", ws(&["v5.channel.k8s.io"]), translate(Subresource::Attach)),
+            ("encoded slash before exec", Method::GET, "/api/v1/namespaces/default/pods/web%2Fexec", ws(&["v5.channel.k8s.io"]), translate(Subresource::Exec)),
         ];
         for (name, method, path, headers, want) in cases {
-            assert_eq!(classify(&method, path, &headers), want, "case: {name}");
+            let target = RequestTarget::parse_path_and_query(path).unwrap();
+            assert_eq!(classify(&method, &target, &headers), want, "case: {name}");
         }
     }
 }

@@ -127,7 +127,11 @@ mod tests {
         assert!(is_valid_key(key.as_bytes()));
         // The classifier sees exactly the upgrade an HTTP/1.1 client would have sent.
         assert_eq!(
-            classify(req.method(), req.uri().path(), req.headers()),
+            classify(
+                req.method(),
+                &crate::request::target::RequestTarget::parse(req.uri().path(), None).unwrap(),
+                req.headers()
+            ),
             Class::Translate {
                 subresource: Subresource::Exec,
                 bearer: None

@@ -41,6 +41,7 @@ use super::status_response::failure;
 use super::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
 use super::upstream_streaming::UpstreamStreaming;
 use crate::audit::ProtocolPath;
+use crate::request::target::RequestTarget;
 use crate::translate::exec_options::Subresource;
 use crate::translate::subprotocol::BearerToken;
 
@@ -281,7 +282,22 @@ async fn route_authenticated(
         let (code, reason) = refusal.status();
         return Ok(failure(code, reason, refusal.to_string()));
     }
-    let (bearer, session) = match classify(req.method(), req.uri().path(), req.headers()) {
+    // The one reading of the target, as kube-apiserver will act on it: everything below
+    // (classification, audit, recording, what goes upstream) uses it.
+    let target = match RequestTarget::parse(req.uri().path(), req.uri().query()) {
+        Ok(target) => target,
+        Err(e) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            return Ok(failure(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                e.to_string(),
+            ));
+        }
+    };
+    let (bearer, session) = match classify(req.method(), &target, req.headers()) {
         Class::BadRequest(reason) => {
             state
                 .metrics
@@ -292,7 +308,8 @@ async fn route_authenticated(
             let caller = authenticate(&state, req.headers(), None, conn).await?;
             let method = req.method().clone();
             let started = Instant::now();
-            if state.audit.is_some() && session_audit::is_followed_log(&method, req.uri()) {
+            if state.audit.is_some() && session_audit::is_followed_log(&method, &target) {
+                canonical_target(&mut req, &target)?;
                 return Ok(followed_log(&state, req, peer, &caller).await);
             }
             let resp = forward(&state, req, peer, &caller).await;
@@ -308,6 +325,13 @@ async fn route_authenticated(
         Class::Tunnel { bearer, protocols } => (bearer, Session::Tunnel(protocols)),
         Class::Relay { kind, bearer } => (bearer, Session::Relay(kind)),
     };
+    // What is audited and recorded is what goes upstream.
+    if let Err(refusal) = canonical_target(&mut req, &target) {
+        state
+            .metrics
+            .handshake_rejected(HandshakeRejection::BadRequest);
+        return Ok(refusal);
+    }
     // A streaming session: everything the request carries is read (within a time limit) and
     // its caller authenticated before it may take one of the `--max-sessions` slots.
     let req =
@@ -360,6 +384,39 @@ async fn route_authenticated(
         }
         Session::Relay(kind) => relay(&state, req, peer, kind, slot, &caller).await,
     })
+}
+
+/// Makes a streaming request's URI the canonical form of `target`, so that the upstream acts on
+/// exactly what the proxy classified, audits and records (`%65xec` goes upstream as `exec`,
+/// a dropped `;` pair is not sent at all). A target Go would read as bytes that are not UTF-8
+/// is refused: no pod, container or command the API server accepts has them.
+fn canonical_target<B>(
+    req: &mut Request<B>,
+    target: &RequestTarget,
+) -> Result<(), Response<ProxyBody>> {
+    if !target.is_utf8() {
+        return Err(failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the request path or query decodes to bytes that are not UTF-8",
+        ));
+    }
+    if !target.is_rewritten() {
+        return Ok(());
+    }
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(
+        target
+            .canonical()
+            .parse()
+            .expect("a canonical target is a valid path and query"),
+    );
+    *req.uri_mut() = http::Uri::from_parts(parts).expect("only the path and query changed");
+    debug!(
+        canonical = target.canonical(),
+        "streaming request target rewritten to its canonical form"
+    );
+    Ok(())
 }
 
 /// A followed pod log over plain HTTP (`kubectl logs -f`), forwarded as any request and

@@ -20,6 +20,8 @@ use super::state::ProxyState;
 use crate::audit::{
     HttpVersion, IdentitySource, ProtocolPath, SessionAudit, SessionEnd, SessionInfo, Verb,
 };
+use crate::request::go_url::{parse_query, slice_to_bool};
+use crate::request::target::RequestTarget;
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 
 /// Longest wait for a passthrough caller's SelfSubjectReview.
@@ -171,17 +173,12 @@ pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAud
 }
 
 /// Whether a plain request is a followed pod log (`kubectl logs -f`): a streaming session over
-/// plain HTTP, audited like the others.
-pub fn is_followed_log(method: &http::Method, uri: &http::Uri) -> bool {
+/// plain HTTP, audited like the others. `follow` is read as the API server reads it: its first
+/// value, true unless `0` or `false`.
+pub fn is_followed_log(method: &http::Method, target: &RequestTarget) -> bool {
     method == http::Method::GET
-        && parse_pod_subresource(uri.path()).is_some_and(|t| t.subresource == Subresource::Log)
-        && url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
-            .any(|(k, v)| k == "follow" && query_true(&v))
-}
-
-/// Go's `strconv.ParseBool` truths, as the API server reads `follow`.
-fn query_true(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+        && parse_pod_subresource(target.path()).is_some_and(|t| t.subresource == Subresource::Log)
+        && slice_to_bool(target.first("follow"))
 }
 
 /// A followed log's response body: counts what it carries and ends the trail when the log
@@ -269,10 +266,12 @@ impl Drop for AuditedBody {
 
 /// The ports a port-forward request names (`ports=8080&ports=9090` or `ports=8080,9090`).
 fn ports(query: &str) -> Vec<u16> {
-    url::form_urlencoded::parse(query.as_bytes())
-        .filter(|(k, _)| k == "ports")
+    parse_query(query)
+        .into_iter()
+        .filter(|(k, _)| k == b"ports")
         .flat_map(|(_, v)| {
-            v.split(',')
+            String::from_utf8_lossy(&v)
+                .split(',')
                 .filter_map(|p| p.trim().parse().ok())
                 .collect::<Vec<u16>>()
         })
@@ -321,7 +320,8 @@ mod tests {
     #[test]
     fn followed_logs_are_told_apart() {
         let get = http::Method::GET;
-        let follows = |uri: &str| is_followed_log(&get, &uri.parse().unwrap());
+        let target = |pq: &str| RequestTarget::parse_path_and_query(pq).unwrap();
+        let follows = |pq: &str| is_followed_log(&get, &target(pq));
         assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=true"));
         assert!(follows(
             "/api/v1/namespaces/a/pods/p/log?container=c&follow=1"
@@ -329,11 +329,18 @@ mod tests {
         assert!(!follows("/api/v1/namespaces/a/pods/p/log"));
         assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=false"));
         assert!(!follows("/api/v1/namespaces/a/pods?follow=true"));
+        // As the API server reads `follow`: the first value, true unless 0 or false.
+        assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=yes"));
+        assert!(follows(
+            "/api/v1/namespaces/a/pods/p/%6Cog?follow=&follow=false"
+        ));
+        assert!(!follows(
+            "/api/v1/namespaces/a/pods/p/log?follow=0&follow=true"
+        ));
+        assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=true;x"));
         assert!(!is_followed_log(
             &http::Method::POST,
-            &"/api/v1/namespaces/a/pods/p/log?follow=true"
-                .parse()
-                .unwrap()
+            &target("/api/v1/namespaces/a/pods/p/log?follow=true")
         ));
     }
 

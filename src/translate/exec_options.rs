@@ -3,6 +3,8 @@
 
 use super::channel::Channel;
 use super::protocol::UpstreamVersion;
+use crate::request::go_url::{parse_query, slice_to_bool};
+pub use crate::request::pod::{parse_pod_subresource, PodTarget, Subresource};
 
 /// The `streamtype` of an SPDY stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,27 +57,31 @@ pub struct ExecOptions {
     pub command: Vec<String>,
 }
 
-/// Go's query-boolean rule: absent, `0` or `false` (any case) is false; anything else true.
-fn query_bool(value: &str) -> bool {
-    !(value == "0" || value.eq_ignore_ascii_case("false"))
-}
-
 impl ExecOptions {
-    /// Parses the query string (without `?`).
+    /// Reads the query string (without `?`) as kube-apiserver reads `PodExecOptions`: pairs as
+    /// Go's `url.ParseQuery` keeps them, the first value of each single-valued option,
+    /// every `command` in order.
     pub fn from_query(query: &str) -> ExecOptions {
-        let mut o = ExecOptions::default();
-        for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
-            match key.as_ref() {
-                "stdin" => o.stdin = query_bool(&value),
-                "stdout" => o.stdout = query_bool(&value),
-                "stderr" => o.stderr = query_bool(&value),
-                "tty" => o.tty = query_bool(&value),
-                "container" => o.container = Some(value.into_owned()),
-                "command" => o.command.push(value.into_owned()),
-                _ => {}
-            }
+        let pairs = parse_query(query);
+        let first = |key: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == key.as_bytes())
+                .map(|(_, v)| String::from_utf8_lossy(v))
+        };
+        let flag = |key: &str| slice_to_bool(first(key).as_deref());
+        ExecOptions {
+            stdin: flag("stdin"),
+            stdout: flag("stdout"),
+            stderr: flag("stderr"),
+            tty: flag("tty"),
+            container: first("container").map(|c| c.into_owned()),
+            command: pairs
+                .iter()
+                .filter(|(k, _)| k == b"command")
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                .collect(),
         }
-        o
     }
 
     /// The streams to open upstream, in the order kubelets expect: error; stdin; stdout;
@@ -109,51 +115,6 @@ impl ExecOptions {
     }
 }
 
-/// The streaming subresources of a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subresource {
-    Exec,
-    Attach,
-    PortForward,
-    Log,
-}
-
-/// A pod subresource addressed by an API path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodTarget {
-    pub namespace: String,
-    pub pod: String,
-    pub subresource: Subresource,
-}
-
-/// Parses `/api/v1/namespaces/{ns}/pods/{pod}/{exec|attach|portforward|log}`. A prefix before
-/// `/api/` is allowed, for API servers mounted below a path.
-pub fn parse_pod_subresource(path: &str) -> Option<PodTarget> {
-    let start = path.find("/api/v1/namespaces/")?;
-    let rest = &path[start + "/api/v1/namespaces/".len()..];
-    let mut parts = rest.split('/');
-    let namespace = parts.next().filter(|s| !s.is_empty())?;
-    if parts.next()? != "pods" {
-        return None;
-    }
-    let pod = parts.next().filter(|s| !s.is_empty())?;
-    let subresource = match parts.next()? {
-        "exec" => Subresource::Exec,
-        "attach" => Subresource::Attach,
-        "portforward" => Subresource::PortForward,
-        "log" => Subresource::Log,
-        _ => return None,
-    };
-    if parts.next().is_some_and(|s| !s.is_empty()) {
-        return None;
-    }
-    Some(PodTarget {
-        namespace: namespace.to_owned(),
-        pod: pod.to_owned(),
-        subresource,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +129,17 @@ mod tests {
         assert_eq!(o.container.as_deref(), Some("main"));
         let o = ExecOptions::from_query("stdout=0");
         assert!(!o.stdout);
+    }
+
+    #[test]
+    fn the_first_value_wins_and_go_drops_what_it_drops() {
+        let o = ExecOptions::from_query(
+            "container=sidecar&container=main&tty=false&tty=true&command=echo;id&command=%zz&command=ls",
+        );
+        assert_eq!(o.container.as_deref(), Some("sidecar"));
+        assert!(!o.tty);
+        assert_eq!(o.command, ["ls"]);
+        assert!(ExecOptions::from_query("stdin=&stdout=yes").stdin);
     }
 
     #[test]
@@ -212,23 +184,5 @@ mod tests {
             ExecOptions::from_query("stdin=1").ready_channel(),
             Channel::Error
         );
-    }
-
-    #[test]
-    fn paths() {
-        let t = parse_pod_subresource("/api/v1/namespaces/ns/pods/web/exec").unwrap();
-        assert_eq!(
-            (t.namespace.as_str(), t.pod.as_str(), t.subresource),
-            ("ns", "web", Subresource::Exec)
-        );
-        assert_eq!(
-            parse_pod_subresource("/k8s/api/v1/namespaces/a/pods/b/portforward")
-                .unwrap()
-                .subresource,
-            Subresource::PortForward
-        );
-        assert!(parse_pod_subresource("/api/v1/namespaces/ns/pods/web").is_none());
-        assert!(parse_pod_subresource("/api/v1/namespaces/ns/services/web/exec").is_none());
-        assert!(parse_pod_subresource("/api/v1/namespaces/ns/pods/web/exec/extra").is_none());
     }
 }

@@ -1,0 +1,271 @@
+//! The proxy's reading of a request target against Go's own: a real Go `net/http` server
+//! (tests/interop/go_front, built in the test run) answers each generated request with what it
+//! read (decoded path, the query pairs `url.ParseQuery` kept, the first-value options
+//! kube-apiserver takes), and [`RequestTarget`] must read the same, refuse what Go's server
+//! refuses, and produce a canonical form Go reads exactly as it read the original.
+//!
+//! Without `go` the test is skipped with a note, unless `CI` is set, where that is a failure.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+
+use kube_ws_proxy::request::go_url::slice_to_bool;
+use kube_ws_proxy::request::target::RequestTarget;
+use kube_ws_proxy::translate::exec_options::ExecOptions;
+use proptest::prelude::*;
+use serde_json::Value;
+
+fn ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
+}
+
+/// Builds tests/interop/go_front once per test binary; `None` (skip) without Go outside CI.
+fn go_front_binary() -> Option<&'static Path> {
+    static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/go_front");
+            let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go_front");
+            std::fs::create_dir_all(&out_dir).unwrap();
+            let binary = out_dir.join(format!("go_front.{}", std::process::id()));
+            let built = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&binary)
+                .arg(".")
+                .current_dir(&source)
+                .env("GO111MODULE", "off")
+                .env("GOCACHE", out_dir.join("gocache"))
+                .env("GOFLAGS", "")
+                .env("GOPROXY", "off")
+                .env("GOTOOLCHAIN", "local")
+                .output();
+            match built {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    assert!(!ci(), "go not found (required because CI is set)");
+                    eprintln!("note: skipping the Go differential test: go not found");
+                    None
+                }
+                Err(e) => panic!("running go: {e}"),
+                Ok(o) if !o.status.success() => panic!(
+                    "building go_front failed:\n{}",
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                Ok(_) => Some(binary),
+            }
+        })
+        .as_deref()
+}
+
+/// The running Go server; it exits when its stdin closes (when this is dropped).
+struct GoReads {
+    addr: SocketAddr,
+    _stdin: ChildStdin,
+    _child: Child,
+}
+
+impl GoReads {
+    fn start(binary: &Path) -> GoReads {
+        let mut child = Command::new(binary)
+            .arg("reads")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start go_front");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        GoReads {
+            addr: line.trim().parse().expect("go_front prints its address"),
+            _stdin: child.stdin.take().unwrap(),
+            _child: child,
+        }
+    }
+
+    /// What Go read of `target`: `None` when Go's server refused it with 400.
+    fn read(&self, target: &str) -> Option<Value> {
+        let mut tcp = TcpStream::connect(self.addr).unwrap();
+        write!(
+            tcp,
+            "GET {target} HTTP/1.1\r\nHost: go\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+        match head.split(' ').nth(1) {
+            Some("200") => Some(serde_json::from_str(body).expect("JSON reading")),
+            Some("400") => None,
+            other => panic!("Go answered {other:?} to {target:?}: {answer}"),
+        }
+    }
+}
+
+fn go_reads() -> Option<&'static GoReads> {
+    static SERVER: OnceLock<Option<GoReads>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| go_front_binary().map(GoReads::start))
+        .as_ref()
+}
+
+/// Our reading in the shape of Go's answer: the decoded path, the kept pairs grouped by key.
+fn ours_as_go(target: &RequestTarget) -> (String, Value) {
+    let mut grouped: BTreeMap<Vec<u8>, Vec<String>> = BTreeMap::new();
+    for (k, v) in target.query() {
+        grouped
+            .entry(k.as_bytes().to_vec())
+            .or_default()
+            .push(hex(v.as_bytes()));
+    }
+    let query = grouped
+        .into_iter()
+        .map(|(k, vs)| serde_json::json!([hex(&k), vs]))
+        .collect();
+    (hex(target.path().as_bytes()), Value::Array(query))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Pieces a generated target is made of: what changes a reading (escapes good and bad, `+`,
+/// `;`, `&`, `=`, encoded slashes, non-ASCII) around names that matter.
+fn piece(query: bool) -> impl Strategy<Value = String> {
+    let mut pieces = vec![
+        "/", "exec", "%65xec", "%65", "web", "pods", "%2F", "%2f", "%", "%z", "%zz", "%4", "%00",
+        "%FF", "%C3%A9", "é", "+", ";", "%3B", "&", "=", "%3D", "%26", "a", "Z", "0", "~", ".",
+        "..", "%25", "%2", "5", "x%", "?", "#", "*", "%20", "!", "$", "'", "(", ",", ":", "@",
+    ];
+    if query {
+        pieces.extend([
+            "command=",
+            "container=",
+            "tty=",
+            "stdin=",
+            "follow=",
+            "false",
+            "FALSE",
+            "0",
+            "1",
+            "true",
+            "&command=",
+            "&container=",
+            "%63ommand=",
+            "&&",
+        ]);
+    }
+    prop::sample::select(pieces).prop_map(str::to_owned)
+}
+
+fn generated_target() -> impl Strategy<Value = String> {
+    let prefix = prop::sample::select(vec![
+        "/",
+        "/api/v1/namespaces/default/pods/web/",
+        "/api/v1/namespaces/de%66ault/pods/",
+    ]);
+    let path = prop::collection::vec(piece(false), 0..8);
+    let query = prop::option::of(prop::collection::vec(piece(true), 0..12));
+    (prefix, path, query).prop_map(|(prefix, path, query)| {
+        let mut target = format!("{prefix}{}", path.concat());
+        if let Some(q) = query {
+            target.push('?');
+            target.push_str(&q.concat());
+        }
+        target
+    })
+}
+
+/// Compares one target; `Err` says how the readings differ.
+fn compare(go: &GoReads, sent: &str) -> Result<(), TestCaseError> {
+    // What hyper hands the proxy (it refuses some targets itself, and those never reach us).
+    let Ok(uri) = sent.parse::<http::Uri>() else {
+        return Ok(());
+    };
+    let pq = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+    let go_read = go.read(pq);
+    let ours = RequestTarget::parse(uri.path(), uri.query());
+    let (go_read, ours) = match (go_read, ours) {
+        (None, Err(_)) => return Ok(()),
+        (Some(g), Ok(o)) => (g, o),
+        (g, o) => {
+            return Err(TestCaseError::fail(format!(
+                "{pq:?}: Go read {g:?}, we read {o:?}"
+            )))
+        }
+    };
+    // What the proxy sends upstream in place of the original: Go reads exactly the same.
+    let canonical = go.read(ours.canonical());
+    prop_assert_eq!(
+        canonical.as_ref(),
+        Some(&go_read),
+        "Go's reading of the canonical form {:?} of {:?}",
+        ours.canonical(),
+        pq
+    );
+    if !ours.is_utf8() {
+        // Read lossily, and refused if it is a streaming request (server.rs): only the
+        // canonical form must be exact.
+        return Ok(());
+    }
+    let (path_hex, query) = ours_as_go(&ours);
+    prop_assert_eq!(
+        &go_read["path_hex"],
+        &Value::String(path_hex),
+        "path of {:?}",
+        pq
+    );
+    prop_assert_eq!(&go_read["query"], &query, "query of {:?}", pq);
+    // The options as kube-apiserver converts them, from the same reading.
+    let options = ExecOptions::from_query(uri.query().unwrap_or(""));
+    prop_assert_eq!(
+        go_read["container"].as_str().unwrap(),
+        options.container.as_deref().unwrap_or(""),
+        "container of {:?}",
+        pq
+    );
+    let commands: Vec<String> =
+        serde_json::from_value(go_read["command"].clone()).unwrap_or_default();
+    prop_assert_eq!(&commands, &options.command, "command of {:?}", pq);
+    prop_assert_eq!(go_read["tty"].as_bool().unwrap(), options.tty);
+    prop_assert_eq!(go_read["stdin"].as_bool().unwrap(), options.stdin);
+    prop_assert_eq!(
+        go_read["follow"].as_bool().unwrap(),
+        slice_to_bool(ours.first("follow"))
+    );
+    Ok(())
+}
+
+#[test]
+fn readings_of_known_targets_match_go() {
+    let Some(go) = go_reads() else { return };
+    for target in [
+        "/api/v1/namespaces/default/pods/web/exec?command=sh&command=-c&command=echo+hi&container=main&stdin=true&stdout=true&tty=true",
+        "/api/v1/namespaces/de%66ault/pods/web/%65xec?command=id&container=sidecar&container=main",
+        "/api/v1/namespaces/default/pods/web/exec?command=echo+a;rm+x&command=ls",
+        "/api/v1/namespaces/default/pods/web/exec?command=%zz&command=ok&tty=&tty=false",
+        "/api/v1/namespaces/default/pods/web/%6Cog?follow=yes",
+        "/api/v1/namespaces/default/pods/web%2Fexec",
+        "/api/%zz",
+        "/api/%",
+        "/a%2",
+        "/%FF?%FE=%FD",
+    ] {
+        compare(go, target).unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn readings_of_generated_targets_match_go(target in generated_target()) {
+        let Some(go) = go_reads() else { return Ok(()) };
+        compare(go, &target)?;
+    }
+}
