@@ -6,90 +6,27 @@
 //!
 //! Without `go` the test is skipped with a note, unless `CI` is set, where that is a failure.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::sync::OnceLock;
 
+use common::go_front::{self, GoFront};
 use kube_ws_proxy::request::go_url::slice_to_bool;
 use kube_ws_proxy::request::target::RequestTarget;
 use kube_ws_proxy::translate::exec_options::ExecOptions;
 use proptest::prelude::*;
 use serde_json::Value;
 
-fn ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true") | Ok("1"))
-}
-
-/// Builds tests/interop/go_front once per test binary; `None` (skip) without Go outside CI.
-fn go_front_binary() -> Option<&'static Path> {
-    static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/go_front");
-            let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go_front");
-            std::fs::create_dir_all(&out_dir).unwrap();
-            let binary = out_dir.join(format!("go_front.{}", std::process::id()));
-            let built = Command::new("go")
-                .args(["build", "-o"])
-                .arg(&binary)
-                .arg(".")
-                .current_dir(&source)
-                .env("GO111MODULE", "off")
-                .env("GOCACHE", out_dir.join("gocache"))
-                .env("GOFLAGS", "")
-                .env("GOPROXY", "off")
-                .env("GOTOOLCHAIN", "local")
-                .output();
-            match built {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    assert!(!ci(), "go not found (required because CI is set)");
-                    eprintln!("note: skipping the Go differential test: go not found");
-                    None
-                }
-                Err(e) => panic!("running go: {e}"),
-                Ok(o) if !o.status.success() => panic!(
-                    "building go_front failed:\n{}",
-                    String::from_utf8_lossy(&o.stderr)
-                ),
-                Ok(_) => Some(binary),
-            }
-        })
-        .as_deref()
-}
-
-/// The running Go server; it exits when its stdin closes (when this is dropped).
-struct GoReads {
-    addr: SocketAddr,
-    _stdin: ChildStdin,
-    _child: Child,
-}
+/// go_front in `reads` mode: every answer is what Go read of the request.
+struct GoReads(GoFront);
 
 impl GoReads {
-    fn start(binary: &Path) -> GoReads {
-        let mut child = Command::new(binary)
-            .arg("reads")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start go_front");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        GoReads {
-            addr: line.trim().parse().expect("go_front prints its address"),
-            _stdin: child.stdin.take().unwrap(),
-            _child: child,
-        }
-    }
-
     /// What Go read of `target`: `None` when Go's server refused it with 400.
     fn read(&self, target: &str) -> Option<Value> {
-        let mut tcp = TcpStream::connect(self.addr).unwrap();
+        let mut tcp = TcpStream::connect(self.0.addr).unwrap();
         write!(
             tcp,
             "GET {target} HTTP/1.1\r\nHost: go\r\nConnection: close\r\n\r\n"
@@ -110,7 +47,7 @@ impl GoReads {
 fn go_reads() -> Option<&'static GoReads> {
     static SERVER: OnceLock<Option<GoReads>> = OnceLock::new();
     SERVER
-        .get_or_init(|| go_front_binary().map(GoReads::start))
+        .get_or_init(|| go_front::binary().map(|b| GoReads(GoFront::start(b, &["reads"]))))
         .as_ref()
 }
 
