@@ -12,6 +12,7 @@ use crate::audit::{AuditLog, AuditLogConfig, AuditTarget};
 use crate::cli::{nonzero, ServeArgs};
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
 use crate::proxy::state::ProxyState;
+use crate::proxy::upgrade_request::UpgradeBodyBudget;
 use crate::proxy::upstream::{Pem, Upstream, UpstreamTls};
 use crate::proxy::upstream_source;
 use crate::proxy::{admin, server};
@@ -216,6 +217,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.trust_forwarded_for = args.trust_x_forwarded_for;
     state.http2_websockets = args.http2_websockets;
     state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
+    state.upgrade_body_budget = UpgradeBodyBudget::new(args.upgrade_body_budget);
     if let Some(path) = &args.audit_log {
         let config = AuditLogConfig {
             target: AuditTarget::parse(path),

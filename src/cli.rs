@@ -352,6 +352,12 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_MAX_REQUEST_HEADER_BYTES", default_value_t = 64 * 1024)]
     pub max_request_header_bytes: usize,
 
+    /// Most bytes of upgrade request bodies held at once, all callers together (one body is at
+    /// most 1 MiB; kubectl sends none). An upgrade whose body would go past it is refused with
+    /// 503.
+    #[arg(long, env = "KUBE_WS_PROXY_UPGRADE_BODY_BUDGET", default_value_t = 16 * 1024 * 1024)]
+    pub upgrade_body_budget: usize,
+
     /// Log format.
     #[arg(long, env = "KUBE_WS_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -547,6 +547,106 @@ async fn upgrade_requests_that_never_send_their_body_hold_no_session_slot() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn upgrade_bodies_held_before_a_session_starts_share_one_bounded_budget() {
+    let Some(k) = require_kubectl("1.28") else {
+        return;
+    };
+    let cluster = sim(SimConfig::default()).await;
+    // Room for two bodies of 900 KiB, not three.
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--upgrade-body-budget",
+            "2097152",
+            "--handshake-timeout",
+            "10s",
+        ],
+    );
+    let part = vec![b'x'; 900 * 1024];
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut h = send(proxy.addr, &spdy_post(EXEC, "Content-Length: 1048576\r\n")).await;
+        h.write_all(&part).await.unwrap();
+        holders.push(h);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut third = send(proxy.addr, &spdy_post(EXEC, "Content-Length: 1048576\r\n")).await;
+    let _ = third.write_all(&part).await;
+    let (code, head) = read_head(&mut third, T).await.unwrap();
+    assert_eq!(code, 503, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    // A client without a body still gets in while the two holders wait.
+    let dir = tempfile::tempdir().unwrap();
+    let kc = common::clients::write_kubeconfig(dir.path(), &proxy.url(), None);
+    let mut c = std::process::Command::new(&k);
+    c.arg("--kubeconfig")
+        .arg(&kc)
+        .args(["exec", "web", "--", "echo", "admitted"])
+        .env("HOME", dir.path())
+        .env_remove("KUBECONFIG");
+    let o = run(c, None, T).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "admitted\n");
+    // The holders' bytes go back to the budget when they time out: three more fit after.
+    for h in &mut holders {
+        let (code, head) = read_head(h, Duration::from_secs(20)).await.unwrap();
+        assert_eq!(code, 408, "{head}");
+    }
+    drop(holders);
+    let mut again = send(proxy.addr, &spdy_post(EXEC, "Content-Length: 1048576\r\n")).await;
+    again.write_all(&part).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut more = send(proxy.addr, &spdy_post(EXEC, "Content-Length: 1048576\r\n")).await;
+    more.write_all(&part).await.unwrap();
+    // Both are still reading their bodies: no answer yet.
+    let answer = tokio::time::timeout(Duration::from_millis(500), read_head(&mut more, T)).await;
+    assert!(answer.is_err(), "{answer:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn where_the_proxy_authenticates_a_caller_without_credentials_is_refused_before_its_body() {
+    const PROXY_TOKEN: &str = "proxy-token-body-1";
+    const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
+    let cluster = sim(SimConfig {
+        users: vec![SimUser {
+            token: PROXY_TOKEN.into(),
+            name: PROXY_USER.into(),
+            groups: vec![],
+        }],
+        impersonators: vec![PROXY_USER.into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, PROXY_TOKEN).unwrap();
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--auth-mode",
+            "impersonate",
+            "--upstream-token-file",
+            token_file.to_str().unwrap(),
+            "--handshake-timeout",
+            "20s",
+        ],
+    );
+    // A body is promised and never sent: the 401 comes at once, not the 408 after 20 s.
+    let started = std::time::Instant::now();
+    let mut s = send(proxy.addr, &spdy_post(EXEC, "Content-Length: 1048576\r\n")).await;
+    let (code, head) = read_head(&mut s, T).await.unwrap();
+    assert_eq!(code, 401, "{head}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Upstreams that do not answer
 // ---------------------------------------------------------------------------------------------

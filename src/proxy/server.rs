@@ -332,20 +332,36 @@ async fn route_authenticated(
             .handshake_rejected(HandshakeRejection::BadRequest);
         return Ok(refusal);
     }
-    // A streaming session: everything the request carries is read (within a time limit) and
-    // its caller authenticated before it may take one of the `--max-sessions` slots.
-    let req =
-        match UpgradeRequest::read(req, conn.id, MAX_UPGRADE_BODY, state.handshake_timeout).await {
-            Ok(req) => req,
-            Err(e) => {
-                state
-                    .metrics
-                    .handshake_rejected(HandshakeRejection::BadRequest);
-                let (code, reason) = e.status();
-                return Ok(failure(code, reason, e.to_string()));
+    // A streaming session: its caller is authenticated first (from the headers alone, so that
+    // in the modes that authenticate, a caller without credentials makes the proxy hold no
+    // body), then everything the request carries is read (within a time limit, against the
+    // shared body budget) before it may take one of the `--max-sessions` slots.
+    let caller = authenticate(&state, req.headers(), bearer, conn).await?;
+    let req = match UpgradeRequest::read(
+        req,
+        conn.id,
+        MAX_UPGRADE_BODY,
+        state.handshake_timeout,
+        &state.upgrade_body_budget,
+    )
+    .await
+    {
+        Ok(req) => req,
+        Err(e) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            let (code, reason) = e.status();
+            let mut resp = failure(code, reason, e.to_string());
+            if code == StatusCode::SERVICE_UNAVAILABLE {
+                resp.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from_static("1"),
+                );
             }
-        };
-    let caller = authenticate(&state, &req.parts.headers, bearer, conn).await?;
+            return Ok(resp);
+        }
+    };
     let slot = match state.sessions.admit() {
         Ok(slot) => slot,
         Err(refusal) => return Ok(refuse(&state, refusal)),

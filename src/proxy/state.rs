@@ -7,6 +7,7 @@ use super::auth::Authenticator;
 use super::metrics::Metrics;
 use super::self_subject_review::SelfSubjectReviews;
 use super::sessions::Sessions;
+use super::upgrade_request::UpgradeBodyBudget;
 use super::upstream::{PooledClient, Upstream};
 use super::upstream_streaming::{StreamingMemory, UpstreamStreaming};
 use crate::audit::recording::Recordings;
@@ -46,6 +47,9 @@ pub struct ProxyState {
     pub trust_forwarded_for: bool,
     /// Largest request head accepted from a client.
     pub max_request_header_bytes: usize,
+    /// Bytes of upgrade request bodies held at once, all callers together
+    /// (`--upgrade-body-budget`).
+    pub upgrade_body_budget: UpgradeBodyBudget,
     /// Whether HTTP/2 clients may open WebSockets as streams (RFC 8441 extended CONNECT,
     /// `--http2-websockets`).
     pub http2_websockets: bool,
@@ -92,6 +96,7 @@ impl ProxyState {
             idle_connection_timeout: Duration::from_secs(90),
             trust_forwarded_for: false,
             max_request_header_bytes: 64 * 1024,
+            upgrade_body_budget: UpgradeBodyBudget::new(16 * 1024 * 1024),
             http2_websockets: true,
             tls: None,
             metrics: Metrics::new(),
