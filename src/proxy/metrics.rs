@@ -266,7 +266,12 @@ impl Metrics {
                 ),
                 write_failures: plain_counter(
                     "kube_ws_proxy_audit_write_failures_total",
-                    "Audit events that could not be written (disk full, file gone).",
+                    "Writes and flushes of the audit log that failed (disk full, file gone).",
+                ),
+                lost: plain_counter(
+                    "kube_ws_proxy_audit_events_lost_total",
+                    "Audit events missing from the log because their write failed; the log \
+                     goes on with whole lines.",
                 ),
             },
             recording: RecordingCounters {
