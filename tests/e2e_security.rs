@@ -5,6 +5,7 @@
 //! - a client certificate naming two users (several CNs);
 //! - connections that never send a byte: plain TCP, TLS (ALPN h2 or http/1.1), an h2c preface,
 //!   and enough of them to exhaust the proxy's descriptors; idle keep-alive and HTTP/2 ones;
+//! - silent connections to the admin listener, past the descriptor limit;
 //! - upgrade requests that declare a body and never send it, to hold `--max-sessions` slots;
 //! - an upstream that never answers a relayed upgrade, or answers it with an endless stream;
 //! - a bearer subprotocol entry on a header line that is not visible ASCII;
@@ -489,6 +490,96 @@ async fn silent_connections_cannot_starve_the_proxy_of_descriptors() {
             "silent connection {i} still open"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The admin listener
+// ---------------------------------------------------------------------------------------------
+
+/// One `GET path` on `s` (keep-alive): the status code, or `None` if the connection closed
+/// before a whole answer.
+async fn admin_get(s: &mut TcpStream, path: &str) -> Option<u16> {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let (code, head) = read_head(s, T).await?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).await.ok()?;
+    Some(code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener() {
+    let cluster = sim(SimConfig::default()).await;
+    // 256 descriptors, 8 admin connections at most, and more silent admin connections than
+    // the proxy has descriptors.
+    let proxy = ProxyProcess::launch_with_fd_limit(
+        &[
+            "--upstream",
+            &cluster.url(),
+            "--request-header-timeout",
+            "2s",
+            "--idle-connection-timeout",
+            "2s",
+            "--admin-max-connections",
+            "8",
+        ],
+        &[],
+        Some(256),
+    );
+    let mut silent = Vec::new();
+    for _ in 0..400 {
+        silent.push(TcpStream::connect(proxy.admin_addr).await.unwrap());
+    }
+    // Beyond the cap: closed at once, while the first eight wait out their clock.
+    let mut beyond = TcpStream::connect(proxy.admin_addr).await.unwrap();
+    assert_eq!(admin_get(&mut beyond, "/healthz").await, None);
+    // The main listener answers at once, not only once the admin connections are shed.
+    let started = Instant::now();
+    let mut caller = send(
+        proxy.addr,
+        b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let answer = read_head(&mut caller, Duration::from_secs(60)).await;
+    assert_eq!(answer.map(|(c, _)| c), Some(200));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the main listener answered after {:?}",
+        started.elapsed()
+    );
+    // Every silent connection is closed: beyond the cap at once, within it by the clock.
+    for (i, s) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_after(s, Duration::from_secs(15)).await.is_some(),
+            "silent admin connection {i} still open"
+        );
+    }
+    // Then probes get in again; an idle keep-alive one is closed after the idle timeout.
+    let mut probe = TcpStream::connect(proxy.admin_addr).await.unwrap();
+    assert_eq!(admin_get(&mut probe, "/healthz").await, Some(200));
+    closed_in_time(
+        "idle admin keep-alive",
+        closed_after(&mut probe, Duration::from_secs(15)).await,
+        Duration::from_secs(2),
+    );
+    let metrics = proxy.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_client_connections_closed_total",
+            "reason=\"admin_connection_limit\""
+        ) >= 390.0,
+        "{metrics}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -104,6 +104,8 @@ pub enum ConnectionShed {
     IdleTimeout,
     /// The TLS handshake failed.
     TlsHandshakeFailed,
+    /// An admin connection beyond `--admin-max-connections`, closed as soon as accepted.
+    AdminConnectionLimit,
 }
 
 impl ConnectionShed {
@@ -113,6 +115,7 @@ impl ConnectionShed {
             ConnectionShed::RequestHeaderTimeout => "request_header_timeout",
             ConnectionShed::IdleTimeout => "idle_timeout",
             ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
+            ConnectionShed::AdminConnectionLimit => "admin_connection_limit",
         }
     }
 }
@@ -590,6 +593,7 @@ mod tests {
             ConnectionShed::RequestHeaderTimeout,
             ConnectionShed::IdleTimeout,
             ConnectionShed::TlsHandshakeFailed,
+            ConnectionShed::AdminConnectionLimit,
         ] {
             m.connection_shed(reason);
         }
@@ -624,6 +628,7 @@ mod tests {
             "request_header_timeout",
             "idle_timeout",
             "tls_handshake_failed",
+            "admin_connection_limit",
             "other",
         ];
         reasons.extend(AUTH_REJECTION_REASONS);
