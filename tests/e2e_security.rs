@@ -5,7 +5,7 @@
 //! - a client certificate naming two users (several CNs);
 //! - connections that never send a byte: plain TCP, TLS (ALPN h2 or http/1.1), an h2c preface,
 //!   and enough of them to exhaust the proxy's descriptors; idle keep-alive and HTTP/2 ones;
-//! - silent connections to the admin listener, past the descriptor limit;
+//! - silent connections to the admin listener, past the descriptor limit; `/readyz` floods;
 //! - upgrade requests that declare a body and never send it, to hold `--max-sessions` slots;
 //! - an upstream that never answers a relayed upgrade, or answers it with an endless stream;
 //! - a bearer subprotocol entry on a header line that is not visible ASCII;
@@ -16,6 +16,8 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::bearer;
@@ -580,6 +582,75 @@ async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener()
         ) >= 390.0,
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_probes_share_one_upstream_check_a_second() {
+    // An upstream that counts the connections it accepts.
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    let accepts = Arc::new(AtomicUsize::new(0));
+    let acceptor = tokio::spawn({
+        let accepts = accepts.clone();
+        async move {
+            while upstream.accept().await.is_ok() {
+                accepts.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let proxy = ProxyProcess::start(&format!("http://{upstream_addr}"), &[]);
+    let admin = proxy.admin_addr;
+
+    // 1,000 probes, 40 keep-alive connections at a time, then 200 one after another.
+    let started = Instant::now();
+    let before = accepts.load(Ordering::SeqCst);
+    let probes = (0..40).map(|_| async move {
+        let mut s = TcpStream::connect(admin).await.unwrap();
+        let mut codes = Vec::new();
+        for _ in 0..25 {
+            codes.push(admin_get(&mut s, "/readyz").await);
+        }
+        codes
+    });
+    let codes: Vec<_> = futures_util::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(codes.iter().all(|c| *c == Some(200)), "{codes:?}");
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    for _ in 0..200 {
+        assert_eq!(admin_get(&mut s, "/readyz").await, Some(200));
+    }
+    let dials = accepts.load(Ordering::SeqCst) - before;
+    let elapsed = started.elapsed();
+    eprintln!("1,200 probes in {elapsed:?}: {dials} upstream connections");
+    // One check a second at most (plus one that may straddle the start).
+    assert!(
+        dials as u64 <= elapsed.as_secs() + 2,
+        "{dials} upstream connections for 1,200 probes in {elapsed:?}"
+    );
+
+    // The upstream goes away: seen once the cached verdict is older than a second.
+    acceptor.abort();
+    let _ = acceptor.await;
+    let gone = Instant::now();
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    loop {
+        match admin_get(&mut s, "/readyz").await {
+            Some(200) => {}
+            Some(503) => break,
+            other => panic!("/readyz: {other:?}"),
+        }
+        assert!(
+            gone.elapsed() < Duration::from_secs(5),
+            "/readyz still ready {:?} after the upstream went away",
+            gone.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("unready after {:?}", gone.elapsed());
+    assert!(gone.elapsed() < Duration::from_millis(2500));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ use tracing::debug;
 
 use super::connection_deadline::{Activity, Expiry, InFlightBody};
 use super::metrics::ConnectionShed;
+use super::readiness::{Readiness, Verdict, READY_CACHE};
 use super::state::ProxyState;
 
 /// Connections the admin listener serves at once by default (`--admin-max-connections`):
@@ -46,13 +47,15 @@ impl Default for AdminLimits {
 }
 
 /// Serves `/healthz` (the process is alive), `/readyz` (the upstream answers TCP and TLS, and
-/// we are not draining) and `/metrics` (Prometheus text format).
+/// we are not draining; one check shared by every probe for a second) and `/metrics`
+/// (Prometheus text format).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ProxyState>,
     limits: AdminLimits,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let readiness = Readiness::new(READY_CACHE);
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(conn) => conn,
@@ -71,7 +74,13 @@ pub async fn serve(
                 .connection_shed(ConnectionShed::AdminConnectionLimit);
             continue;
         };
-        tokio::spawn(serve_connection(tcp, peer, state.clone(), slot));
+        tokio::spawn(serve_connection(
+            tcp,
+            peer,
+            state.clone(),
+            readiness.clone(),
+            slot,
+        ));
     }
 }
 
@@ -81,6 +90,7 @@ async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     state: Arc<ProxyState>,
+    readiness: Arc<Readiness>,
     _slot: OwnedSemaphorePermit,
 ) {
     let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
@@ -91,8 +101,9 @@ async fn serve_connection(
         service_fn(move |req: Request<Incoming>| {
             let in_flight = activity.request_started();
             let state = state.clone();
+            let readiness = readiness.clone();
             async move {
-                let resp = answer(&state, req.uri().path()).await;
+                let resp = answer(&state, &readiness, req.uri().path()).await;
                 Ok::<_, Infallible>(resp.map(|body| InFlightBody::new(body, in_flight)))
             }
         })
@@ -122,7 +133,11 @@ async fn serve_connection(
     }
 }
 
-async fn answer(state: &ProxyState, path: &str) -> Response<Full<Bytes>> {
+async fn answer(
+    state: &Arc<ProxyState>,
+    readiness: &Arc<Readiness>,
+    path: &str,
+) -> Response<Full<Bytes>> {
     match path {
         "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
         "/metrics" => {
@@ -137,14 +152,22 @@ async fn answer(state: &ProxyState, path: &str) -> Response<Full<Bytes>> {
             if state.sessions.is_draining() {
                 return text(StatusCode::SERVICE_UNAVAILABLE, "draining");
             }
-            let probe = tokio::time::timeout(Duration::from_secs(2), state.upstream.connect_raw());
-            match probe.await {
-                Ok(Ok(_)) => text(StatusCode::OK, "ok"),
-                Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, &format!("upstream: {e}")),
-                Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "upstream: timeout"),
+            let state = state.clone();
+            match readiness.check(|| dial_upstream(state)).await {
+                Ok(()) => text(StatusCode::OK, "ok"),
+                Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, &why),
             }
         }
         _ => text(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+/// Whether the upstream accepts a connection (TCP, and TLS when it is https) within 2 s.
+async fn dial_upstream(state: Arc<ProxyState>) -> Verdict {
+    match tokio::time::timeout(Duration::from_secs(2), state.upstream.connect_raw()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("upstream: {e}")),
+        Err(_) => Err("upstream: timeout".into()),
     }
 }
 
