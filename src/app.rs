@@ -267,7 +267,10 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         })?;
     let (stop, stop_rx) = watch::channel(false);
     // The admin listener outlives the main one: probes and scrapes keep working while draining.
-    tokio::spawn(admin::serve(admin_listener, state.clone()));
+    let admin_limits = admin::AdminLimits {
+        max_connections: usize::try_from(args.admin_max_connections).unwrap_or(usize::MAX),
+    };
+    tokio::spawn(admin::serve(admin_listener, state.clone(), admin_limits));
     let task = tokio::spawn({
         let state = state.clone();
         async move {

@@ -56,6 +56,19 @@ pub struct ServeArgs {
     )]
     pub admin_listen: SocketAddr,
 
+    /// Most connections the admin listener serves at once (probes, scrapes); beyond it a new
+    /// connection is closed as soon as it is accepted. The admin listener also has the main
+    /// listener's `--request-header-timeout`, `--idle-connection-timeout` and
+    /// `--max-request-header-bytes`, so silent connections to it cannot take the descriptors
+    /// the main listener needs.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_ADMIN_MAX_CONNECTIONS",
+        default_value_t = crate::proxy::admin::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub admin_max_connections: u32,
+
     /// YAML file with any of these flags as `flag-name: value` (lists for repeated values).
     /// Precedence: command line, then environment, then this file, then the defaults.
     #[arg(long, env = "KUBE_WS_PROXY_CONFIG")]

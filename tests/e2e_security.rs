@@ -5,6 +5,7 @@
 //! - a client certificate naming two users (several CNs);
 //! - connections that never send a byte: plain TCP, TLS (ALPN h2 or http/1.1), an h2c preface,
 //!   and enough of them to exhaust the proxy's descriptors; idle keep-alive and HTTP/2 ones;
+//! - silent connections to the admin listener, past the descriptor limit; `/readyz` floods;
 //! - upgrade requests that declare a body and never send it, to hold `--max-sessions` slots;
 //! - an upstream that never answers a relayed upgrade, or answers it with an endless stream;
 //! - a bearer subprotocol entry on a header line that is not visible ASCII;
@@ -15,6 +16,8 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::bearer;
@@ -489,6 +492,165 @@ async fn silent_connections_cannot_starve_the_proxy_of_descriptors() {
             "silent connection {i} still open"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The admin listener
+// ---------------------------------------------------------------------------------------------
+
+/// One `GET path` on `s` (keep-alive): the status code, or `None` if the connection closed
+/// before a whole answer.
+async fn admin_get(s: &mut TcpStream, path: &str) -> Option<u16> {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let (code, head) = read_head(s, T).await?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).await.ok()?;
+    Some(code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener() {
+    let cluster = sim(SimConfig::default()).await;
+    // 256 descriptors, 8 admin connections at most, and more silent admin connections than
+    // the proxy has descriptors.
+    let proxy = ProxyProcess::launch_with_fd_limit(
+        &[
+            "--upstream",
+            &cluster.url(),
+            "--request-header-timeout",
+            "2s",
+            "--idle-connection-timeout",
+            "2s",
+            "--admin-max-connections",
+            "8",
+        ],
+        &[],
+        Some(256),
+    );
+    let mut silent = Vec::new();
+    for _ in 0..400 {
+        silent.push(TcpStream::connect(proxy.admin_addr).await.unwrap());
+    }
+    // Beyond the cap: closed at once, while the first eight wait out their clock.
+    let mut beyond = TcpStream::connect(proxy.admin_addr).await.unwrap();
+    assert_eq!(admin_get(&mut beyond, "/healthz").await, None);
+    // The main listener answers at once, not only once the admin connections are shed.
+    let started = Instant::now();
+    let mut caller = send(
+        proxy.addr,
+        b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let answer = read_head(&mut caller, Duration::from_secs(60)).await;
+    assert_eq!(answer.map(|(c, _)| c), Some(200));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the main listener answered after {:?}",
+        started.elapsed()
+    );
+    // Every silent connection is closed: beyond the cap at once, within it by the clock.
+    for (i, s) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_after(s, Duration::from_secs(15)).await.is_some(),
+            "silent admin connection {i} still open"
+        );
+    }
+    // Then probes get in again; an idle keep-alive one is closed after the idle timeout.
+    let mut probe = TcpStream::connect(proxy.admin_addr).await.unwrap();
+    assert_eq!(admin_get(&mut probe, "/healthz").await, Some(200));
+    closed_in_time(
+        "idle admin keep-alive",
+        closed_after(&mut probe, Duration::from_secs(15)).await,
+        Duration::from_secs(2),
+    );
+    let metrics = proxy.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_client_connections_closed_total",
+            "reason=\"admin_connection_limit\""
+        ) >= 390.0,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_probes_share_one_upstream_check_a_second() {
+    // An upstream that counts the connections it accepts.
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    let accepts = Arc::new(AtomicUsize::new(0));
+    let acceptor = tokio::spawn({
+        let accepts = accepts.clone();
+        async move {
+            while upstream.accept().await.is_ok() {
+                accepts.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let proxy = ProxyProcess::start(&format!("http://{upstream_addr}"), &[]);
+    let admin = proxy.admin_addr;
+
+    // 1,000 probes, 40 keep-alive connections at a time, then 200 one after another.
+    let started = Instant::now();
+    let before = accepts.load(Ordering::SeqCst);
+    let probes = (0..40).map(|_| async move {
+        let mut s = TcpStream::connect(admin).await.unwrap();
+        let mut codes = Vec::new();
+        for _ in 0..25 {
+            codes.push(admin_get(&mut s, "/readyz").await);
+        }
+        codes
+    });
+    let codes: Vec<_> = futures_util::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(codes.iter().all(|c| *c == Some(200)), "{codes:?}");
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    for _ in 0..200 {
+        assert_eq!(admin_get(&mut s, "/readyz").await, Some(200));
+    }
+    let dials = accepts.load(Ordering::SeqCst) - before;
+    let elapsed = started.elapsed();
+    eprintln!("1,200 probes in {elapsed:?}: {dials} upstream connections");
+    // One check a second at most (plus one that may straddle the start).
+    assert!(
+        dials as u64 <= elapsed.as_secs() + 2,
+        "{dials} upstream connections for 1,200 probes in {elapsed:?}"
+    );
+
+    // The upstream goes away: seen once the cached verdict is older than a second.
+    acceptor.abort();
+    let _ = acceptor.await;
+    let gone = Instant::now();
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    loop {
+        match admin_get(&mut s, "/readyz").await {
+            Some(200) => {}
+            Some(503) => break,
+            other => panic!("/readyz: {other:?}"),
+        }
+        assert!(
+            gone.elapsed() < Duration::from_secs(5),
+            "/readyz still ready {:?} after the upstream went away",
+            gone.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("unready after {:?}", gone.elapsed());
+    assert!(gone.elapsed() < Duration::from_millis(2500));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,15 @@
 //! than sessions start and end) the event is dropped and counted, never the session held up.
 //! A write that fails (disk full, file removed) is counted and logged; the writer reopens the
 //! file and carries on with the next event.
+//!
+//! Every line stays a whole JSON object, so that a JSON-lines reader never loses more than the
+//! event whose write failed: what that write left of its line is cut off again (the file is
+//! truncated back to the end of its last whole line), and where nothing can be cut (stdout, or
+//! a truncation that fails too) the next event starts on a fresh line instead of being glued
+//! to the fragment. Events lost so are counted (`kube_ws_proxy_audit_events_lost_total`).
+//! Truncating is preferred to a newline alone because it leaves no unparseable line behind;
+//! it only ever removes bytes of the failed write itself, which a reader that waits for a
+//! line's newline (as log shippers do) has not taken yet.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -47,12 +56,18 @@ pub struct AuditLogConfig {
     pub max_backups: usize,
 }
 
-/// The counters the log keeps (registered by the proxy's metrics).
+/// The counters the log keeps (registered by the proxy's metrics, so that this module needs
+/// nothing of the proxy's).
 #[derive(Debug, Clone)]
 pub struct AuditCounters {
+    /// Events written whole.
     pub written: IntCounter,
+    /// Events dropped because the queue was full.
     pub dropped: IntCounter,
+    /// Writes and flushes that failed.
     pub write_failures: IntCounter,
+    /// Events missing from the log because their write failed.
+    pub lost: IntCounter,
 }
 
 enum Message {
@@ -144,7 +159,8 @@ fn write_loop(mut sink: Sink, rx: Receiver<Message>, counters: AuditCounters) {
                     Ok(()) => counters.written.inc(),
                     Err(e) => {
                         counters.write_failures.inc();
-                        warn!(error = %e, "audit event could not be written");
+                        counters.lost.inc();
+                        warn!(error = %e, "audit event could not be written: lost");
                     }
                 },
                 Message::Sync(done) => {
@@ -162,20 +178,62 @@ fn write_loop(mut sink: Sink, rx: Receiver<Message>, counters: AuditCounters) {
     let _ = sink.flush();
 }
 
+/// An open target: each line goes out in one `write_all`, unbuffered, so that the writer
+/// always knows where the last whole line ends.
+trait Target: Write + Send {
+    /// Cuts the target back to `len` bytes; an error where it cannot be cut (stdout).
+    fn truncate_to(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl Target for File {
+    fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+        // The file is opened for appending: the next write lands at the new end.
+        self.set_len(len)
+    }
+}
+
+impl Target for io::Stdout {
+    fn truncate_to(&mut self, _len: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// A target just opened.
+struct Opened {
+    out: Box<dyn Target>,
+    /// Its size in bytes (0 for stdout).
+    size: u64,
+    /// Whether it ends in part of a line; `None` where it cannot be told (stdout).
+    ends_mid_line: Option<bool>,
+}
+
+/// How a target is opened: [`open_target`], or a faulty one in tests.
+type Opener = Box<dyn FnMut(&AuditTarget) -> io::Result<Opened> + Send>;
+
 /// The open target.
 struct Sink {
     config: AuditLogConfig,
-    out: Option<io::BufWriter<Box<dyn Write + Send>>>,
-    /// Bytes in the current file.
+    open: Opener,
+    out: Option<Box<dyn Target>>,
+    /// Bytes in the current file, every one of them in a whole line unless `torn`.
     size: u64,
+    /// The target may end in part of a line (a failed write that could not be cut off): the
+    /// next line starts with a newline, so that it is not glued to the fragment.
+    torn: bool,
 }
 
 impl Sink {
     fn open(config: AuditLogConfig) -> io::Result<Sink> {
+        Sink::with_opener(config, Box::new(open_target))
+    }
+
+    fn with_opener(config: AuditLogConfig, open: Opener) -> io::Result<Sink> {
         let mut sink = Sink {
             config,
+            open,
             out: None,
             size: 0,
+            torn: false,
         };
         sink.reopen()?;
         Ok(sink)
@@ -183,16 +241,14 @@ impl Sink {
 
     fn reopen(&mut self) -> io::Result<()> {
         self.out = None;
-        let (writer, size): (Box<dyn Write + Send>, u64) = match &self.config.target {
-            AuditTarget::Stdout => (Box::new(io::stdout()), 0),
-            AuditTarget::File(path) => {
-                let file = append(path)?;
-                let size = file.metadata()?.len();
-                (Box::new(file), size)
-            }
-        };
-        self.out = Some(io::BufWriter::new(writer));
-        self.size = size;
+        let opened = (self.open)(&self.config.target)?;
+        self.out = Some(opened.out);
+        self.size = opened.size;
+        // A file says for itself (a new one after the old was removed is whole); stdout
+        // keeps what the writer knows.
+        if let Some(ends_mid_line) = opened.ends_mid_line {
+            self.torn = ends_mid_line;
+        }
         Ok(())
     }
 
@@ -210,7 +266,20 @@ impl Sink {
             self.reopen()?;
         }
         let out = self.out.as_mut().expect("reopened");
-        if let Err(e) = out.write_all(line) {
+        if self.torn {
+            // End the fragment as a line of its own; the event that left it is lost anyway.
+            if let Err(e) = out.write_all(b"\n") {
+                self.out = None;
+                return Err(e);
+            }
+            self.size += 1;
+            self.torn = false;
+        }
+        if let Err(e) = out.write_all(line).and_then(|()| out.flush()) {
+            // Whatever part of the line got out must not be glued to the next one: cut it off,
+            // or have the next line start on a fresh one.
+            self.torn = out.truncate_to(self.size).is_err();
+            // The file may be gone: the next line reopens it.
             self.out = None;
             return Err(e);
         }
@@ -226,11 +295,45 @@ impl Sink {
     }
 }
 
+/// Opens the configured target: stdout, or the file for appending, with its size and whether
+/// it ends in part of a line (a failed write an earlier run could not cut off).
+fn open_target(target: &AuditTarget) -> io::Result<Opened> {
+    match target {
+        AuditTarget::Stdout => Ok(Opened {
+            out: Box::new(io::stdout()),
+            size: 0,
+            ends_mid_line: None,
+        }),
+        AuditTarget::File(path) => {
+            let (file, size, ends_mid_line) = open_file(path)?;
+            Ok(Opened {
+                out: Box::new(file),
+                size,
+                ends_mid_line: Some(ends_mid_line),
+            })
+        }
+    }
+}
+
+/// The file for appending, its size, and whether it ends in part of a line.
+fn open_file(path: &Path) -> io::Result<(File, u64, bool)> {
+    use std::os::unix::fs::FileExt;
+    let file = append(path)?;
+    let size = file.metadata()?.len();
+    let mut last = [b'\n'];
+    if size > 0 {
+        file.read_exact_at(&mut last, size - 1)?;
+    }
+    Ok((file, size, last[0] != b'\n'))
+}
+
 fn append(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     // Who ran what where is for the proxy's user (and whoever it hands the files to) only.
+    // Read too: to see whether the file ends in a whole line.
     OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .mode(0o600)
         .open(path)
@@ -265,12 +368,15 @@ fn rotate(path: &Path, keep: usize) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
 
     fn counters() -> AuditCounters {
         AuditCounters {
             written: IntCounter::new("w", "w").unwrap(),
             dropped: IntCounter::new("d", "d").unwrap(),
             write_failures: IntCounter::new("f", "f").unwrap(),
+            lost: IntCounter::new("l", "l").unwrap(),
         }
     }
 
@@ -338,6 +444,147 @@ mod tests {
         assert_eq!(ns(&dir.path().join("audit.log.1")), [16, 17, 18]);
         assert_eq!(ns(&dir.path().join("audit.log.2")), [13, 14, 15]);
         assert!(!dir.path().join("audit.log.3").exists());
+    }
+
+    /// A file on a disk that fills up once: writes take at most `room` bytes more, then one
+    /// fails as a full disk does (after a short write, ENOSPC), and then space is free again.
+    struct FillingDisk {
+        file: File,
+        room: Arc<AtomicU64>,
+        can_truncate: bool,
+    }
+
+    impl Write for FillingDisk {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let room = self.room.load(Ordering::SeqCst);
+            if room == 0 {
+                self.room.store(u64::MAX, Ordering::SeqCst);
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let n = self
+                .file
+                .write(&buf[..buf.len().min(usize::try_from(room).unwrap_or(usize::MAX))])?;
+            self.room.fetch_sub(n as u64, Ordering::SeqCst);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            self.file.flush()
+        }
+    }
+
+    impl Target for FillingDisk {
+        fn truncate_to(&mut self, len: u64) -> io::Result<()> {
+            if self.can_truncate {
+                self.file.set_len(len)
+            } else {
+                Err(io::ErrorKind::Unsupported.into())
+            }
+        }
+    }
+
+    /// Opens the file behind a [`FillingDisk`]; one that cannot be truncated stands for a
+    /// pipe (stdout), which cannot say how it ends either.
+    fn filling_disk(room: Arc<AtomicU64>, can_truncate: bool) -> Opener {
+        Box::new(move |target| {
+            let AuditTarget::File(path) = target else {
+                unreachable!("a file")
+            };
+            let (file, size, ends_mid_line) = open_file(path)?;
+            Ok(Opened {
+                out: Box::new(FillingDisk {
+                    file,
+                    room: room.clone(),
+                    can_truncate,
+                }),
+                size,
+                ends_mid_line: can_truncate.then_some(ends_mid_line),
+            })
+        })
+    }
+
+    /// Writes `{"n":0}` … `{"n":4}` (8 bytes a line) through the writer thread's loop to a
+    /// disk that is full 3 bytes into the third line; returns the file's lines and counters.
+    fn five_events_and_a_full_disk(can_truncate: bool) -> (Vec<String>, AuditCounters) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let room = Arc::new(AtomicU64::new(8 * 2 + 3));
+        let sink = Sink::with_opener(
+            AuditLogConfig {
+                target: AuditTarget::File(path.clone()),
+                max_size: 1 << 20,
+                max_backups: 1,
+            },
+            filling_disk(room, can_truncate),
+        )
+        .unwrap();
+        let (tx, rx) = sync_channel(16);
+        for n in 0..5 {
+            let mut line = serde_json::to_vec(&serde_json::json!({ "n": n })).unwrap();
+            line.push(b'\n');
+            tx.send(Message::Line(line)).unwrap();
+        }
+        drop(tx);
+        let c = counters();
+        write_loop(sink, rx, c.clone());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with('\n'), "{text:?}");
+        (text.lines().map(str::to_owned).collect(), c)
+    }
+
+    #[test]
+    fn a_write_that_fails_mid_line_is_cut_off_and_every_line_stays_json() {
+        let (lines, c) = five_events_and_a_full_disk(true);
+        let ns: Vec<i64> = lines
+            .iter()
+            .map(|l| {
+                let v: serde_json::Value =
+                    serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"));
+                v["n"].as_i64().unwrap()
+            })
+            .collect();
+        // Only the event whose write failed is missing, and it is counted.
+        assert_eq!(ns, [0, 1, 3, 4]);
+        assert_eq!(c.written.get(), 4);
+        assert_eq!(c.lost.get(), 1);
+        assert_eq!(c.write_failures.get(), 1);
+    }
+
+    #[test]
+    fn where_a_failed_write_cannot_be_cut_off_the_next_event_starts_a_fresh_line() {
+        let (lines, c) = five_events_and_a_full_disk(false);
+        assert_eq!(
+            lines,
+            [
+                r#"{"n":0}"#,
+                r#"{"n":1}"#,
+                r#"{"n"#,
+                r#"{"n":3}"#,
+                r#"{"n":4}"#
+            ]
+        );
+        assert_eq!(c.written.get(), 4);
+        assert_eq!(c.lost.get(), 1);
+    }
+
+    #[test]
+    fn a_file_left_ending_mid_line_gets_the_next_event_on_a_fresh_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        std::fs::write(&path, "{\"earlier\":1}\n{\"earl").unwrap();
+        let log = AuditLog::open(
+            AuditLogConfig {
+                target: AuditTarget::File(path.clone()),
+                max_size: 1 << 20,
+                max_backups: 1,
+            },
+            counters(),
+        )
+        .unwrap();
+        log.emit(&serde_json::json!({ "n": 1 }));
+        assert!(log.sync(Duration::from_secs(5)));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "{\"earlier\":1}\n{\"earl\n{\"n\":1}\n");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The proxy's Prometheus metrics, served at `/metrics` on the admin listener. Every label takes
-//! values from a fixed set (the enums below, HTTP methods and status codes): never pod names,
-//! users or paths, so a busy proxy cannot grow its series without bound.
+//! values from a fixed set (the enums below, the standard HTTP methods, a fixed list of status
+//! codes with the rest counted by class): never pod names, users, paths or whatever number a
+//! peer sends, so neither a busy proxy nor a hostile upstream can grow its series without bound.
 
 use std::time::{Duration, Instant};
 
@@ -103,6 +104,8 @@ pub enum ConnectionShed {
     IdleTimeout,
     /// The TLS handshake failed.
     TlsHandshakeFailed,
+    /// An admin connection beyond `--admin-max-connections`, closed as soon as accepted.
+    AdminConnectionLimit,
 }
 
 impl ConnectionShed {
@@ -112,6 +115,7 @@ impl ConnectionShed {
             ConnectionShed::RequestHeaderTimeout => "request_header_timeout",
             ConnectionShed::IdleTimeout => "idle_timeout",
             ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
+            ConnectionShed::AdminConnectionLimit => "admin_connection_limit",
         }
     }
 }
@@ -265,7 +269,12 @@ impl Metrics {
                 ),
                 write_failures: plain_counter(
                     "kube_ws_proxy_audit_write_failures_total",
-                    "Audit events that could not be written (disk full, file gone).",
+                    "Writes and flushes of the audit log that failed (disk full, file gone).",
+                ),
+                lost: plain_counter(
+                    "kube_ws_proxy_audit_events_lost_total",
+                    "Audit events missing from the log because their write failed; the log \
+                     goes on with whole lines.",
                 ),
             },
             recording: RecordingCounters {
@@ -312,10 +321,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts an upstream refusal of an upgrade.
+    /// Counts an upstream refusal of an upgrade (`code` 0: no HTTP answer).
     pub fn upstream_upgrade_failure(&self, code: u16) {
         self.upstream_upgrade_failures
-            .with_label_values(&[&code.to_string()])
+            .with_label_values(&[code_label(code)])
             .inc();
     }
 
@@ -326,8 +335,16 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a request refused by authentication; `reason` is a fixed label.
+    /// Counts a request refused by authentication; `reason` is one of
+    /// [`AUTH_REJECTION_REASONS`] (anything else is counted as `other`).
     pub fn auth_rejected(&self, reason: &'static str) {
+        // The reason comes from `Rejection::label`; checked here so that the label set stays
+        // fixed whatever a caller passes.
+        let reason = AUTH_REJECTION_REASONS
+            .iter()
+            .copied()
+            .find(|known| *known == reason)
+            .unwrap_or("other");
         self.auth_rejections.with_label_values(&[reason]).inc();
     }
 
@@ -342,7 +359,7 @@ impl Metrics {
     pub fn request(&self, method: &http::Method, code: u16, elapsed: Duration) {
         let method = method_label(method);
         self.requests_total
-            .with_label_values(&[method, &code.to_string()])
+            .with_label_values(&[method, code_label(code)])
             .inc();
         self.request_duration
             .with_label_values(&[method])
@@ -364,6 +381,69 @@ impl Metrics {
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
+    }
+}
+
+/// Every value of the `reason` label of `kube_ws_proxy_auth_rejections_total` (besides
+/// `other`, which no caller should cause).
+pub const AUTH_REJECTION_REASONS: [&str; 5] = [
+    "unauthenticated",
+    "impersonation_headers",
+    "authentication_unavailable",
+    "ambiguous_client_certificate",
+    "token_review_rate_limited",
+];
+
+/// Status codes that keep their own `code` label value: those Kubernetes and the proxy
+/// answer with, and `0` (no HTTP answer at all).
+const NAMED_CODES: [(u16, &str); 31] = [
+    (0, "0"),
+    (101, "101"),
+    (200, "200"),
+    (201, "201"),
+    (202, "202"),
+    (204, "204"),
+    (206, "206"),
+    (301, "301"),
+    (302, "302"),
+    (304, "304"),
+    (307, "307"),
+    (308, "308"),
+    (400, "400"),
+    (401, "401"),
+    (403, "403"),
+    (404, "404"),
+    (405, "405"),
+    (406, "406"),
+    (409, "409"),
+    (410, "410"),
+    (413, "413"),
+    (415, "415"),
+    (422, "422"),
+    (429, "429"),
+    (431, "431"),
+    (500, "500"),
+    (501, "501"),
+    (502, "502"),
+    (503, "503"),
+    (504, "504"),
+    (505, "505"),
+];
+
+/// The `code` label of a status: a known code as itself, any other by its class (`1xx` …
+/// `5xx`), and what is no HTTP status at all (600–999, which hyper accepts from an upstream)
+/// `other`. An upstream can then add at most a handful of series, not one per number.
+pub fn code_label(code: u16) -> &'static str {
+    if let Some((_, label)) = NAMED_CODES.iter().find(|(known, _)| *known == code) {
+        return label;
+    }
+    match code {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
     }
 }
 
@@ -430,6 +510,162 @@ impl Drop for SessionGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    #[test]
+    fn a_status_code_label_is_one_of_a_few_dozen_whatever_the_number() {
+        let labels: BTreeSet<&str> = (0..=1000).chain([u16::MAX]).map(code_label).collect();
+        let mut fixed: BTreeSet<&str> = NAMED_CODES.iter().map(|(_, l)| *l).collect();
+        fixed.extend(["1xx", "2xx", "3xx", "4xx", "5xx", "other"]);
+        assert_eq!(labels, fixed);
+        assert!(labels.len() <= 40, "{labels:?}");
+        for (code, label) in NAMED_CODES {
+            assert_eq!(label, code.to_string());
+            assert_eq!(code_label(code), label);
+        }
+        assert_eq!(code_label(418), "4xx");
+        assert_eq!(code_label(599), "5xx");
+        assert_eq!(code_label(600), "other");
+        assert_eq!(code_label(999), "other");
+        assert_eq!(code_label(42), "other");
+    }
+
+    /// Every label value in the rendered text, by label name (histograms' `le` left out).
+    fn label_values(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((_, rest)) = line.split_once('{') else {
+                continue;
+            };
+            let (labels, _) = rest.split_once('}').expect("closed label set");
+            for pair in labels.split(',') {
+                let (name, value) = pair.split_once('=').expect("name=value");
+                if name != "le" {
+                    seen.entry(name.to_owned())
+                        .or_default()
+                        .insert(value.trim_matches('"').to_owned());
+                }
+            }
+        }
+        seen
+    }
+
+    /// Drives every way a label can be set with every value its source can take (all status
+    /// codes 0–1000, odd methods, unknown reasons) and checks each label stays in its set.
+    #[test]
+    fn every_label_comes_from_a_fixed_set() {
+        let m = Metrics::new();
+        let kinds = [
+            SessionKind::Exec,
+            SessionKind::Attach,
+            SessionKind::PortForwardTunnel,
+            SessionKind::WebSocketRelay,
+            SessionKind::SpdyRelay,
+            SessionKind::PassThrough,
+        ];
+        let outcomes = [
+            SessionOutcome::Success,
+            SessionOutcome::NonZeroExit,
+            SessionOutcome::UpstreamError,
+            SessionOutcome::ClientGone,
+            SessionOutcome::ClientUnresponsive,
+            SessionOutcome::UpstreamUnresponsive,
+            SessionOutcome::IdleTimeout,
+            SessionOutcome::RecordingFailed,
+            SessionOutcome::Drained,
+        ];
+        for kind in kinds {
+            for outcome in outcomes {
+                m.session(kind).finish(outcome, 1, 1);
+            }
+        }
+        for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
+            m.session_admitted(form);
+        }
+        for reason in [
+            HandshakeRejection::BadRequest,
+            HandshakeRejection::TooManySessions,
+            HandshakeRejection::Draining,
+        ] {
+            m.handshake_rejected(reason);
+        }
+        for reason in [
+            ConnectionShed::RequestHeaderTimeout,
+            ConnectionShed::IdleTimeout,
+            ConnectionShed::TlsHandshakeFailed,
+            ConnectionShed::AdminConnectionLimit,
+        ] {
+            m.connection_shed(reason);
+        }
+        for reason in AUTH_REJECTION_REASONS.iter().copied().chain(["made_up"]) {
+            m.auth_rejected(reason);
+        }
+        let methods = [
+            "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "BREW", "X",
+        ]
+        .map(|m| http::Method::from_bytes(m.as_bytes()).unwrap());
+        for code in 0..=1000 {
+            m.upstream_upgrade_failure(code);
+            for method in &methods {
+                m.request(method, code, Duration::from_millis(1));
+            }
+        }
+        let text = String::from_utf8(m.render()).unwrap();
+        let seen = label_values(&text);
+
+        let set = |values: &[&str]| {
+            values
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<BTreeSet<_>>()
+        };
+        let mut codes: Vec<&str> = NAMED_CODES.iter().map(|(_, l)| *l).collect();
+        codes.extend(["1xx", "2xx", "3xx", "4xx", "5xx", "other"]);
+        let mut reasons = vec![
+            "bad_request",
+            "too_many_sessions",
+            "draining",
+            "request_header_timeout",
+            "idle_timeout",
+            "tls_handshake_failed",
+            "admin_connection_limit",
+            "other",
+        ];
+        reasons.extend(AUTH_REJECTION_REASONS);
+        let allowed: BTreeMap<String, BTreeSet<String>> = [
+            ("kind", set(&kinds.map(SessionKind::label))),
+            ("outcome", set(&outcomes.map(SessionOutcome::label))),
+            ("direction", set(&["up", "down"])),
+            ("http_version", set(&["1.1", "2"])),
+            ("reason", set(&reasons)),
+            ("code", set(&codes)),
+            (
+                "method",
+                set(&[
+                    "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "other",
+                ]),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, values)| (name.to_owned(), values))
+        .collect();
+        // Every label the families use is one this test knows, and stays within its set.
+        assert_eq!(
+            seen.keys().collect::<Vec<_>>(),
+            allowed.keys().collect::<Vec<_>>(),
+            "a label this test does not know: give it a fixed set and list it here"
+        );
+        for (name, values) in &seen {
+            assert!(
+                values.is_subset(&allowed[name]),
+                "label {name}: {:?} outside the fixed set",
+                values.difference(&allowed[name]).collect::<Vec<_>>()
+            );
+        }
+        // 1,001 status codes times 9 methods make at most a few hundred series.
+        let series = text.lines().filter(|l| !l.starts_with('#')).count();
+        assert!(series < 1500, "{series} series");
+    }
 
     #[test]
     fn families_render_and_move() {

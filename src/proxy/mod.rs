@@ -16,6 +16,7 @@ pub mod maybe_tls;
 pub mod metrics;
 pub mod pass_through;
 pub mod pem;
+pub mod readiness;
 pub mod refusal_body;
 pub mod relay;
 pub mod relay_answer;
