@@ -309,7 +309,9 @@ async fn route_authenticated(
             let method = req.method().clone();
             let started = Instant::now();
             if state.audit.is_some() && session_audit::is_followed_log(&method, &target) {
-                canonical_target(&mut req, &target)?;
+                if let Err(why) = canonical_target(&mut req, &target) {
+                    return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
+                }
                 return Ok(followed_log(&state, req, peer, &caller).await);
             }
             let resp = forward(&state, req, peer, &caller).await;
@@ -326,11 +328,11 @@ async fn route_authenticated(
         Class::Relay { kind, bearer } => (bearer, Session::Relay(kind)),
     };
     // What is audited and recorded is what goes upstream.
-    if let Err(refusal) = canonical_target(&mut req, &target) {
+    if let Err(why) = canonical_target(&mut req, &target) {
         state
             .metrics
             .handshake_rejected(HandshakeRejection::BadRequest);
-        return Ok(refusal);
+        return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
     }
     // A streaming session: its caller is authenticated first (from the headers alone, so that
     // in the modes that authenticate, a caller without credentials makes the proxy hold no
@@ -406,16 +408,9 @@ async fn route_authenticated(
 /// exactly what the proxy classified, audits and records (`%65xec` goes upstream as `exec`,
 /// a dropped `;` pair is not sent at all). A target Go would read as bytes that are not UTF-8
 /// is refused: no pod, container or command the API server accepts has them.
-fn canonical_target<B>(
-    req: &mut Request<B>,
-    target: &RequestTarget,
-) -> Result<(), Response<ProxyBody>> {
+fn canonical_target<B>(req: &mut Request<B>, target: &RequestTarget) -> Result<(), &'static str> {
     if !target.is_utf8() {
-        return Err(failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "the request path or query decodes to bytes that are not UTF-8",
-        ));
+        return Err("the request path or query decodes to bytes that are not UTF-8");
     }
     if !target.is_rewritten() {
         return Ok(());
