@@ -292,3 +292,41 @@ async fn raw_get(addr: std::net::SocketAddr, target: &str) -> String {
         .unwrap();
     String::from_utf8_lossy(&answer).into_owned()
 }
+
+/// A WebSocket upgrade of `target` offering `protocol`; the status of the answer.
+async fn websocket_status(addr: std::net::SocketAddr, target: &str, protocol: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match tokio::time::timeout(T, tcp.read(&mut byte)).await {
+            Ok(Ok(1)) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spdy_tunnel_is_opened_only_for_port_forward() {
+    let Some(s) = Setup::start(|l| l.to_owned()).await else {
+        return;
+    };
+    // kube-apiserver tunnels only port-forward; a tunnel to exec would carry a SPDY exec inside
+    // the WebSocket that nobody records. It goes upstream as the WebSocket it is, and the
+    // cluster refuses it.
+    let exec = "/api/v1/namespaces/default/pods/tunnelled/exec?command=echo&command=unrecorded&stdout=true";
+    let head = websocket_status(s.proxy.addr, exec, "SPDY/3.1+v4.channel.k8s.io").await;
+    assert!(!head.starts_with("HTTP/1.1 101"), "{head}");
+    // Port-forward still gets its tunnel.
+    let pf = "/api/v1/namespaces/default/pods/web/portforward";
+    let head = websocket_status(s.proxy.addr, pf, "SPDY/3.1+portforward.k8s.io").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+}

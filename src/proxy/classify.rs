@@ -81,19 +81,23 @@ pub fn classify(method: &Method, target: &RequestTarget, headers: &HeaderMap) ->
     if !upgrade.eq_ignore_ascii_case("websocket") {
         return relay(RelayKind::Other, &mut offered);
     }
+    let _ = method;
+    let subresource = parse_pod_subresource(target.path()).map(|t| t.subresource);
+    // Only port-forward is tunnelled, as kube-apiserver tunnels only port-forward: a tunnel
+    // offered on an exec path would carry a SPDY exec inside the WebSocket, which nothing on
+    // the way could record.
     let tunnel = offered.tunnel_protocols();
-    if !tunnel.is_empty() {
+    if !tunnel.is_empty() && subresource == Some(Subresource::PortForward) {
         return Class::Tunnel {
             protocols: tunnel,
             bearer: offered.take_bearer(),
         };
     }
-    let _ = method;
-    if let Some(target) = parse_pod_subresource(target.path()) {
-        let exec_like = matches!(target.subresource, Subresource::Exec | Subresource::Attach);
+    if let Some(subresource) = subresource {
+        let exec_like = matches!(subresource, Subresource::Exec | Subresource::Attach);
         if exec_like && offered.contains(ChannelProtocol::V5.name()) {
             return Class::Translate {
-                subresource: target.subresource,
+                subresource,
                 bearer: offered.take_bearer(),
             };
         }
@@ -184,6 +188,10 @@ mod tests {
             ("non-ASCII subprotocol line", Method::GET, EXEC, { let mut h = ws(&["v5.channel.k8s.io"]); h.append(header::SEC_WEBSOCKET_PROTOCOL, http::HeaderValue::from_bytes(format!("{token}, v4.channel.k8s.io\u{e9}").as_bytes()).unwrap()); h }, BadRequest("invalid WebSocket subprotocol: a Sec-WebSocket-Protocol line is not visible ASCII".into())),
             ("malformed bearer on a plain request", Method::GET, "/api/v1/pods", ws_header_only(&token), BadRequest("invalid WebSocket subprotocol: a bearer token subprotocol must be offered with at least one other subprotocol".into())),
             ("pods list is not a subresource", Method::GET, "/api/v1/namespaces/default/pods/exec", ws(&["v5.channel.k8s.io"]), ws_relay()),
+            ("a tunnel offered on an exec path is relayed", Method::GET, EXEC, ws(&["SPDY/3.1+v4.channel.k8s.io"]), ws_relay()),
+            ("a tunnel offered on a log path is relayed", Method::GET, LOG, ws(&["SPDY/3.1+portforward.k8s.io"]), ws_relay()),
+            ("a tunnel beside v5 on an exec path: v5", Method::GET, EXEC, ws(&["SPDY/3.1+portforward.k8s.io, v5.channel.k8s.io"]), translate(Subresource::Exec)),
+            ("percent-encoded portforward tunnel", Method::GET, "/api/v1/namespaces/default/pods/web/%70ortforward", ws(&["SPDY/3.1+portforward.k8s.io"]), Tunnel { protocols: vec!["portforward.k8s.io".into()], bearer: None }),
             ("percent-encoded exec", Method::GET, "/api/v1/namespaces/default/pods/web/%65xec", ws(&["v5.channel.k8s.io"]), translate(Subresource::Exec)),
             ("percent-encoded attach", Method::GET, "/api/v1/namespaces/default/pods/web/%61ttach", ws(&["v5.channel.k8s.io"]), translate(Subresource::Attach)),
             ("encoded slash before exec", Method::GET, "/api/v1/namespaces/default/pods/web%2Fexec", ws(&["v5.channel.k8s.io"]), translate(Subresource::Exec)),
