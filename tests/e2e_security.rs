@@ -10,7 +10,8 @@
 //! - a bearer subprotocol entry on a header line that is not visible ASCII;
 //! - a flood of distinct bogus tokens (each would cost a TokenReview);
 //! - a forged `X-Forwarded-For`;
-//! - WebSocket keys that are not 16 bytes of base64.
+//! - WebSocket keys that are not 16 bytes of base64;
+//! - log flooding: a flood past the TokenReview rate limit, a 50 KB `Audit-ID`.
 
 mod common;
 
@@ -928,4 +929,139 @@ async fn distinct_bogus_tokens_cost_a_bounded_number_of_reviews() {
         ) >= 45.0,
         "{metrics}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Log flooding
+// ---------------------------------------------------------------------------------------------
+
+/// The proxy's log lines that contain `needle`.
+fn lines_with(proxy: &ProxyProcess, needle: &str) -> Vec<String> {
+    proxy
+        .log_lines()
+        .into_iter()
+        .filter(|l| l.contains(needle))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_token_review_rate_limit_logs_a_bounded_number_of_lines() {
+    const PROXY_TOKEN: &str = "proxy-token-91";
+    const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
+    let cluster = sim(SimConfig {
+        users: vec![SimUser {
+            token: PROXY_TOKEN.into(),
+            name: PROXY_USER.into(),
+            groups: vec![],
+        }],
+        impersonators: vec![PROXY_USER.into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, PROXY_TOKEN).unwrap();
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--auth-mode",
+            "impersonate",
+            "--upstream-token-file",
+            token_file.to_str().unwrap(),
+            "--token-review-rate",
+            "1",
+            "--token-review-burst",
+            "1",
+        ],
+    );
+    let before = proxy.log_lines().len();
+    // One keep-alive connection sending distinct bogus tokens as fast as it is answered, for
+    // three seconds: thousands of requests, nearly all past the rate limit.
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, Empty<bytes::Bytes>>(TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let started = Instant::now();
+    let mut limited = 0u64;
+    let mut sent = 0u64;
+    while started.elapsed() < Duration::from_secs(3) {
+        sender
+            .ready()
+            .await
+            .expect("the proxy keeps the connection");
+        let req = http::Request::get("/api/v1/namespaces/default/pods")
+            .header("host", "x")
+            .header("authorization", format!("Bearer bogus-{sent}"))
+            .body(Empty::new())
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        if resp.status() == 429 {
+            limited += 1;
+        }
+        resp.into_body().collect().await.unwrap();
+        sent += 1;
+    }
+    assert!(limited >= 200, "{limited} of {sent} refused for the rate");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let warnings = lines_with(&proxy, "cannot authenticate the caller");
+    let all = proxy.log_lines().len() - before;
+    assert!(
+        (1..=2).contains(&warnings.len()) && all <= 5,
+        "{} refusals made {all} log lines: {warnings:#?}",
+        limited
+    );
+    // Every refusal is still counted.
+    let metrics = proxy.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_auth_rejections_total",
+            "reason=\"token_review_rate_limited\""
+        ) >= limited as f64,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_client_audit_id_is_replaced_and_never_logged() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    let huge = format!("evil-{}", "x".repeat(50 * 1024));
+    let extra = format!("Audit-ID: {huge}\r\n");
+    let is_uuid = |head: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix("audit-id: "))
+            .is_some_and(|id| id.trim().len() == 36 && !id.contains("evil"))
+    };
+    // A plain request and a translated exec, whose end is logged in the request's span.
+    let mut s = send(
+        proxy.addr,
+        format!("GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n")
+            .as_bytes(),
+    )
+    .await;
+    let (code, head) = read_head(&mut s, T).await.unwrap();
+    assert_eq!(code, 200, "{head}");
+    assert!(is_uuid(&head.to_ascii_lowercase()), "{head}");
+    let exec = exec_path("web", &["true"], false, true, false);
+    let mut s = send(
+        proxy.addr,
+        &websocket_get(&exec, &[b"v5.channel.k8s.io"], KEY, &extra),
+    )
+    .await;
+    let (code, head) = read_head(&mut s, T).await.unwrap();
+    assert_eq!(code, 101, "{head}");
+    assert!(is_uuid(&head.to_ascii_lowercase()), "{head}");
+    closed_after(&mut s, T).await;
+    assert!(proxy
+        .wait_for_log("exec session finished", T)
+        .is_some_and(|l| l.contains("\"audit_id\"")));
+    assert!(lines_with(&proxy, "evil-").is_empty());
+    // The cluster got the proxy's ids, not the client's.
+    for r in cluster.requests() {
+        let id = r.header("audit-id").unwrap_or_default();
+        assert_eq!(id.len(), 36, "{} {id:.80}", r.path);
+    }
 }

@@ -16,7 +16,7 @@ mod review_limiter;
 mod token_review;
 mod token_source;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap};
@@ -31,6 +31,7 @@ pub use token_review::{ReviewError, TokenReviewer};
 pub use token_source::TokenSource;
 
 use super::body::ProxyBody;
+use super::log_throttle::{LogThrottle, Verdict};
 use super::status_response::failure;
 use crate::translate::subprotocol::BearerToken;
 
@@ -121,6 +122,8 @@ pub struct Authenticator {
     mode: AuthMode,
     reviewer: Option<TokenReviewer>,
     outbound: Outbound,
+    /// Refusals a caller can cause once per request are logged a few times, not each time.
+    rejection_log: LogThrottle,
 }
 
 impl Authenticator {
@@ -134,6 +137,7 @@ impl Authenticator {
                 token: None,
                 front_proxy: FrontProxyHeaders::default(),
             },
+            rejection_log: LogThrottle::default(),
         }
     }
 
@@ -157,6 +161,7 @@ impl Authenticator {
                 },
                 front_proxy,
             },
+            rejection_log: LogThrottle::default(),
         }
     }
 
@@ -205,6 +210,27 @@ impl Authenticator {
         match reviewer.review(token, caller).await? {
             Review::Authenticated(id) => Ok(Caller::Identified(Arc::new(id))),
             Review::Rejected => Err(Rejection::Unauthenticated),
+        }
+    }
+
+    /// Logs a refusal of a request from `peer`. A TokenReview that cannot be made (RBAC, the
+    /// upstream down, the per-address rate limit) is a warning operators must see; the others
+    /// are the caller's business (debug). Warnings are aggregated per reason: an
+    /// unauthenticated flood past the rate limit would otherwise write one line per request.
+    /// Every refusal is still counted in `auth_rejections_total`.
+    pub fn log_rejection(&self, rejection: &Rejection, peer: SocketAddr) {
+        let Rejection::Unavailable(cause) = rejection else {
+            tracing::debug!(%peer, reason = rejection.label(), "request refused by authentication");
+            return;
+        };
+        if let Verdict::Log { suppressed } = self.rejection_log.check(rejection.label()) {
+            tracing::warn!(
+                %peer,
+                error = %cause,
+                reason = rejection.label(),
+                suppressed,
+                "cannot authenticate the caller"
+            );
         }
     }
 
