@@ -9,7 +9,7 @@
 //! - an upstream that never answers a relayed upgrade, or answers it with an endless stream;
 //! - a bearer subprotocol entry on a header line that is not visible ASCII;
 //! - a flood of distinct bogus tokens (each would cost a TokenReview);
-//! - a forged `X-Forwarded-For`;
+//! - a forged `X-Forwarded-For`, `X-Real-Ip` or `Forwarded`;
 //! - WebSocket keys that are not 16 bytes of base64;
 //! - log flooding: a flood past the TokenReview rate limit, a 50 KB `Audit-ID`.
 
@@ -794,24 +794,35 @@ async fn a_websocket_key_must_be_16_bytes_of_base64() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callers_own_x_forwarded_for_is_replaced_unless_the_proxy_is_told_to_trust_it() {
     let cluster = sim(SimConfig::default()).await;
-    let forged = "X-Forwarded-For: 203.0.113.66\r\n";
+    // The three headers kube-apiserver (X-Forwarded-For, X-Real-Ip) or others (Forwarded) may
+    // take a request's origin from.
+    let forged = "X-Forwarded-For: 203.0.113.66\r\nX-Real-Ip: 203.0.113.66\r\n\
+                  Forwarded: for=203.0.113.66\r\n";
     let seen = |cluster: &SimCluster, path: &str| {
-        cluster
-            .requests()
-            .iter()
-            .rev()
-            .find(|r| r.path == path)
-            .and_then(|r| r.header("x-forwarded-for").map(str::to_owned))
-            .unwrap_or_default()
+        let requests = cluster.requests();
+        let r = requests.iter().rev().find(|r| r.path == path).unwrap();
+        ["x-forwarded-for", "x-real-ip", "forwarded"].map(|h| r.header(h).map(str::to_owned))
     };
-    for (trust, want) in [(false, "127.0.0.1"), (true, "203.0.113.66, 127.0.0.1")] {
+    let kept = |v: &str| Some(v.to_owned());
+    for (trust, want) in [
+        (false, [kept("127.0.0.1"), None, None]),
+        (
+            true,
+            [
+                kept("203.0.113.66, 127.0.0.1"),
+                kept("203.0.113.66"),
+                kept("for=203.0.113.66"),
+            ],
+        ),
+    ] {
         let flags: &[&str] = if trust {
             &["--trust-x-forwarded-for"]
         } else {
             &[]
         };
         let proxy = ProxyProcess::start(&cluster.url(), flags);
-        // A plain request, a translated exec and a relayed log.
+        // A plain request, a translated exec, a relayed log and a relayed SPDY exec (kubectl
+        // 1.28's upgrade).
         let mut s = send(
             proxy.addr,
             format!("GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{forged}\r\n")
@@ -827,14 +838,19 @@ async fn a_callers_own_x_forwarded_for_is_replaced_unless_the_proxy_is_told_to_t
         )
         .await;
         assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
-        assert_eq!(seen(&cluster, EXEC), want);
+        assert_eq!(seen(&cluster, EXEC), want, "translated exec");
         let mut s = send(
             proxy.addr,
             &websocket_get(LOG, &[b"binary.k8s.io"], KEY, forged),
         )
         .await;
         assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
-        assert_eq!(seen(&cluster, LOG), want);
+        assert_eq!(seen(&cluster, LOG), want, "relayed log");
+        let before = cluster.requests().len();
+        let mut s = send(proxy.addr, &spdy_post(&exec, forged)).await;
+        assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
+        assert!(cluster.requests().len() > before);
+        assert_eq!(seen(&cluster, EXEC), want, "relayed SPDY exec");
     }
 }
 
