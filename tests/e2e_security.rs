@@ -10,6 +10,7 @@
 //! - a bearer subprotocol entry on a header line that is not visible ASCII;
 //! - a flood of distinct bogus tokens (each would cost a TokenReview);
 //! - a forged `X-Forwarded-For`, `X-Real-Ip` or `Forwarded`;
+//! - an HTTP/1.1 `CONNECT` (a tunnel, refused as HTTP/2's is);
 //! - WebSocket keys that are not 16 bytes of base64;
 //! - log flooding: a flood past the TokenReview rate limit, a 50 KB `Audit-ID`.
 
@@ -852,6 +853,40 @@ async fn a_callers_own_x_forwarded_for_is_replaced_unless_the_proxy_is_told_to_t
         assert!(cluster.requests().len() > before);
         assert_eq!(seen(&cluster, EXEC), want, "relayed SPDY exec");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connect_is_refused_as_http2s_is_and_nothing_reaches_the_upstream() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    for target in ["example.com:443", "127.0.0.1:22", &cluster.url()[7..]] {
+        let mut s = send(
+            proxy.addr,
+            format!(
+                "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nAuthorization: Bearer t\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        let (code, head) = read_head(&mut s, T).await.unwrap();
+        assert_eq!(code, 405, "CONNECT {target}: {head}");
+        let mut body = vec![0u8; 4096];
+        let n = tokio::time::timeout(T, s.read(&mut body))
+            .await
+            .unwrap()
+            .unwrap();
+        let body = String::from_utf8_lossy(&body[..n]);
+        assert!(
+            body.contains("MethodNotAllowed") && body.contains("opens no tunnels"),
+            "{body}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        cluster.requests().is_empty(),
+        "forwarded: {:?}",
+        cluster.requests()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
