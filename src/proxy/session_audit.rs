@@ -18,7 +18,8 @@ use super::body::ProxyBody;
 use super::metrics::SessionOutcome;
 use super::state::ProxyState;
 use crate::audit::{
-    HttpVersion, IdentitySource, ProtocolPath, SessionAudit, SessionEnd, SessionInfo, Verb,
+    HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionAudit, SessionEnd,
+    SessionInfo, Verb,
 };
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 
@@ -31,20 +32,36 @@ pub struct AuditIdentity {
     pub user: Option<String>,
     pub groups: Vec<String>,
     pub source: IdentitySource,
+    /// Whom the caller asks to act as (`Impersonate-*`, passthrough and front-proxy modes).
+    pub impersonated: Option<ImpersonatedUser>,
 }
 
 /// Who `caller` is: the authenticated identity, or in passthrough mode (with an audit log) the
-/// upstream's answer for `credentials`, the `Authorization` value sent upstream.
+/// upstream's answer for `credentials`, the `Authorization` value sent upstream; and whom it
+/// asks to impersonate.
 pub async fn identify(
     state: &ProxyState,
     caller: &Caller,
     credentials: Option<HeaderValue>,
 ) -> AuditIdentity {
+    AuditIdentity {
+        impersonated: caller.impersonating().cloned(),
+        ..caller_identity(state, caller, credentials).await
+    }
+}
+
+/// Who `caller` itself is (its impersonation aside).
+async fn caller_identity(
+    state: &ProxyState,
+    caller: &Caller,
+    credentials: Option<HeaderValue>,
+) -> AuditIdentity {
     match caller {
-        Caller::Identified(id) => AuditIdentity {
+        Caller::Identified { identity: id, .. } => AuditIdentity {
             user: Some(id.user().to_owned()),
             groups: id.groups().to_vec(),
             source: IdentitySource::Authenticated,
+            impersonated: None,
         },
         Caller::Passthrough { .. } if state.audit.is_some() => {
             let timeout = state.handshake_timeout.min(REVIEW_TIMEOUT);
@@ -57,6 +74,7 @@ pub async fn identify(
                     user: Some(reviewed.user),
                     groups: reviewed.groups,
                     source: IdentitySource::SelfSubjectReview,
+                    impersonated: None,
                 },
                 None => unknown(),
             }
@@ -70,6 +88,7 @@ fn unknown() -> AuditIdentity {
         user: None,
         groups: Vec::new(),
         source: IdentitySource::Unknown,
+        impersonated: None,
     }
 }
 
@@ -127,6 +146,7 @@ pub fn session_info(
         user: identity.user,
         groups: identity.groups,
         identity_source: identity.source,
+        impersonated_user: identity.impersonated,
         client_address: client.address.to_string(),
         http_version: client.http_version,
         protocol_path,
@@ -289,6 +309,7 @@ mod tests {
             user: Some("tina".into()),
             groups: vec!["dev".into()],
             source: IdentitySource::Authenticated,
+            impersonated: None,
         }
     }
 
