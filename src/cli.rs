@@ -336,10 +336,11 @@ pub struct ServeArgs {
     pub http2_websockets: bool,
 
     /// The proxy sits behind a proxy or load balancer it trusts that sets `X-Forwarded-For`:
-    /// keep the client's `X-Forwarded-For` and append the peer's address to it, and charge
-    /// TokenReviews to the last address in it. Without it (the default), a caller's own
-    /// `X-Forwarded-For` is replaced by its address, so it cannot choose what the API server
-    /// records as the request's source.
+    /// keep the client's `X-Forwarded-For` and append the peer's address to it, keep its
+    /// `X-Real-Ip` and `Forwarded`, and charge TokenReviews to the last address in
+    /// `X-Forwarded-For`. Without it (the default), a caller's own `X-Forwarded-For` is
+    /// replaced by its address and its `X-Real-Ip` and `Forwarded` are removed, so it cannot
+    /// choose what the API server records as the request's source.
     #[arg(long, env = "KUBE_WS_PROXY_TRUST_X_FORWARDED_FOR")]
     pub trust_x_forwarded_for: bool,
 

@@ -2,7 +2,8 @@
 //! port-forward and `logs -f` (translated, tunnel, plain HTTP), kubectl 1.28 exec (relayed
 //! SPDY), a v4 WebSocket exec (relayed), each with its `started` and `ended` events and the
 //! caller's identity: asked of the cluster with the caller's own token in passthrough mode,
-//! the authenticated certificate in impersonate mode. Port-forwards through the tunnel
+//! the authenticated certificate in impersonate mode; a `kubectl --as` caller's impersonated
+//! identity beside its own. Port-forwards through the tunnel
 //! (kubectl 1.33), the tunnel passed through to a cluster that serves it (kubectl 1.33),
 //! relayed SPDY (kubectl 1.28) and the relayed legacy WebSocket protocol list each forwarded
 //! connection's port and exact bytes.
@@ -737,6 +738,58 @@ async fn impersonate_mode_events_carry_the_authenticated_caller() {
     );
     assert_eq!(start["identity_source"], "authenticated", "{start}");
     assert_eq!(end["exit_code"], 0, "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_events_name_whom_a_kubectl_as_caller_impersonates() {
+    let Some(k33) = require_kubectl("1.33") else {
+        return;
+    };
+    let a = Audited::start(&[]).await;
+    // The proxy's service account may impersonate on the simulated cluster.
+    let admin = a.kubeconfig("admin", Some(PROXY_TOKEN), None);
+    let o = kubectl(
+        &k33,
+        &admin,
+        a.dir.path(),
+        &[
+            "--as",
+            "someone",
+            "--as-group",
+            "team",
+            "exec",
+            "web",
+            "--",
+            "printenv",
+            "SIM_USER",
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "kubectl: {}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "someone");
+    let (start, end) = a.pair(|e| e["command"][0] == "printenv").await;
+    assert_common(&start, &end, "exec", "translated");
+    // Who the caller is (its own credentials), and whom it acted as.
+    assert_eq!(start["user"], PROXY_USER, "{start}");
+    assert_eq!(start["identity_source"], "self_subject_review", "{start}");
+    let asked =
+        serde_json::json!({"user": "someone", "uid": null, "groups": ["team"], "extra": {}});
+    assert_eq!(start["impersonated_user"], asked, "{start}");
+    assert_eq!(end["impersonated_user"], asked, "{end}");
+    assert_eq!(end["exit_code"], 0, "{end}");
+
+    let tina = a.kubeconfig("tina", Some(TINA), None);
+    // Without --as the field is null.
+    let o = kubectl(&k33, &tina, a.dir.path(), &["exec", "web", "--", "true"]).await;
+    assert!(o.status.success(), "kubectl: {}", stderr(&o));
+    let (start, _) = a
+        .pair(|e| {
+            e["user"] == "tina"
+                && e["command"] == serde_json::json!(["true"])
+                && e["impersonated_user"].is_null()
+        })
+        .await;
+    assert!(start.get("impersonated_user").is_some(), "{start}");
 }
 
 #[test]

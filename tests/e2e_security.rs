@@ -10,8 +10,10 @@
 //! - an upstream that never answers a relayed upgrade, or answers it with an endless stream;
 //! - a bearer subprotocol entry on a header line that is not visible ASCII;
 //! - a flood of distinct bogus tokens (each would cost a TokenReview);
-//! - a forged `X-Forwarded-For`;
-//! - WebSocket keys that are not 16 bytes of base64.
+//! - a forged `X-Forwarded-For`, `X-Real-Ip` or `Forwarded`;
+//! - an HTTP/1.1 `CONNECT` (a tunnel, refused as HTTP/2's is);
+//! - WebSocket keys that are not 16 bytes of base64;
+//! - log flooding: a flood past the TokenReview rate limit, a 50 KB `Audit-ID`.
 
 mod common;
 
@@ -1055,24 +1057,35 @@ async fn a_websocket_key_must_be_16_bytes_of_base64() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callers_own_x_forwarded_for_is_replaced_unless_the_proxy_is_told_to_trust_it() {
     let cluster = sim(SimConfig::default()).await;
-    let forged = "X-Forwarded-For: 203.0.113.66\r\n";
+    // The three headers kube-apiserver (X-Forwarded-For, X-Real-Ip) or others (Forwarded) may
+    // take a request's origin from.
+    let forged = "X-Forwarded-For: 203.0.113.66\r\nX-Real-Ip: 203.0.113.66\r\n\
+                  Forwarded: for=203.0.113.66\r\n";
     let seen = |cluster: &SimCluster, path: &str| {
-        cluster
-            .requests()
-            .iter()
-            .rev()
-            .find(|r| r.path == path)
-            .and_then(|r| r.header("x-forwarded-for").map(str::to_owned))
-            .unwrap_or_default()
+        let requests = cluster.requests();
+        let r = requests.iter().rev().find(|r| r.path == path).unwrap();
+        ["x-forwarded-for", "x-real-ip", "forwarded"].map(|h| r.header(h).map(str::to_owned))
     };
-    for (trust, want) in [(false, "127.0.0.1"), (true, "203.0.113.66, 127.0.0.1")] {
+    let kept = |v: &str| Some(v.to_owned());
+    for (trust, want) in [
+        (false, [kept("127.0.0.1"), None, None]),
+        (
+            true,
+            [
+                kept("203.0.113.66, 127.0.0.1"),
+                kept("203.0.113.66"),
+                kept("for=203.0.113.66"),
+            ],
+        ),
+    ] {
         let flags: &[&str] = if trust {
             &["--trust-x-forwarded-for"]
         } else {
             &[]
         };
         let proxy = ProxyProcess::start(&cluster.url(), flags);
-        // A plain request, a translated exec and a relayed log.
+        // A plain request, a translated exec, a relayed log and a relayed SPDY exec (kubectl
+        // 1.28's upgrade).
         let mut s = send(
             proxy.addr,
             format!("GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{forged}\r\n")
@@ -1088,15 +1101,54 @@ async fn a_callers_own_x_forwarded_for_is_replaced_unless_the_proxy_is_told_to_t
         )
         .await;
         assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
-        assert_eq!(seen(&cluster, EXEC), want);
+        assert_eq!(seen(&cluster, EXEC), want, "translated exec");
         let mut s = send(
             proxy.addr,
             &websocket_get(LOG, &[b"binary.k8s.io"], KEY, forged),
         )
         .await;
         assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
-        assert_eq!(seen(&cluster, LOG), want);
+        assert_eq!(seen(&cluster, LOG), want, "relayed log");
+        let before = cluster.requests().len();
+        let mut s = send(proxy.addr, &spdy_post(&exec, forged)).await;
+        assert_eq!(read_head(&mut s, T).await.unwrap().0, 101);
+        assert!(cluster.requests().len() > before);
+        assert_eq!(seen(&cluster, EXEC), want, "relayed SPDY exec");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connect_is_refused_as_http2s_is_and_nothing_reaches_the_upstream() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    for target in ["example.com:443", "127.0.0.1:22", &cluster.url()[7..]] {
+        let mut s = send(
+            proxy.addr,
+            format!(
+                "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nAuthorization: Bearer t\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        let (code, head) = read_head(&mut s, T).await.unwrap();
+        assert_eq!(code, 405, "CONNECT {target}: {head}");
+        let mut body = vec![0u8; 4096];
+        let n = tokio::time::timeout(T, s.read(&mut body))
+            .await
+            .unwrap()
+            .unwrap();
+        let body = String::from_utf8_lossy(&body[..n]);
+        assert!(
+            body.contains("MethodNotAllowed") && body.contains("opens no tunnels"),
+            "{body}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        cluster.requests().is_empty(),
+        "forwarded: {:?}",
+        cluster.requests()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1190,4 +1242,139 @@ async fn distinct_bogus_tokens_cost_a_bounded_number_of_reviews() {
         ) >= 45.0,
         "{metrics}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Log flooding
+// ---------------------------------------------------------------------------------------------
+
+/// The proxy's log lines that contain `needle`.
+fn lines_with(proxy: &ProxyProcess, needle: &str) -> Vec<String> {
+    proxy
+        .log_lines()
+        .into_iter()
+        .filter(|l| l.contains(needle))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_token_review_rate_limit_logs_a_bounded_number_of_lines() {
+    const PROXY_TOKEN: &str = "proxy-token-91";
+    const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
+    let cluster = sim(SimConfig {
+        users: vec![SimUser {
+            token: PROXY_TOKEN.into(),
+            name: PROXY_USER.into(),
+            groups: vec![],
+        }],
+        impersonators: vec![PROXY_USER.into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, PROXY_TOKEN).unwrap();
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--auth-mode",
+            "impersonate",
+            "--upstream-token-file",
+            token_file.to_str().unwrap(),
+            "--token-review-rate",
+            "1",
+            "--token-review-burst",
+            "1",
+        ],
+    );
+    let before = proxy.log_lines().len();
+    // One keep-alive connection sending distinct bogus tokens as fast as it is answered, for
+    // three seconds: thousands of requests, nearly all past the rate limit.
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, Empty<bytes::Bytes>>(TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let started = Instant::now();
+    let mut limited = 0u64;
+    let mut sent = 0u64;
+    while started.elapsed() < Duration::from_secs(3) {
+        sender
+            .ready()
+            .await
+            .expect("the proxy keeps the connection");
+        let req = http::Request::get("/api/v1/namespaces/default/pods")
+            .header("host", "x")
+            .header("authorization", format!("Bearer bogus-{sent}"))
+            .body(Empty::new())
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        if resp.status() == 429 {
+            limited += 1;
+        }
+        resp.into_body().collect().await.unwrap();
+        sent += 1;
+    }
+    assert!(limited >= 200, "{limited} of {sent} refused for the rate");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let warnings = lines_with(&proxy, "cannot authenticate the caller");
+    let all = proxy.log_lines().len() - before;
+    assert!(
+        (1..=2).contains(&warnings.len()) && all <= 5,
+        "{} refusals made {all} log lines: {warnings:#?}",
+        limited
+    );
+    // Every refusal is still counted.
+    let metrics = proxy.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_auth_rejections_total",
+            "reason=\"token_review_rate_limited\""
+        ) >= limited as f64,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_client_audit_id_is_replaced_and_never_logged() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    let huge = format!("evil-{}", "x".repeat(50 * 1024));
+    let extra = format!("Audit-ID: {huge}\r\n");
+    let is_uuid = |head: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix("audit-id: "))
+            .is_some_and(|id| id.trim().len() == 36 && !id.contains("evil"))
+    };
+    // A plain request and a translated exec, whose end is logged in the request's span.
+    let mut s = send(
+        proxy.addr,
+        format!("GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n")
+            .as_bytes(),
+    )
+    .await;
+    let (code, head) = read_head(&mut s, T).await.unwrap();
+    assert_eq!(code, 200, "{head}");
+    assert!(is_uuid(&head.to_ascii_lowercase()), "{head}");
+    let exec = exec_path("web", &["true"], false, true, false);
+    let mut s = send(
+        proxy.addr,
+        &websocket_get(&exec, &[b"v5.channel.k8s.io"], KEY, &extra),
+    )
+    .await;
+    let (code, head) = read_head(&mut s, T).await.unwrap();
+    assert_eq!(code, 101, "{head}");
+    assert!(is_uuid(&head.to_ascii_lowercase()), "{head}");
+    closed_after(&mut s, T).await;
+    assert!(proxy
+        .wait_for_log("exec session finished", T)
+        .is_some_and(|l| l.contains("\"audit_id\"")));
+    assert!(lines_with(&proxy, "evil-").is_empty());
+    // The cluster got the proxy's ids, not the client's.
+    for r in cluster.requests() {
+        let id = r.header("audit-id").unwrap_or_default();
+        assert_eq!(id.len(), 36, "{} {id:.80}", r.path);
+    }
 }

@@ -110,17 +110,32 @@ async fn request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> std::io::Result<(u16, Value)> {
+    let mut lines = Vec::new();
+    for (n, v) in headers {
+        lines.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+    }
+    request_raw(s, client, method, path, &lines, body).await
+}
+
+/// [`request`] with header lines given as bytes (`Name: value\r\n` each), any bytes at all.
+async fn request_raw(
+    s: &Setup,
+    client: Option<&Leaf>,
+    method: &str,
+    path: &str,
+    header_lines: &[u8],
+    body: &str,
+) -> std::io::Result<(u16, Value)> {
     let mut io = tls(s, client, &[b"http/1.1"]).await?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
-    );
-    for (n, v) in headers {
-        head.push_str(&format!("{n}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    head.push_str(body);
-    io.write_all(head.as_bytes()).await?;
+    )
+    .into_bytes();
+    head.extend_from_slice(header_lines);
+    head.extend_from_slice(b"\r\n");
+    head.extend_from_slice(body.as_bytes());
+    io.write_all(&head).await?;
     io.flush().await?;
     let (resp, rest) = read_response_head(&mut io)
         .await
@@ -283,6 +298,67 @@ async fn front_proxy_headers_count_only_with_the_front_proxy_certificate() {
     let intruder = s.front_proxy_ca.client_in_groups("intruder", &[]);
     let (code, _) = whoami(&s, Some(&intruder), &remote).await;
     assert_eq!(code, 401);
+    s.sim.shutdown().await;
+}
+
+/// `POST selfsubjectreviews` with raw header lines: the status code and `status.userInfo`.
+async fn whoami_raw(s: &Setup, client: Option<&Leaf>, header_lines: &[u8]) -> (u16, Value) {
+    let (code, body) = request_raw(
+        s,
+        client,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        header_lines,
+        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
+    )
+    .await
+    .unwrap();
+    (code, body["status"]["userInfo"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_headers_with_bytes_above_0x7f_count_as_go_reads_them() {
+    // Go's net/http keeps such bytes in the header's string and `Header.Get` returns them, so
+    // kube-apiserver impersonates "josé" and trusts a front proxy's "zoë"; bytes that are not
+    // UTF-8 show as U+FFFD in its JSON.
+    let s = setup().await;
+    let admin = bearer(ADMIN);
+    let mut lines = format!("Authorization: {admin}\r\n").into_bytes();
+    lines.extend_from_slice("Impersonate-User: jos\u{e9}\r\n".as_bytes());
+    lines.extend_from_slice(b"Impersonate-Group: \xe9quipe\r\n");
+    lines.extend_from_slice("Impersonate-Extra-Site: Z\u{fc}rich\r\n".as_bytes());
+    let (code, info) = whoami_raw(&s, None, &lines).await;
+    assert_eq!(code, 201, "{info}");
+    assert_eq!(
+        info,
+        json!({"username": "jos\u{e9}", "groups": ["\u{fffd}quipe", AUTHENTICATED_GROUP], "extra": {"site": ["Z\u{fc}rich"]}})
+    );
+    let seen = s.sim.requests().pop().unwrap();
+    assert!(seen.impersonated);
+    assert_eq!(seen.authenticated_user.unwrap().name, "admin");
+
+    // The same bytes from a caller who may not impersonate: refused, not ignored.
+    let mut lines = format!("Authorization: {}\r\n", bearer(TINA)).into_bytes();
+    lines.extend_from_slice(b"Impersonate-User: \xe9ve\r\n");
+    let (code, _) = whoami_raw(&s, None, &lines).await;
+    assert_eq!(code, 403);
+
+    // Request-header authentication from the front proxy.
+    let front = s.front_proxy_ca.client_in_groups("front-proxy", &[]);
+    let mut lines = "X-Remote-User: zo\u{eb}\r\n".as_bytes().to_vec();
+    lines.extend_from_slice(b"X-Remote-Group: r\xf4le\r\n");
+    lines.extend_from_slice("X-Remote-Extra-Team: caf\u{e9}\r\n".as_bytes());
+    let (code, info) = whoami_raw(&s, Some(&front), &lines).await;
+    assert_eq!(code, 201, "{info}");
+    assert_eq!(
+        info,
+        json!({"username": "zo\u{eb}", "groups": ["r\u{fffd}le", AUTHENTICATED_GROUP], "extra": {"team": ["caf\u{e9}"]}})
+    );
+    let (code, _) = whoami_raw(&s, Some(&front), b"X-Remote-User: \xff\r\n").await;
+    assert_eq!(
+        code, 201,
+        "a user of one byte that is not UTF-8 is still a user"
+    );
     s.sim.shutdown().await;
 }
 

@@ -1,6 +1,8 @@
 //! What an audit event says. Every field is always present (null or empty when not known),
 //! so that consumers can rely on one schema.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 pub use crate::translate::observe::ForwardedConnection;
@@ -51,6 +53,22 @@ pub enum IdentitySource {
     Unknown,
 }
 
+/// Whom the caller asked to act as with its own `Impersonate-*` headers (`kubectl --as`), in
+/// passthrough and front-proxy modes where they go upstream as sent; what kube-apiserver's
+/// audit event calls `impersonatedUser`. The API server decides whether it is allowed: a
+/// session it refused says so in its `ended` event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ImpersonatedUser {
+    /// `Impersonate-User`; `None` when groups or extras came without it.
+    pub user: Option<String>,
+    /// `Impersonate-Uid`.
+    pub uid: Option<String>,
+    /// Each `Impersonate-Group`.
+    pub groups: Vec<String>,
+    /// `Impersonate-Extra-<key>`, by key.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
 /// The HTTP version of the client's request that opened a session: an HTTP/1.1 upgrade, or
 /// an HTTP/2 extended CONNECT (RFC 8441) that makes the session one stream of a shared
 /// connection. A followed log says its plain request's version.
@@ -94,6 +112,9 @@ pub struct SessionInfo {
     pub user: Option<String>,
     pub groups: Vec<String>,
     pub identity_source: IdentitySource,
+    /// Whom the caller asked to act as (`Impersonate-*`), if it asked: `user` and `groups`
+    /// stay the caller's own.
+    pub impersonated_user: Option<ImpersonatedUser>,
     /// The caller's address as the proxy saw it (`X-Forwarded-For` aside).
     pub client_address: String,
     /// How the client came: `HTTP/1.1` (or `HTTP/1.0`), or `HTTP/2` for a session on one
@@ -186,6 +207,7 @@ mod tests {
             user: Some("alice".into()),
             groups: vec!["dev".into()],
             identity_source: IdentitySource::SelfSubjectReview,
+            impersonated_user: None,
             client_address: "127.0.0.1:50000".into(),
             http_version: HttpVersion::Http2,
             protocol_path: ProtocolPath::Tunnel,
@@ -206,7 +228,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&started).unwrap(),
-            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","client_address":"127.0.0.1:50000","http_version":"HTTP/2","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null,"audit_id":"5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59"}"#
+            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","impersonated_user":null,"client_address":"127.0.0.1:50000","http_version":"HTTP/2","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null,"audit_id":"5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59"}"#
         );
         let end = SessionEnd {
             bytes_in: 10,

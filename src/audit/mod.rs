@@ -17,7 +17,8 @@ pub mod recording;
 pub mod session;
 
 pub use event::{
-    ForwardedConnection, HttpVersion, IdentitySource, ProtocolPath, SessionEnd, SessionInfo, Verb,
+    ForwardedConnection, HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionEnd,
+    SessionInfo, Verb,
 };
 pub use log_file::{AuditCounters, AuditLog, AuditLogConfig, AuditTarget};
 pub use session::SessionAudit;

@@ -5,6 +5,10 @@
 //! and the relays then see one form; only the answer differs (200 instead of 101, see
 //! [`ClientAnswer`](super::websocket::ClientAnswer)).
 //!
+//! A `CONNECT` of any other kind, HTTP/1.1's included, is refused here with 405: the proxy
+//! opens no tunnels, and both versions must agree on that (an HTTP/1.1 `CONNECT host:port`
+//! would otherwise go upstream as a plain request).
+//!
 //! The key is ours: RFC 8441 drops `Sec-WebSocket-Key`/`-Accept` on HTTP/2, but a relayed
 //! session's upstream is asked with an HTTP/1.1 upgrade, whose `Sec-WebSocket-Accept` the
 //! proxy then checks against this key.
@@ -17,12 +21,13 @@ use super::client_stream::HandshakeForm;
 /// The only `:protocol` served.
 pub const WEBSOCKET: &str = "websocket";
 
-/// Why an HTTP/2 `CONNECT` was refused.
+/// Why a `CONNECT` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConnectRefusal {
-    /// A plain `CONNECT` (no `:protocol`): a tunnel to some host, which this proxy never opens.
+    /// A plain `CONNECT` (HTTP/1.1, or HTTP/2 without `:protocol`): a tunnel to some host,
+    /// which this proxy never opens.
     #[error(
-        "CONNECT without :protocol is not served (kube-ws-proxy is not a forward proxy); \
+        "CONNECT is not served: kube-ws-proxy opens no tunnels (it is not a forward proxy); \
          WebSockets over HTTP/2 use an extended CONNECT with :protocol websocket (RFC 8441)"
     )]
     PlainConnect,
@@ -52,10 +57,15 @@ pub fn is_websocket<B>(req: &Request<B>) -> bool {
 }
 
 /// Rewrites an HTTP/2 extended `CONNECT` for a WebSocket into the HTTP/1.1 upgrade form;
-/// leaves every other request as it is, but refuses any other HTTP/2 `CONNECT`.
+/// leaves every other request as it is, but refuses any other `CONNECT`, whatever its HTTP
+/// version.
 pub fn normalize<B>(req: &mut Request<B>) -> Result<(), ConnectRefusal> {
-    if req.version() != Version::HTTP_2 || req.method() != Method::CONNECT {
+    if req.method() != Method::CONNECT {
         return Ok(());
+    }
+    if req.version() != Version::HTTP_2 {
+        // Extended CONNECT exists only in HTTP/2; in HTTP/1.x CONNECT means a tunnel.
+        return Err(ConnectRefusal::PlainConnect);
     }
     let protocol = req.extensions().get::<hyper::ext::Protocol>();
     match protocol {
@@ -160,14 +170,27 @@ mod tests {
             normalize(&mut webtransport),
             Err(ConnectRefusal::UnsupportedProtocol("webtransport".into()))
         );
-        // HTTP/1.1 requests, CONNECT included, are not this module's business.
-        let mut h1 = Request::builder()
-            .method(Method::CONNECT)
-            .uri("proxy.example:443")
+        // HTTP/1.x CONNECT is a tunnel too, refused as HTTP/2's is, even with a :protocol
+        // extension somehow attached.
+        for version in [Version::HTTP_10, Version::HTTP_11] {
+            let mut h1 = Request::builder()
+                .method(Method::CONNECT)
+                .version(version)
+                .uri("proxy.example:443")
+                .body(())
+                .unwrap();
+            h1.extensions_mut()
+                .insert(hyper::ext::Protocol::from_static("websocket"));
+            assert_eq!(normalize(&mut h1), Err(ConnectRefusal::PlainConnect));
+        }
+        // Other HTTP/1.1 requests are not this module's business.
+        let mut h1_get = Request::builder()
+            .uri("/api")
+            .header("upgrade", "websocket")
             .body(())
             .unwrap();
-        normalize(&mut h1).unwrap();
-        assert_eq!(h1.method(), Method::CONNECT);
+        normalize(&mut h1_get).unwrap();
+        assert_eq!(h1_get.headers().len(), 1);
         let mut get = Request::builder()
             .version(Version::HTTP_2)
             .uri("https://proxy.example/api")

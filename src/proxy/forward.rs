@@ -10,7 +10,7 @@ use tracing::debug;
 
 use super::auth::Caller;
 use super::body::ProxyBody;
-use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
+use super::headers::{remove_hop_by_hop, set_forwarding_headers};
 use super::state::ProxyState;
 use super::status_response::failure;
 
@@ -36,7 +36,7 @@ pub async fn forward(
     // The upstream connection is HTTP/1.1 whatever the client spoke.
     parts.version = http::Version::HTTP_11;
     remove_hop_by_hop(&mut parts.headers);
-    set_x_forwarded_for(&mut parts.headers, peer.ip(), state.trust_forwarded_for);
+    set_forwarding_headers(&mut parts.headers, peer.ip(), state.trust_forwarded_for);
     state.auth.apply(caller, &mut parts.headers);
     if let Ok(host) = HeaderValue::from_str(&upstream.authority()) {
         parts.headers.insert(header::HOST, host);

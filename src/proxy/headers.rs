@@ -1,8 +1,9 @@
-//! Hop-by-hop headers (RFC 9110 §7.6.1) and `X-Forwarded-For`.
+//! Hop-by-hop headers (RFC 9110 §7.6.1) and the headers that say where a request came from.
 //!
-//! `X-Forwarded-For` is only as good as whoever wrote it: the API server records its first
-//! address as the request's source in its audit log. Unless the proxy is told it sits behind
-//! a proxy it trusts, a caller's own value is thrown away.
+//! `X-Forwarded-For`, `X-Real-Ip` and `Forwarded` (RFC 7239) are only as good as whoever wrote
+//! them: kube-apiserver records a request's `sourceIPs` in its audit log from `X-Forwarded-For`,
+//! then `X-Real-Ip`, then the connection's address. Unless the proxy is told it sits behind a
+//! proxy it trusts, a caller's own values are thrown away.
 
 use std::net::IpAddr;
 
@@ -43,17 +44,32 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Sets `X-Forwarded-For` for the upstream: the client's address alone, or, when the client
-/// is a proxy we trust (`trust_prior`), appended to what it sent (one line, comma-joined).
-pub fn set_x_forwarded_for(headers: &mut HeaderMap, client: IpAddr, trust_prior: bool) {
-    if !trust_prior {
-        headers.insert(
-            HeaderName::from_static("x-forwarded-for"),
-            HeaderValue::from_str(&client.to_string()).expect("an IP address is a header value"),
-        );
+/// Headers in which the sender names the request's origin besides `X-Forwarded-For`: nginx's
+/// `X-Real-Ip` (kube-apiserver adds it to `sourceIPs`) and the standard `Forwarded`.
+const ORIGIN_HEADERS: [&str; 2] = ["x-real-ip", "forwarded"];
+
+/// Sets the headers that say where a request came from, for the upstream; every path that
+/// sends a request upstream calls this, so none can pass a caller's claim on by omission.
+///
+/// - Not `trust_prior`: `X-Forwarded-For` is the client's address alone, and the caller's
+///   `X-Real-Ip` and `Forwarded` are removed. Removing is enough: kube-apiserver appends
+///   `X-Real-Ip` to `sourceIPs` only when `X-Forwarded-For` does not already hold it, so an
+///   `X-Real-Ip` of the client's address would add nothing, and nothing reads `Forwarded`.
+/// - `trust_prior` (the client is a proxy we trust): the client's address is appended to
+///   `X-Forwarded-For` (one line, comma-joined), and `X-Real-Ip` and `Forwarded` are kept as
+///   that proxy wrote them.
+pub fn set_forwarding_headers(headers: &mut HeaderMap, client: IpAddr, trust_prior: bool) {
+    if trust_prior {
+        append_x_forwarded_for(headers, client);
         return;
     }
-    append_x_forwarded_for(headers, client);
+    for name in ORIGIN_HEADERS {
+        headers.remove(name);
+    }
+    headers.insert(
+        HeaderName::from_static("x-forwarded-for"),
+        HeaderValue::from_str(&client.to_string()).expect("an IP address is a header value"),
+    );
 }
 
 /// The address a request comes from: the peer's, or behind a trusted proxy (`trust_prior`) the
@@ -110,19 +126,33 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_for_is_replaced_unless_trusted() {
-        let mut h = HeaderMap::new();
-        h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
-        h.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
-        set_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap(), false);
+    fn forwarding_headers_are_replaced_unless_trusted() {
+        let forged = || {
+            let mut h = HeaderMap::new();
+            h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
+            h.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
+            h.append("x-real-ip", "1.2.3.4".parse().unwrap());
+            h.append("forwarded", "for=1.2.3.4".parse().unwrap());
+            h.append("x-other", "kept".parse().unwrap());
+            h
+        };
+        let mut h = forged();
+        set_forwarding_headers(&mut h, "10.0.0.1".parse().unwrap(), false);
         assert_eq!(
             h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
             ["10.0.0.1"]
         );
-        let mut h = HeaderMap::new();
-        h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
-        set_x_forwarded_for(&mut h, "10.0.0.1".parse().unwrap(), true);
-        assert_eq!(h.get("x-forwarded-for").unwrap(), "1.2.3.4, 10.0.0.1");
+        assert!(h.get("x-real-ip").is_none());
+        assert!(h.get("forwarded").is_none());
+        assert_eq!(h.get("x-other").unwrap(), "kept");
+        let mut h = forged();
+        set_forwarding_headers(&mut h, "10.0.0.1".parse().unwrap(), true);
+        assert_eq!(
+            h.get("x-forwarded-for").unwrap(),
+            "1.2.3.4, 5.6.7.8, 10.0.0.1"
+        );
+        assert_eq!(h.get("x-real-ip").unwrap(), "1.2.3.4");
+        assert_eq!(h.get("forwarded").unwrap(), "for=1.2.3.4");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod forward;
 pub mod headers;
 pub mod kubeconfig;
 pub mod listener_tls;
+pub mod log_throttle;
 pub mod maybe_tls;
 pub mod metrics;
 pub mod pass_through;

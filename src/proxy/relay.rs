@@ -23,7 +23,7 @@ use tracing::{debug, info, warn, Instrument};
 use super::auth::Caller;
 use super::body::ProxyBody;
 use super::classify::RelayKind;
-use super::headers::{remove_hop_by_hop, set_x_forwarded_for};
+use super::headers::{remove_hop_by_hop, set_forwarding_headers};
 use super::metrics::{SessionKind, SessionOutcome};
 use super::relay_answer;
 use super::relay_pings::PingInjector;
@@ -607,7 +607,7 @@ pub(super) fn upstream_request(
     let upgrade = headers.get(header::UPGRADE).cloned();
     headers.remove(header::CONTENT_LENGTH);
     remove_hop_by_hop(&mut headers);
-    set_x_forwarded_for(&mut headers, peer.ip(), state.trust_forwarded_for);
+    set_forwarding_headers(&mut headers, peer.ip(), state.trust_forwarded_for);
     state.auth.apply(caller, &mut headers);
     let host = HeaderValue::from_str(&upstream.authority())
         .map_err(|e| RelayError::Request(e.to_string()))?;

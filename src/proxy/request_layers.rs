@@ -36,8 +36,14 @@ const SENSITIVE: [HeaderName; 5] = [
     header::SEC_WEBSOCKET_PROTOCOL,
 ];
 
+/// Longest client `Audit-ID` kept. kube-apiserver makes UUIDs (36 bytes) and cuts any id to
+/// 64 bytes where it logs it; an id longer than that names no request better, and is copied
+/// into every log line and audit event of the request.
+pub const MAX_CLIENT_AUDIT_ID: usize = 64;
+
 /// Wraps the routing service in the request layers (outermost first: panics, sensitive
-/// headers, the audit id, the span, the audit id echoed in the answer).
+/// headers, a client audit id that is not acceptable dropped, the audit id, the span, the
+/// audit id echoed in the answer).
 pub fn wrap<S, ReqBody, ResBody>(
     service: S,
     metrics: Metrics,
@@ -63,6 +69,7 @@ where
     ServiceBuilder::new()
         .layer(CatchPanicLayer::custom(PanicResponse { metrics }))
         .layer(SetSensitiveHeadersLayer::new(SENSITIVE))
+        .map_request(drop_unacceptable_audit_id::<ReqBody>)
         .layer(SetRequestIdLayer::new(AUDIT_ID.clone(), MakeAuditId))
         .layer(
             TraceLayer::new_for_http()
@@ -99,6 +106,37 @@ pub fn audit_id(headers: &http::HeaderMap) -> Option<String> {
         .get(&AUDIT_ID)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
+}
+
+/// Whether a client's `Audit-ID` value is kept: 1 to [`MAX_CLIENT_AUDIT_ID`] bytes, each an
+/// HTTP token character (RFC 9110 §5.6.2: letters, digits and ``!#$%&'*+-.^_`|~``). That takes
+/// UUIDs and the other id forms in use (ULIDs, base64url, dotted or prefixed ids) and keeps
+/// out what would make an id mean something else where it is written: spaces and controls
+/// (a text log line's field separators), `"` and `\` (escapes in JSON), `,` and `;` (list
+/// and parameter separators in a header), and bytes that are not ASCII.
+pub fn is_acceptable_audit_id(value: &[u8]) -> bool {
+    (1..=MAX_CLIENT_AUDIT_ID).contains(&value.len()) && value.iter().all(|b| is_tchar(*b))
+}
+
+/// An RFC 9110 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Removes a client `Audit-ID` the proxy will not pass on, so that the next layer makes one as
+/// for a request without: a value that is not [acceptable](is_acceptable_audit_id), or more
+/// than one line (which one the API server would take is its reading, not ours).
+fn drop_unacceptable_audit_id<B>(mut req: Request<B>) -> Request<B> {
+    let mut values = req.headers().get_all(&AUDIT_ID).iter();
+    let keep = match (values.next(), values.next()) {
+        (None, _) => true,
+        (Some(one), None) => is_acceptable_audit_id(one.as_bytes()),
+        (Some(_), Some(_)) => false,
+    };
+    if !keep {
+        req.headers_mut().remove(&AUDIT_ID);
+    }
+    req
 }
 
 /// Makes a random (version 4) UUID, the form kube-apiserver makes its own audit ids in.
@@ -246,6 +284,56 @@ mod tests {
         let (resp, seen) = call(req).await;
         assert!(seen.starts_with("from-the-client|"), "{seen}");
         assert_eq!(resp.headers()[&AUDIT_ID], "from-the-client");
+    }
+
+    #[tokio::test]
+    async fn a_callers_audit_id_that_is_long_or_odd_or_repeated_is_replaced() {
+        let long = "a".repeat(MAX_CLIENT_AUDIT_ID + 1);
+        for bad in [&long[..], "two words", "quote\"d", "a,b", "caf\u{e9}", ""] {
+            let req = Request::builder()
+                .uri("/api")
+                .header("Audit-ID", HeaderValue::from_bytes(bad.as_bytes()).unwrap())
+                .body(Empty::new())
+                .unwrap();
+            let (resp, seen) = call(req).await;
+            let (id, _) = seen.split_once('|').unwrap();
+            assert_eq!(id.len(), 36, "{bad:?} replaced by a UUID: {id}");
+            assert_eq!(resp.headers()[&AUDIT_ID], id);
+        }
+        let req = Request::builder()
+            .uri("/api")
+            .header("Audit-ID", "one")
+            .header("Audit-ID", "two")
+            .body(Empty::new())
+            .unwrap();
+        let (resp, seen) = call(req).await;
+        assert_eq!(seen.split_once('|').unwrap().0.len(), 36, "{seen}");
+        assert_eq!(resp.headers().get_all(&AUDIT_ID).iter().count(), 1);
+    }
+
+    #[test]
+    fn acceptable_audit_ids() {
+        for good in [
+            "8b0f6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59",
+            "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "trace.span_1~x",
+            &"x".repeat(MAX_CLIENT_AUDIT_ID),
+        ] {
+            assert!(is_acceptable_audit_id(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            &b""[..],
+            b"a b",
+            b"a\tb",
+            b"a\"b",
+            b"a\\b",
+            b"a,b",
+            b"a;b",
+            b"\xe9",
+            &[b'x'; MAX_CLIENT_AUDIT_ID + 1],
+        ] {
+            assert!(!is_acceptable_audit_id(bad), "{bad:?}");
+        }
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 
 use std::time::Instant;
 
-use super::auth::{Caller, PeerCertificate, Rejection};
+use super::auth::{Caller, PeerCertificate};
 use super::body::ProxyBody;
 use super::classify::{classify, Class, RelayKind};
 use super::client_stream::{ConnectionId, HandshakeForm};
@@ -496,13 +496,7 @@ async fn authenticate(
         .await
         .map_err(|rejection| {
             state.metrics.auth_rejected(rejection.label());
-            match &rejection {
-                // The proxy's own problem (RBAC, upstream down): operators must see it.
-                Rejection::Unavailable(cause) => {
-                    warn!(peer = %conn.peer, error = %cause, "cannot authenticate the caller")
-                }
-                _ => debug!(peer = %conn.peer, reason = rejection.label(), "request refused by authentication"),
-            }
+            state.auth.log_rejection(&rejection, conn.peer);
             rejection.response()
         })
 }

@@ -18,7 +18,8 @@ use super::body::ProxyBody;
 use super::metrics::SessionOutcome;
 use super::state::ProxyState;
 use crate::audit::{
-    HttpVersion, IdentitySource, ProtocolPath, SessionAudit, SessionEnd, SessionInfo, Verb,
+    HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionAudit, SessionEnd,
+    SessionInfo, Verb,
 };
 use crate::request::go_url::{parse_query, slice_to_bool};
 use crate::request::target::RequestTarget;
@@ -33,20 +34,36 @@ pub struct AuditIdentity {
     pub user: Option<String>,
     pub groups: Vec<String>,
     pub source: IdentitySource,
+    /// Whom the caller asks to act as (`Impersonate-*`, passthrough and front-proxy modes).
+    pub impersonated: Option<ImpersonatedUser>,
 }
 
 /// Who `caller` is: the authenticated identity, or in passthrough mode (with an audit log) the
-/// upstream's answer for `credentials`, the `Authorization` value sent upstream.
+/// upstream's answer for `credentials`, the `Authorization` value sent upstream; and whom it
+/// asks to impersonate.
 pub async fn identify(
     state: &ProxyState,
     caller: &Caller,
     credentials: Option<HeaderValue>,
 ) -> AuditIdentity {
+    AuditIdentity {
+        impersonated: caller.impersonating().cloned(),
+        ..caller_identity(state, caller, credentials).await
+    }
+}
+
+/// Who `caller` itself is (its impersonation aside).
+async fn caller_identity(
+    state: &ProxyState,
+    caller: &Caller,
+    credentials: Option<HeaderValue>,
+) -> AuditIdentity {
     match caller {
-        Caller::Identified(id) => AuditIdentity {
+        Caller::Identified { identity: id, .. } => AuditIdentity {
             user: Some(id.user().to_owned()),
             groups: id.groups().to_vec(),
             source: IdentitySource::Authenticated,
+            impersonated: None,
         },
         Caller::Passthrough { .. } if state.audit.is_some() => {
             let timeout = state.handshake_timeout.min(REVIEW_TIMEOUT);
@@ -59,6 +76,7 @@ pub async fn identify(
                     user: Some(reviewed.user),
                     groups: reviewed.groups,
                     source: IdentitySource::SelfSubjectReview,
+                    impersonated: None,
                 },
                 None => unknown(),
             }
@@ -72,6 +90,7 @@ fn unknown() -> AuditIdentity {
         user: None,
         groups: Vec::new(),
         source: IdentitySource::Unknown,
+        impersonated: None,
     }
 }
 
@@ -129,6 +148,7 @@ pub fn session_info(
         user: identity.user,
         groups: identity.groups,
         identity_source: identity.source,
+        impersonated_user: identity.impersonated,
         client_address: client.address.to_string(),
         http_version: client.http_version,
         protocol_path,
@@ -288,6 +308,7 @@ mod tests {
             user: Some("tina".into()),
             groups: vec!["dev".into()],
             source: IdentitySource::Authenticated,
+            impersonated: None,
         }
     }
 

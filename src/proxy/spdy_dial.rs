@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use http::{header, HeaderMap, HeaderName, Method};
 
-use super::headers::set_x_forwarded_for;
+use super::headers::set_forwarding_headers;
 use super::upstream::{Upstream, UpstreamError, UpstreamIo};
 use crate::spdy::upgrade::{upgrade, UpgradeError, UpgradeRequest, Upgraded};
 
@@ -51,8 +51,8 @@ const NOT_FORWARDED: &[HeaderName] = &[
 
 /// The end-to-end headers to send upstream: everything the client sent except its connection
 /// and handshake headers (Authorization, Impersonate-*, User-Agent … pass unchanged here; the
-/// auth mode rewrites them next), and `X-Forwarded-For` (`trust_forwarded_for`: see
-/// [`set_x_forwarded_for`]).
+/// auth mode rewrites them next), and the origin headers (`X-Forwarded-For`, `X-Real-Ip`,
+/// `Forwarded`; `trust_forwarded_for`: see [`set_forwarding_headers`]).
 pub fn upstream_headers(
     client: &HeaderMap,
     peer: SocketAddr,
@@ -79,7 +79,7 @@ pub fn upstream_headers(
         }
         out.append(name.clone(), value.clone());
     }
-    set_x_forwarded_for(&mut out, peer.ip(), trust_forwarded_for);
+    set_forwarding_headers(&mut out, peer.ip(), trust_forwarded_for);
     out
 }
 

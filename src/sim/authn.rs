@@ -173,16 +173,15 @@ fn front_proxy(fp: &SimFrontProxy, peer: &PeerCert, headers: &HeaderMap) -> Opti
     let name = fp.username_headers.iter().find_map(|h| {
         headers
             .get(h.as_str())
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
+            .map(header_text)
+            .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
     })?;
     let groups = fp
         .group_headers
         .iter()
         .flat_map(|h| headers.get_all(h.as_str()).iter())
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_owned)
+        .map(header_text)
         .collect::<Vec<_>>();
     let extra = prefixed_values(headers, &fp.extra_header_prefixes);
     Some(SimIdentity::authenticated(name, groups, extra))
@@ -203,14 +202,19 @@ pub(crate) fn prefixed_values(
         }) else {
             continue;
         };
-        let Ok(value) = value.to_str() else {
-            continue;
-        };
         out.entry(unescape_key(key))
             .or_default()
-            .push(value.to_owned());
+            .push(header_text(value));
     }
     out
+}
+
+/// A header value as Go's net/http gives it to kube-apiserver: bytes above 0x7f are kept in
+/// the string as they came (`Header.Get` returns them), not dropped as `to_str` would. Those
+/// that are not UTF-8 become U+FFFD, which is how the API server's JSON (user info, audit)
+/// shows them.
+pub(crate) fn header_text(value: &http::HeaderValue) -> String {
+    String::from_utf8_lossy(value.as_bytes()).into_owned()
 }
 
 /// Lowercase, then percent-decode (a malformed escape keeps its raw text).

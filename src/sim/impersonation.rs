@@ -4,7 +4,7 @@
 
 use http::HeaderMap;
 
-use super::authn::prefixed_values;
+use super::authn::{header_text, prefixed_values};
 use super::identity::SimIdentity;
 use super::status::Status;
 
@@ -45,15 +45,15 @@ pub(crate) fn apply(
     headers: &HeaderMap,
 ) -> Result<Option<SimIdentity>, ImpersonationError> {
     // An empty user header is no request to impersonate, as in kube-apiserver.
+    // Values above 0x7f are kept, as Go keeps them (see `header_text`).
     let user = headers
         .get(USER_HEADER)
-        .and_then(|v| v.to_str().ok())
+        .map(header_text)
         .filter(|u| !u.is_empty());
     let groups: Vec<String> = headers
         .get_all(GROUP_HEADER)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_owned)
+        .map(header_text)
         .collect();
     let extra = prefixed_values(headers, &[EXTRA_PREFIX.to_owned()]);
     let Some(user) = user else {
@@ -70,7 +70,7 @@ pub(crate) fn apply(
     if !impersonators.contains(&caller.name) {
         return Err(ImpersonationError::Forbidden {
             caller: caller.name.clone(),
-            target: user.to_owned(),
+            target: user,
         });
     }
     Ok(Some(SimIdentity::authenticated(user, groups, extra)))

@@ -9,6 +9,7 @@
 
 mod client_cert;
 mod identity;
+mod impersonation;
 mod outbound;
 mod review;
 mod review_cache;
@@ -16,7 +17,7 @@ mod review_limiter;
 mod token_review;
 mod token_source;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap};
@@ -24,6 +25,7 @@ use http::{Response, StatusCode};
 
 pub use client_cert::{identity_from_certificate, ClientCertError, PeerCertificate};
 pub use identity::{Identity, IdentityError, AUTHENTICATED_GROUP};
+pub use impersonation::requested_impersonation;
 pub use outbound::{is_impersonation_header, FrontProxyHeaders, Outbound};
 pub use review::Review;
 pub use review_limiter::ReviewLimits;
@@ -31,7 +33,9 @@ pub use token_review::{ReviewError, TokenReviewer};
 pub use token_source::TokenSource;
 
 use super::body::ProxyBody;
+use super::log_throttle::{LogThrottle, Verdict};
 use super::status_response::failure;
+use crate::audit::ImpersonatedUser;
 use crate::translate::subprotocol::BearerToken;
 
 /// How the proxy treats the caller's identity.
@@ -51,9 +55,19 @@ pub enum AuthMode {
 #[derive(Debug, Clone)]
 pub enum Caller {
     /// Passthrough: whatever credentials the request carries, plus a subprotocol token.
-    Passthrough { bearer: Option<BearerToken> },
+    Passthrough {
+        bearer: Option<BearerToken>,
+        /// Whom the caller's own `Impersonate-*` headers ask to act as (they go upstream).
+        impersonating: Option<ImpersonatedUser>,
+    },
     /// An authenticated identity (impersonate and front-proxy modes).
-    Identified(Arc<Identity>),
+    Identified {
+        identity: Arc<Identity>,
+        /// Front-proxy mode: whom the caller's own `Impersonate-*` headers ask to act as
+        /// (they go upstream beside the asserted identity). Always `None` in impersonate
+        /// mode, which refuses them.
+        impersonating: Option<ImpersonatedUser>,
+    },
 }
 
 impl Caller {
@@ -61,7 +75,15 @@ impl Caller {
     pub fn user(&self) -> Option<&str> {
         match self {
             Caller::Passthrough { .. } => None,
-            Caller::Identified(id) => Some(id.user()),
+            Caller::Identified { identity, .. } => Some(identity.user()),
+        }
+    }
+
+    /// Whom the caller asks to act as with its own `Impersonate-*` headers, if it does.
+    pub fn impersonating(&self) -> Option<&ImpersonatedUser> {
+        match self {
+            Caller::Passthrough { impersonating, .. }
+            | Caller::Identified { impersonating, .. } => impersonating.as_ref(),
         }
     }
 }
@@ -121,6 +143,8 @@ pub struct Authenticator {
     mode: AuthMode,
     reviewer: Option<TokenReviewer>,
     outbound: Outbound,
+    /// Refusals a caller can cause once per request are logged a few times, not each time.
+    rejection_log: LogThrottle,
 }
 
 impl Authenticator {
@@ -134,6 +158,7 @@ impl Authenticator {
                 token: None,
                 front_proxy: FrontProxyHeaders::default(),
             },
+            rejection_log: LogThrottle::default(),
         }
     }
 
@@ -157,6 +182,7 @@ impl Authenticator {
                 },
                 front_proxy,
             },
+            rejection_log: LogThrottle::default(),
         }
     }
 
@@ -183,15 +209,25 @@ impl Authenticator {
             PeerCertificate::Identified(id) => Some(id),
             PeerCertificate::None => None,
         };
+        // Kept for the audit where they go upstream (passthrough, front-proxy); refused below
+        // in impersonate mode.
+        let impersonating = requested_impersonation(headers);
         if self.mode == AuthMode::Passthrough {
-            return Ok(Caller::Passthrough { bearer });
+            return Ok(Caller::Passthrough {
+                bearer,
+                impersonating,
+            });
         }
         if self.mode == AuthMode::Impersonate && headers.keys().any(is_impersonation_header) {
             return Err(Rejection::ImpersonationHeaders);
         }
+        let identified = |identity| Caller::Identified {
+            identity,
+            impersonating,
+        };
         // The API server's order: a client certificate first, then tokens.
         if let Some(id) = certificate {
-            return Ok(Caller::Identified(id.clone()));
+            return Ok(identified(id.clone()));
         }
         let header_token = bearer_from_authorization(headers);
         let token = match (&bearer, header_token) {
@@ -203,8 +239,29 @@ impl Authenticator {
             return Err(Rejection::Unauthenticated);
         };
         match reviewer.review(token, caller).await? {
-            Review::Authenticated(id) => Ok(Caller::Identified(Arc::new(id))),
+            Review::Authenticated(id) => Ok(identified(Arc::new(id))),
             Review::Rejected => Err(Rejection::Unauthenticated),
+        }
+    }
+
+    /// Logs a refusal of a request from `peer`. A TokenReview that cannot be made (RBAC, the
+    /// upstream down, the per-address rate limit) is a warning operators must see; the others
+    /// are the caller's business (debug). Warnings are aggregated per reason: an
+    /// unauthenticated flood past the rate limit would otherwise write one line per request.
+    /// Every refusal is still counted in `auth_rejections_total`.
+    pub fn log_rejection(&self, rejection: &Rejection, peer: SocketAddr) {
+        let Rejection::Unavailable(cause) = rejection else {
+            tracing::debug!(%peer, reason = rejection.label(), "request refused by authentication");
+            return;
+        };
+        if let Verdict::Log { suppressed } = self.rejection_log.check(rejection.label()) {
+            tracing::warn!(
+                %peer,
+                error = %cause,
+                reason = rejection.label(),
+                suppressed,
+                "cannot authenticate the caller"
+            );
         }
     }
 
@@ -251,7 +308,13 @@ mod tests {
         let caller =
             block_on(auth.authenticate(&HeaderMap::new(), None, &PeerCertificate::None, LOCAL))
                 .unwrap();
-        assert!(matches!(caller, Caller::Passthrough { bearer: None }));
+        assert!(matches!(
+            caller,
+            Caller::Passthrough {
+                bearer: None,
+                impersonating: None
+            }
+        ));
     }
 
     #[test]
@@ -305,6 +368,44 @@ mod tests {
             FrontProxyHeaders::default(),
         );
         assert!(block_on(auth.authenticate(&h, None, &identified(), LOCAL)).is_ok());
+    }
+
+    #[test]
+    fn a_callers_own_impersonation_is_kept_for_the_audit_where_it_goes_upstream() {
+        let mut h = HeaderMap::new();
+        h.insert("impersonate-user", "jane".parse().unwrap());
+        h.append("impersonate-group", "team".parse().unwrap());
+        let passthrough = block_on(Authenticator::passthrough().authenticate(
+            &h,
+            None,
+            &PeerCertificate::None,
+            LOCAL,
+        ))
+        .unwrap();
+        let front_proxy = block_on(
+            Authenticator::new(
+                AuthMode::FrontProxy,
+                None,
+                None,
+                FrontProxyHeaders::default(),
+            )
+            .authenticate(&h, None, &identified(), LOCAL),
+        )
+        .unwrap();
+        for caller in [passthrough, front_proxy] {
+            let asked = caller.impersonating().unwrap();
+            assert_eq!(asked.user.as_deref(), Some("jane"));
+            assert_eq!(asked.groups, ["team"]);
+        }
+        // Without the headers there is nothing to say.
+        let caller = block_on(Authenticator::passthrough().authenticate(
+            &HeaderMap::new(),
+            None,
+            &PeerCertificate::None,
+            LOCAL,
+        ))
+        .unwrap();
+        assert!(caller.impersonating().is_none());
     }
 
     #[test]

@@ -56,14 +56,14 @@ impl Outbound {
         // becomes `Authorization`, in the other modes the proxy's own credentials replace it.
         remove_bearer_subprotocol(headers);
         match caller {
-            Caller::Passthrough { bearer } => {
+            Caller::Passthrough { bearer, .. } => {
                 if let Some(token) = bearer {
                     if let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
                         headers.insert(header::AUTHORIZATION, v);
                     }
                 }
             }
-            Caller::Identified(identity) => {
+            Caller::Identified { identity, .. } => {
                 headers.remove(header::AUTHORIZATION);
                 self.remove_front_proxy_headers(headers);
                 match self.mode {
@@ -214,14 +214,17 @@ mod tests {
             "authentication.kubernetes.io/pod-name".to_owned(),
             vec!["web-1".to_owned()],
         );
-        Caller::Identified(Arc::new(
-            Identity::new(
-                "alice",
-                vec!["dev".into(), "system:authenticated".into()],
-                extra,
-            )
-            .unwrap(),
-        ))
+        Caller::Identified {
+            identity: Arc::new(
+                Identity::new(
+                    "alice",
+                    vec!["dev".into(), "system:authenticated".into()],
+                    extra,
+                )
+                .unwrap(),
+            ),
+            impersonating: None,
+        }
     }
 
     fn caller_headers() -> HeaderMap {
@@ -255,7 +258,13 @@ mod tests {
             SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_bytes(line.as_bytes()).unwrap(),
         );
-        outbound(AuthMode::Passthrough, None).apply(&Caller::Passthrough { bearer: None }, &mut h);
+        outbound(AuthMode::Passthrough, None).apply(
+            &Caller::Passthrough {
+                bearer: None,
+                impersonating: None,
+            },
+            &mut h,
+        );
         assert_eq!(values(&h, "sec-websocket-protocol"), ["v5.channel.k8s.io"]);
     }
 
@@ -271,6 +280,7 @@ mod tests {
         let mut offered = OfferedProtocols::from_headers(&h).unwrap();
         let caller = Caller::Passthrough {
             bearer: offered.take_bearer(),
+            impersonating: None,
         };
         outbound(AuthMode::Passthrough, None).apply(&caller, &mut h);
         assert_eq!(values(&h, "authorization"), ["Bearer t0k"]);
@@ -287,8 +297,13 @@ mod tests {
         h.insert("impersonate-user", "bob".parse().unwrap());
         h.insert("x-remote-user", "carol".parse().unwrap());
         let before = h.clone();
-        outbound(AuthMode::Passthrough, Some("proxy"))
-            .apply(&Caller::Passthrough { bearer: None }, &mut h);
+        outbound(AuthMode::Passthrough, Some("proxy")).apply(
+            &Caller::Passthrough {
+                bearer: None,
+                impersonating: None,
+            },
+            &mut h,
+        );
         assert_eq!(h, before);
     }
 
