@@ -55,8 +55,9 @@ pub enum SetupError {
     },
     /// No answer: dial, TLS or timeout.
     Unanswered(DialError),
-    /// The upgrade was taken but the exec streams did not open: the Status to report.
-    Streams(Status),
+    /// The upgrade was taken but the exec streams did not open: the Status to report (boxed:
+    /// it is large and rare).
+    Streams(Box<Status>),
 }
 
 impl SetupError {
@@ -74,7 +75,7 @@ impl SetupError {
                 from_upgrade_refusal(status.as_u16(), content_type, &body)
             }
             SetupError::Unanswered(e) => Status::internal_error(&e.to_string()),
-            SetupError::Streams(status) => status,
+            SetupError::Streams(status) => *status,
         }
     }
 }
@@ -351,15 +352,17 @@ async fn dial_streams(
         Ok(Ok(streams)) => Ok(streams),
         Ok(Err(e)) => {
             conn.close().await;
-            Err(SetupError::Streams(Status::internal_error(&format!(
-                "error creating upstream streams: {e}"
+            Err(SetupError::Streams(Box::new(Status::internal_error(
+                &format!("error creating upstream streams: {e}"),
             ))))
         }
         Err(_) => {
             conn.close().await;
-            Err(SetupError::Streams(Status::internal_error(&format!(
-                "the upstream did not open the exec streams within {:?}",
-                state.handshake_timeout
+            Err(SetupError::Streams(Box::new(Status::internal_error(
+                &format!(
+                    "the upstream did not open the exec streams within {:?}",
+                    state.handshake_timeout
+                ),
             ))))
         }
     }
