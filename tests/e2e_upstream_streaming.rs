@@ -437,3 +437,277 @@ async fn audit_names_the_path() {
         assert!(text.contains("recorded"), "{text}");
     }
 }
+
+// ---- issue #28: nobody can poison `auto` for other users ----------------------------------
+
+/// One raw HTTP/1.1 request to `addr` (what no kubectl sends); the answer's status code and
+/// as much of the rest as arrives within two seconds.
+async fn raw_request(addr: std::net::SocketAddr, head: String) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut buf = [0u8; 16 * 1024];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, text)
+}
+
+/// A v5 exec or tunnel WebSocket upgrade for `path`.
+fn websocket_upgrade(path: &str, protocol: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
+    )
+}
+
+/// A SPDY upgrade (kubectl ≤ 1.30's) for `path`.
+fn spdy_upgrade(path: &str, protocol: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         X-Stream-Protocol-Version: {protocol}\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+const EXEC_Q: &str = "exec?command=true&stdout=true&stderr=true";
+
+/// What an unauthenticated stranger can send to make the upstream answer something that is not
+/// a Status: a bad `%zz` escape (Go's server answers it in plain text) on every streaming
+/// request, WebSocket and SPDY, and a crash-looping pod's plain-text kubelet error.
+async fn poison(h: &Harness) {
+    let addr = h.proxy.addr;
+    let pods = "/api/v1/namespaces/default/pods";
+    let bad = [
+        websocket_upgrade(&format!("{pods}/bad%zz/{EXEC_Q}"), "v5.channel.k8s.io"),
+        websocket_upgrade(
+            &format!("{pods}/bad%zz/portforward"),
+            "SPDY/3.1+portforward.k8s.io",
+        ),
+        spdy_upgrade(&format!("{pods}/bad%zz/{EXEC_Q}"), "v4.channel.k8s.io"),
+        spdy_upgrade(&format!("{pods}/bad%zz/portforward"), "portforward.k8s.io"),
+        websocket_upgrade(
+            &format!("{pods}/error500-crashloop/portforward"),
+            "SPDY/3.1+portforward.k8s.io",
+        ),
+        spdy_upgrade(
+            &format!("{pods}/error500-crashloop/{EXEC_Q}"),
+            "v4.channel.k8s.io",
+        ),
+    ];
+    for (i, head) in bad.into_iter().enumerate() {
+        let (code, answer) = raw_request(addr, head).await;
+        match i {
+            // exec: the refusal inside the accepted WebSocket, as a Status on channel 3.
+            0 => {
+                assert_eq!(code, 101, "{answer}");
+                assert!(answer.contains("400 Bad Request"), "{answer}");
+            }
+            // The upstream's plain-text answer, passed on as it came.
+            1..=3 => {
+                assert_eq!(code, 400, "{answer}");
+                assert!(answer.contains("text/plain"), "{answer}");
+            }
+            _ => assert_ne!(code, 0, "no answer"),
+        }
+    }
+}
+
+/// kubectl 1.33 exec through the SPDY-dropping gateway, and kubectl 1.28 exec straight.
+async fn both_kubectls_exec(h: &Harness, k33: &Path, k28: &Path, what: &str) {
+    let mut c = h.kubectl(k33, &h.via_gateway);
+    c.args(["exec", "web", "--", "echo", "from 1.33"]);
+    let o = run(c, None, T).await;
+    assert_eq!(stdout(&o), "from 1.33\n", "{what}: {}", stderr(&o));
+    let mut c = h.kubectl(k28, &h.direct);
+    c.args(["exec", "-i", "web", "--", "sh", "-c", "cat; exit 3"]);
+    let o = run(c, Some(b"from 1.28\n".to_vec()), T).await;
+    assert_eq!(o.status.code(), Some(3), "{what}: {}", stderr(&o));
+    assert_eq!(stdout(&o), "from 1.28\n", "{what}");
+}
+
+/// Requests whose upstream answers are not Statuses teach `auto` nothing: afterwards kubectl
+/// 1.33 (exec, port-forward through the gateway) and kubectl 1.28 (exec, port-forward) work on
+/// every cluster kind they worked on before. On the old code each such answer made `auto`
+/// remember the other path for everyone: 1.33 then failed on the WebSocket-only cluster and
+/// 1.28 on the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_are_not_statuses_do_not_change_the_path_for_others() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    for mode in [
+        SimStreaming::WebSocketOnly,
+        SimStreaming::SpdyOnly,
+        SimStreaming::New,
+    ] {
+        let h = harness(mode, "auto", &[]).await;
+        poison(&h).await;
+        let logs = h.proxy.log_lines();
+        assert!(
+            !logs.iter().any(|l| l.contains("translating to SPDY")),
+            "{mode:?}: learned from a refusal: {logs:#?}"
+        );
+        both_kubectls_exec(&h, &k33, &k28, &format!("{mode:?}")).await;
+        port_forward(&h, &k33).await;
+        assert_no_spdy_fallback(&h);
+        let pod = PodServer::commands().await;
+        let f = Forward::start(h.kubectl(&k28, &h.direct), "web", &[pod.port]).await;
+        assert!(f.ready(), "{mode:?}: 1.28 port-forward: {}", f.stderr());
+        forward::echo(f.port(pod.port), 1 << 16).await;
+    }
+}
+
+/// A Status larger than 64 KiB (an admission webhook's long denial) is the cluster's answer:
+/// kubectl 1.33 and 1.28 print all of it, and the next caller's session is unchanged. On the
+/// old code it was cut at 64 KiB, no longer parsed as a Status, retried on the other path
+/// (whose answer kubectl printed instead) and that path remembered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_larger_than_64_kib_is_delivered_whole_and_teaches_nothing() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    for mode in [SimStreaming::WebSocketOnly, SimStreaming::SpdyOnly] {
+        let h = harness(mode, "auto", &[]).await;
+        for (k, kubeconfig) in [(&k33, &h.via_gateway), (&k28, &h.direct)] {
+            let mut c = h.kubectl(k, kubeconfig);
+            c.args(["exec", "denied-pod", "--", "true"]);
+            let o = run(c, None, T).await;
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "{mode:?} {k:?}: {err}");
+            assert!(err.contains("admission webhook"), "{mode:?} {k:?}: {err}");
+            assert!(err.contains("end of denial"), "{mode:?} {k:?}: cut: {err}");
+            assert!(err.len() > 64 * 1024, "{mode:?} {k:?}: {}", err.len());
+        }
+        let logs = h.proxy.log_lines();
+        assert!(
+            !logs.iter().any(|l| l.contains("translating")),
+            "{mode:?}: learned from a Status: {logs:#?}"
+        );
+        both_kubectls_exec(&h, &k33, &k28, &format!("{mode:?}")).await;
+        assert_no_spdy_fallback(&h);
+    }
+}
+
+/// A TCP relay whose target can be switched: the cluster behind one address is replaced.
+struct Switch {
+    addr: std::net::SocketAddr,
+    target: std::sync::Arc<std::sync::Mutex<std::net::SocketAddr>>,
+}
+
+impl Switch {
+    async fn start(target: std::net::SocketAddr) -> Switch {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let target = std::sync::Arc::new(std::sync::Mutex::new(target));
+        let current = target.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let to = *current.lock().unwrap();
+                tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+            }
+        });
+        Switch { addr, target }
+    }
+
+    fn to(&self, target: std::net::SocketAddr) {
+        *self.target.lock().unwrap() = target;
+    }
+}
+
+/// Upgrade requests of one kind a cluster saw: `websocket` (v5 or the tunnel) or SPDY.
+fn upgrades_seen(sim: &kube_ws_proxy::sim::SimCluster, websocket: bool) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| {
+            if websocket {
+                r.header("sec-websocket-protocol")
+                    .is_some_and(|p| p.contains("v5.channel.k8s.io"))
+            } else {
+                r.header("upgrade")
+                    .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"))
+            }
+        })
+        .count()
+}
+
+/// A remembered path that stops working (the cluster behind the address changed) is tried
+/// once, forgotten, and the client's own path asked in the same session: kubectl never sees
+/// the change, and the next session goes straight to the path that works. On the old code the
+/// remembered path kept being used until the memory expired: kubectl 1.28 failed on the old
+/// cluster, kubectl 1.33 on the WebSocket-only one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_path_that_stops_working_is_retried_once_and_forgotten() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    let start = |streaming| {
+        kube_ws_proxy::sim::SimCluster::start(SimConfig {
+            streaming,
+            ..SimConfig::default()
+        })
+    };
+    let old = start(SimStreaming::SpdyOnly).await.unwrap();
+    let ws_only = start(SimStreaming::WebSocketOnly).await.unwrap();
+    let switch = Switch::start(ws_only.addr()).await;
+    let proxy = common::proxy_process::ProxyProcess::start(
+        &format!("http://{}", switch.addr),
+        &["--upstream-streaming", "auto"],
+    );
+    let middlebox = common::middlebox::Middlebox::start(proxy.addr).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, direct) = (dir.path().join("gw"), dir.path().join("direct"));
+    std::fs::create_dir_all(&gw).unwrap();
+    std::fs::create_dir_all(&direct).unwrap();
+    let via_gateway =
+        common::clients::write_kubeconfig(&gw, &format!("http://{}", middlebox.addr), None);
+    let direct = common::clients::write_kubeconfig(&direct, &proxy.url(), None);
+    let h = Harness {
+        sim: old,
+        proxy,
+        middlebox,
+        dir,
+        via_gateway,
+        direct,
+    };
+    // WebSocket-only: kubectl 1.28's SPDY is learned to go to the reverse translator.
+    both_kubectls_exec(&h, &k33, &k28, "websocket-only").await;
+    // The cluster is replaced by an old one: the remembered reverse translator fails once.
+    switch.to(h.sim.addr());
+    both_kubectls_exec(&h, &k33, &k28, "old, reverse remembered").await;
+    both_kubectls_exec(&h, &k33, &k28, "old").await;
+    assert_eq!(upgrades_seen(&h.sim, true), 2, "v5 asked once per client");
+    // And back: the remembered SPDY translation fails once.
+    switch.to(ws_only.addr());
+    let spdy_before = upgrades_seen(&ws_only, false);
+    both_kubectls_exec(&h, &k33, &k28, "websocket-only, SPDY remembered").await;
+    both_kubectls_exec(&h, &k33, &k28, "websocket-only").await;
+    assert_eq!(
+        upgrades_seen(&ws_only, false) - spdy_before,
+        2,
+        "SPDY asked once per client"
+    );
+    let forgotten = h
+        .proxy
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains("the remembered upstream path refused a session: forgotten"))
+        .count();
+    assert_eq!(forgotten, 2);
+    assert_no_spdy_fallback(&h);
+}

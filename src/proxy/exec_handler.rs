@@ -1,10 +1,13 @@
 //! `pods/{name}/exec` and `/attach` WebSockets offering `v5.channel.k8s.io`: dial the upstream
-//! first, then accept the client's WebSocket and translate (PROTOCOL.md §4.7).
+//! first, then accept the client's WebSocket and translate (PROTOCOL.md §4.7). Under
+//! `--upstream-streaming auto` the dial ([`dial`]) is made by the caller, which decides on its
+//! answer before handing it over ([`Prepared`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::Response;
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
 use tracing::{info, warn, Instrument};
 
 use super::auth::Caller;
@@ -24,15 +27,75 @@ use crate::spdy::proto::{Config as SpdyConfig, Connection};
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
-use crate::translate::remote_command::{
-    self, ExecStreams, Outcome, SessionEndKind, SessionRecording,
-};
+pub use crate::translate::remote_command::ExecStreams;
+use crate::translate::remote_command::{self, Outcome, SessionEndKind, SessionRecording};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 
-/// Handles a request the classifier marked for translation; `slot` is its admission. With
-/// `refusal` the upstream was already asked (a pass-through it did not take): that Status is
-/// what the client hears inside its WebSocket, and the audit names that path.
+/// Where a translated session's upstream stands when [`handle`] is called.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Not asked yet: dial it with SPDY.
+    Dial,
+    /// Asked already (`auto`, [`dial`]): the SPDY session, or why there is none.
+    Dialled(Result<ExecStreams, SetupError>),
+    /// A pass-through the upstream did not take: this Status is what the client hears inside
+    /// its WebSocket, and the audit names the pass-through.
+    Refused(Status),
+}
+
+/// Why the SPDY session of a translated exec/attach could not be set up.
+#[derive(Debug)]
+pub enum SetupError {
+    /// The upstream answered the SPDY upgrade with something other than 101 (body capped).
+    Refused {
+        status: StatusCode,
+        headers: Box<HeaderMap>,
+        body: Bytes,
+    },
+    /// No answer: dial, TLS or timeout.
+    Unanswered(DialError),
+    /// The upgrade was taken but the exec streams did not open: the Status to report (boxed:
+    /// it is large and rare).
+    Streams(Box<Status>),
+}
+
+impl SetupError {
+    /// What the client is told, inside its WebSocket.
+    pub fn into_status(self) -> Status {
+        match self {
+            SetupError::Refused {
+                status,
+                headers,
+                body,
+            } => {
+                let content_type = headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok());
+                from_upgrade_refusal(status.as_u16(), content_type, &body)
+            }
+            SetupError::Unanswered(e) => Status::internal_error(&e.to_string()),
+            SetupError::Streams(status) => *status,
+        }
+    }
+}
+
+/// Asks the upstream for the SPDY session of a translated exec/attach of `req`, as [`handle`]
+/// would, without committing the client to it: `auto` decides on the answer first.
+pub async fn dial(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+) -> Result<ExecStreams, SetupError> {
+    let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
+    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
+    state.auth.apply(caller, &mut headers);
+    dial_streams(state, &req.path_and_query(), headers, &options).await
+}
+
+/// Handles a request the classifier marked for translation; `slot` is its admission and
+/// `prepared` says whether the upstream was asked already.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
@@ -40,12 +103,17 @@ pub async fn handle(
     caller: Caller,
     subresource: Subresource,
     slot: SessionSlot,
-    refusal: Option<(Status, ProtocolPath)>,
+    prepared: Prepared,
 ) -> Response<ProxyBody> {
     let client = req.client;
     let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
         Ok(answer) => answer,
-        Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
+        Err(e) => {
+            if let Prepared::Dialled(Ok(streams)) = prepared {
+                streams.conn.close().await;
+            }
+            return failure(e.status(), "BadRequest", e.to_string());
+        }
     };
     let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
     let path_and_query = req.path_and_query();
@@ -55,10 +123,10 @@ pub async fn handle(
     let on_upgrade = req.on_upgrade;
 
     // A pass-through the upstream refused counts where the session was headed.
-    let kind = match (subresource, &refusal) {
-        (_, Some(_)) => SessionKind::PassThrough,
-        (Subresource::Attach, None) => SessionKind::Attach,
-        (_, None) => SessionKind::Exec,
+    let kind = match (subresource, &prepared) {
+        (_, Prepared::Refused(_)) => SessionKind::PassThrough,
+        (Subresource::Attach, _) => SessionKind::Attach,
+        _ => SessionKind::Exec,
     };
     let guard = state.metrics.session(kind);
     let session_id = next_session_id();
@@ -67,14 +135,28 @@ pub async fn handle(
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
     // Who the caller is (for the audit) is found out meanwhile.
     let credentials = headers.get(http::header::AUTHORIZATION).cloned();
-    let protocol_path = refusal
-        .as_ref()
-        .map_or(ProtocolPath::Translated, |(_, path)| *path);
+    let protocol_path = match prepared {
+        Prepared::Refused(_) => ProtocolPath::PassThrough,
+        _ => ProtocolPath::Translated,
+    };
     let setup = async {
-        match refusal {
-            Some((status, _)) => Err(status),
-            None => setup_upstream(&state, &path_and_query, headers, &options).await,
-        }
+        let dialled = match prepared {
+            Prepared::Refused(status) => return Err(status),
+            Prepared::Dialled(dialled) => dialled,
+            Prepared::Dial => dial_streams(&state, &path_and_query, headers, &options).await,
+        };
+        dialled.map_err(|e| {
+            match &e {
+                SetupError::Refused { status, .. } => {
+                    state.metrics.upstream_upgrade_failure(status.as_u16())
+                }
+                SetupError::Unanswered(e) => {
+                    state.metrics.upstream_upgrade_failure(e.upstream_status())
+                }
+                SetupError::Streams(_) => {}
+            }
+            e.into_status()
+        })
     };
     let (mut setup, identity) =
         tokio::join!(setup, session_audit::identify(&state, &caller, credentials),);
@@ -219,13 +301,13 @@ pub async fn handle(
     answer.response(Some(ChannelProtocol::V5.name()))
 }
 
-/// Dials, upgrades and opens the streams; any failure becomes the Status the client will see.
-async fn setup_upstream(
+/// Dials, upgrades and opens the streams.
+async fn dial_streams(
     state: &ProxyState,
     path_and_query: &str,
     headers: http::HeaderMap,
     options: &ExecOptions,
-) -> Result<ExecStreams, Status> {
+) -> Result<ExecStreams, SetupError> {
     let offered = UpstreamVersion::offer_list()
         .iter()
         .map(|v| v.name().to_owned())
@@ -240,22 +322,18 @@ async fn setup_upstream(
     .await
     {
         Ok(upgraded) => upgraded,
-        Err(e) => {
-            state.metrics.upstream_upgrade_failure(e.upstream_status());
-            return Err(match e {
-                DialError::Upgrade(UpgradeError::Refused {
-                    status,
-                    headers,
-                    body,
-                }) => {
-                    let content_type = headers
-                        .get(http::header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok());
-                    from_upgrade_refusal(status.as_u16(), content_type, &body)
-                }
-                e => Status::internal_error(&e.to_string()),
-            });
+        Err(DialError::Upgrade(UpgradeError::Refused {
+            status,
+            headers,
+            body,
+        })) => {
+            return Err(SetupError::Refused {
+                status,
+                headers,
+                body,
+            })
         }
+        Err(e) => return Err(SetupError::Unanswered(e)),
     };
     let version = UpstreamVersion::from_negotiated(upgraded.protocol.as_deref());
     let spdy_config = SpdyConfig {
@@ -274,16 +352,18 @@ async fn setup_upstream(
         Ok(Ok(streams)) => Ok(streams),
         Ok(Err(e)) => {
             conn.close().await;
-            Err(Status::internal_error(&format!(
-                "error creating upstream streams: {e}"
-            )))
+            Err(SetupError::Streams(Box::new(Status::internal_error(
+                &format!("error creating upstream streams: {e}"),
+            ))))
         }
         Err(_) => {
             conn.close().await;
-            Err(Status::internal_error(&format!(
-                "the upstream did not open the exec streams within {:?}",
-                state.handshake_timeout
-            )))
+            Err(SetupError::Streams(Box::new(Status::internal_error(
+                &format!(
+                    "the upstream did not open the exec streams within {:?}",
+                    state.handshake_timeout
+                ),
+            ))))
         }
     }
 }

@@ -4,37 +4,40 @@
 //! by the relay (src/proxy/relay.rs), which also applies the session limit, idle timeout,
 //! drain, metrics, logs, audit and recording. No framing work is done on the way.
 //!
-//! Under `auto` an old cluster's refusal (see [`after_refusal`]) sends the session to the SPDY
-//! translation instead, and the memory keeps later sessions from asking again for a while.
+//! Under `auto` a refusal that is not the cluster's Status (see [`after_refusal`]: an old
+//! cluster's kubelet, a gateway) makes the SPDY translation ask once for this session; only an
+//! upstream's 101 is remembered, so later sessions go to the path that last worked without
+//! asking again for a while (src/proxy/upstream_streaming.rs).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::auth::Caller;
 use super::body::ProxyBody;
-use super::headers::remove_hop_by_hop;
+use super::exec_handler::{ExecStreams, Prepared, SetupError};
 use super::metrics::SessionKind;
-use super::refusal_body::read_body;
+use super::refusal_body::{HeldRefusal, MAX_STATUS_BODY};
 use super::relay::{self, RelayError};
 use super::request_layers;
 use super::session_audit::{self, AuditIdentity, SessionClient};
 use super::sessions::{next_session_id, SessionSlot};
+use super::spdy_dial::DialError;
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
 use super::upstream_streaming::{
-    after_refusal, log_decision, ClientProtocol, RefusalAnswer, StreamFamily, UpstreamPath,
-    UpstreamStreaming,
+    after_first, after_refusal, after_second, log_decision, log_forgotten, AfterFirst, AfterSecond,
+    Answer, ClientProtocol, RefusalAnswer, StreamFamily, UpstreamPath, UpstreamStreaming,
 };
 use super::websocket::is_valid_key;
 use super::{exec_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
+use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::Subresource;
 use crate::translate::protocol::{ChannelProtocol, TUNNEL_PREFIX};
 use crate::translate::status::Status;
@@ -81,16 +84,77 @@ impl Streamed {
 enum Asked {
     /// 101 with a subprotocol the client offered.
     Accepted(Response<Incoming>),
-    /// Any other answer, its body read (bounded).
-    Refused {
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Bytes,
-    },
+    /// Any other answer, the beginning of its body read.
+    Refused(HeldRefusal),
     /// A 101 the client could not use (no or another subprotocol, not a WebSocket).
     Unusable(String),
     /// No answer.
     Failed(RelayError),
+}
+
+impl Asked {
+    /// How `auto` judges it.
+    fn answer(&self) -> Answer {
+        match self {
+            Asked::Accepted(_) => Answer::Accepted,
+            Asked::Refused(held) => held.answer().into(),
+            Asked::Unusable(_) => Answer::Unrecognised,
+            Asked::Failed(_) => Answer::NoAnswer,
+        }
+    }
+
+    /// What the client hears when this refusal is its answer under `auto`.
+    fn into_delivered(self) -> Delivered {
+        match self {
+            Asked::Refused(held) => Delivered::Replay(held),
+            Asked::Unusable(why) => Delivered::BadGateway(why),
+            Asked::Failed(e) => Delivered::Failed(e),
+            Asked::Accepted(_) => Delivered::BadGateway("the upstream's 101 was not used".into()),
+        }
+    }
+}
+
+/// The SPDY translation's upstream, asked before the client is committed to it (`auto`).
+enum Dialled {
+    Exec(Result<ExecStreams, SetupError>),
+    Tunnel(tunnel_handler::Dialled),
+}
+
+impl Dialled {
+    /// How `auto` judges it: a 101 (streams that then failed to open included) is an accepted
+    /// upgrade.
+    fn answer(&self) -> Answer {
+        let refused = |status: &StatusCode, headers: &HeaderMap, body: &[u8]| {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            Answer::from(after_refusal(status.as_u16(), content_type, body))
+        };
+        match self {
+            Dialled::Exec(Ok(_)) | Dialled::Exec(Err(SetupError::Streams(_))) => Answer::Accepted,
+            Dialled::Tunnel(Ok(_)) => Answer::Accepted,
+            Dialled::Exec(Err(SetupError::Refused {
+                status,
+                headers,
+                body,
+            }))
+            | Dialled::Tunnel(Err(DialError::Upgrade(UpgradeError::Refused {
+                status,
+                headers,
+                body,
+            }))) => refused(status, headers, body),
+            Dialled::Exec(Err(SetupError::Unanswered(_))) | Dialled::Tunnel(Err(_)) => {
+                Answer::NoAnswer
+            }
+        }
+    }
+
+    /// Lets go of it unused (the SPDY session is closed, the tunnel's connection dropped).
+    async fn discard(self) {
+        if let Dialled::Exec(Ok(streams)) = self {
+            streams.conn.close().await;
+        }
+    }
 }
 
 /// Handles a v5 exec/attach or tunnel request as `--upstream-streaming` says.
@@ -102,16 +166,8 @@ pub async fn handle(
     streamed: Streamed,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
-    let family = streamed.family();
-    let upstream = state.upstream.authority();
     let setting = state.upstream_streaming;
-    let remembered =
-        state
-            .streaming_memory
-            .recall(&upstream, family, ClientProtocol::WebSocket, Instant::now());
-    if setting == UpstreamStreaming::Spdy
-        || (setting == UpstreamStreaming::Auto && remembered == Some(UpstreamPath::Spdy))
-    {
+    if setting == UpstreamStreaming::Spdy {
         return translate(state, req, peer, caller, streamed, slot, None).await;
     }
     if !req
@@ -126,11 +182,61 @@ pub async fn handle(
             "missing or invalid Sec-WebSocket-Key",
         );
     }
+    let family = streamed.family();
+    let remembered = state.streaming_memory.recall(
+        &state.upstream.authority(),
+        family,
+        ClientProtocol::WebSocket,
+        Instant::now(),
+    );
+    if setting == UpstreamStreaming::Auto && remembered == Some(UpstreamPath::Spdy) {
+        return remembered_translation(state, req, peer, caller, streamed, slot).await;
+    }
+    let (asked, identity) = match ask(&state, &req, peer, &caller, &streamed).await {
+        Ok(asked) => asked,
+        Err(refused) => return refused,
+    };
+    if setting == UpstreamStreaming::Auto {
+        return auto_after_pass_through(state, req, peer, caller, streamed, slot, asked, identity)
+            .await;
+    }
+    let delivered = match asked {
+        Asked::Accepted(resp) => {
+            return carry(&state, req, peer, &caller, slot, resp, identity).await;
+        }
+        Asked::Refused(held) if held.answer() == RefusalAnswer::Deliver => Delivered::Replay(held),
+        Asked::Refused(held) => Delivered::Unsupported {
+            why: format!(
+                "the upstream answered {} to the {} WebSocket upgrade",
+                held.status.as_u16(),
+                family.label()
+            ),
+            upstream_status: held.status.as_u16(),
+        },
+        Asked::Unusable(why) => Delivered::Unsupported {
+            why,
+            upstream_status: 101,
+        },
+        Asked::Failed(e) => Delivered::Failed(e),
+    };
+    deliver(
+        state, req, peer, caller, streamed, slot, delivered, identity,
+    )
+    .await
+}
+
+/// Asks the upstream with the client's WebSocket upgrade (offering only what the translation
+/// would speak), finding out who the caller is for the audit meanwhile.
+async fn ask(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    streamed: &Streamed,
+) -> Result<(Asked, AuditIdentity), Response<ProxyBody>> {
     let mut upstream_req =
-        match relay::upstream_request(&state, &req.parts, req.body.clone(), peer, &caller) {
-            Ok(r) => r,
-            Err(e) => return e.response(),
-        };
+        relay::upstream_request(state, &req.parts, req.body.clone(), peer, caller)
+            .map_err(|e| e.response())?;
     // Only what the translation would speak is offered: a client that also offers v4 must not
     // end up with a v4 session on an old cluster (which picks v4, and starts the command, where
     // the translation would have given it v5).
@@ -142,17 +248,17 @@ pub async fn handle(
                 .insert(header::SEC_WEBSOCKET_PROTOCOL, v);
         }
         _ => {
-            return failure(
+            return Err(failure(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
                 "no WebSocket subprotocol to offer upstream",
-            )
+            ))
         }
     }
     let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
     let (answer, identity) = tokio::join!(
-        relay::ask_upstream(&state, upstream_req),
-        session_audit::identify(&state, &caller, credentials),
+        relay::ask_upstream(state, upstream_req),
+        session_audit::identify(state, caller, credentials),
     );
     let asked = match answer {
         Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
@@ -161,73 +267,146 @@ pub async fn handle(
                 None => Asked::Accepted(resp),
             }
         }
-        Ok(resp) => {
-            let (parts, body) = resp.into_parts();
-            let body = read_body(body, state.handshake_timeout).await;
-            Asked::Refused {
-                status: parts.status,
-                headers: parts.headers,
-                body,
-            }
-        }
+        Ok(resp) => Asked::Refused(HeldRefusal::hold(resp, state.handshake_timeout).await),
         Err(e) => Asked::Failed(e),
     };
-    let auto = setting == UpstreamStreaming::Auto;
-    let learn = |path| {
-        if auto
-            && state
-                .streaming_memory
-                .learn(&upstream, family, path, Instant::now())
-        {
-            log_decision(&upstream, family, path);
-        }
-    };
-    match asked {
-        Asked::Accepted(resp) => {
-            learn(UpstreamPath::PassThrough);
+    Ok((asked, identity))
+}
+
+/// `auto`, the pass-through asked first: a 101 is served and learned; the cluster's Status is
+/// delivered; anything else makes the translation ask once, which is learned only if its
+/// upstream takes it. When both refuse, the client gets the cluster's Status if the
+/// translation's answer is one, else the pass-through's refusal as it came.
+// One argument per thing the session needs; bundling them would only rename them.
+#[allow(clippy::too_many_arguments)]
+async fn auto_after_pass_through(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    streamed: Streamed,
+    slot: SessionSlot,
+    asked: Asked,
+    identity: AuditIdentity,
+) -> Response<ProxyBody> {
+    let family = streamed.family();
+    match (after_first(false, asked.answer()), asked) {
+        (AfterFirst::Serve, Asked::Accepted(resp)) => {
+            learn(&state, family, UpstreamPath::PassThrough);
             carry(&state, req, peer, &caller, slot, resp, identity).await
         }
-        Asked::Refused {
-            status,
-            headers,
-            body,
-        } => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok());
-            let answer = after_refusal(status.as_u16(), content_type, &body);
-            if auto && answer == RefusalAnswer::FallBack {
-                learn(UpstreamPath::Spdy);
-                return translate(state, req, peer, caller, streamed, slot, None).await;
+        (AfterFirst::TryOther { .. }, asked) => {
+            let dialled = dial_translation(&state, &req, peer, &caller, &streamed).await;
+            match after_second(dialled.answer()) {
+                AfterSecond::Serve => {
+                    learn(&state, family, UpstreamPath::Spdy);
+                    translate(state, req, peer, caller, streamed, slot, Some(dialled)).await
+                }
+                AfterSecond::DeliverSecond => {
+                    translate(state, req, peer, caller, streamed, slot, Some(dialled)).await
+                }
+                AfterSecond::DeliverFirst => {
+                    dialled.discard().await;
+                    let delivered = asked.into_delivered();
+                    deliver(
+                        state, req, peer, caller, streamed, slot, delivered, identity,
+                    )
+                    .await
+                }
             }
-            state.metrics.upstream_upgrade_failure(status.as_u16());
-            let refusal = match answer {
-                RefusalAnswer::Deliver => Delivered::Replay {
-                    status,
-                    headers,
-                    body,
-                },
-                RefusalAnswer::FallBack => Delivered::Unsupported(format!(
-                    "the upstream answered {} to the {} WebSocket upgrade",
-                    status.as_u16(),
-                    family.label()
-                )),
-            };
-            deliver(state, req, peer, caller, streamed, slot, refusal, identity).await
         }
-        Asked::Unusable(why) => {
-            if auto {
-                learn(UpstreamPath::Spdy);
-                return translate(state, req, peer, caller, streamed, slot, None).await;
-            }
-            state.metrics.upstream_upgrade_failure(101);
-            let refusal = Delivered::Unsupported(why);
-            deliver(state, req, peer, caller, streamed, slot, refusal, identity).await
+        (_, asked) => {
+            let delivered = asked.into_delivered();
+            deliver(
+                state, req, peer, caller, streamed, slot, delivered, identity,
+            )
+            .await
         }
-        Asked::Failed(e) => {
-            state.metrics.upstream_upgrade_failure(0);
-            let refusal = Delivered::Failed(e);
-            deliver(state, req, peer, caller, streamed, slot, refusal, identity).await
+    }
+}
+
+/// `auto`, the translation remembered: asked first. A 101 is served (and keeps the memory
+/// fresh), the cluster's Status delivered; an unrecognised refusal forgets the memory and asks
+/// the pass-through once, which is learned if its upstream takes it. When both refuse, the
+/// client gets the pass-through's Status if it is one, else the translation's refusal.
+async fn remembered_translation(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    streamed: Streamed,
+    slot: SessionSlot,
+) -> Response<ProxyBody> {
+    let family = streamed.family();
+    let dialled = dial_translation(&state, &req, peer, &caller, &streamed).await;
+    match after_first(true, dialled.answer()) {
+        AfterFirst::Serve => {
+            learn(&state, family, UpstreamPath::Spdy);
+            return translate(state, req, peer, caller, streamed, slot, Some(dialled)).await;
+        }
+        AfterFirst::Deliver => {
+            return translate(state, req, peer, caller, streamed, slot, Some(dialled)).await;
+        }
+        AfterFirst::TryOther { .. } => {}
+    }
+    let upstream = state.upstream.authority();
+    if state
+        .streaming_memory
+        .forget(&upstream, family, UpstreamPath::Spdy)
+    {
+        log_forgotten(&upstream, family, UpstreamPath::Spdy);
+    }
+    let (asked, identity) = match ask(&state, &req, peer, &caller, &streamed).await {
+        Ok(asked) => asked,
+        Err(refused) => {
+            dialled.discard().await;
+            return refused;
+        }
+    };
+    match (after_second(asked.answer()), asked) {
+        (AfterSecond::Serve, Asked::Accepted(resp)) => {
+            dialled.discard().await;
+            learn(&state, family, UpstreamPath::PassThrough);
+            carry(&state, req, peer, &caller, slot, resp, identity).await
+        }
+        (AfterSecond::DeliverSecond, asked) => {
+            dialled.discard().await;
+            let delivered = asked.into_delivered();
+            deliver(
+                state, req, peer, caller, streamed, slot, delivered, identity,
+            )
+            .await
+        }
+        // The translation's own refusal, as the translation reports it.
+        _ => translate(state, req, peer, caller, streamed, slot, Some(dialled)).await,
+    }
+}
+
+/// Notes (under `auto`) that `path`'s upstream answered 101; logs a change of mind once.
+fn learn(state: &ProxyState, family: StreamFamily, path: UpstreamPath) {
+    let upstream = state.upstream.authority();
+    if state
+        .streaming_memory
+        .learn(&upstream, family, path, Instant::now())
+    {
+        log_decision(&upstream, family, path);
+    }
+}
+
+/// Asks the upstream for the SPDY translation's session, as the handlers would.
+async fn dial_translation(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    streamed: &Streamed,
+) -> Dialled {
+    match streamed {
+        Streamed::RemoteCommand(_) => {
+            Dialled::Exec(exec_handler::dial(state, req, peer, caller).await)
+        }
+        Streamed::Tunnel(protocols) => {
+            Dialled::Tunnel(tunnel_handler::dial(state, req, peer, caller, protocols.clone()).await)
         }
     }
 }
@@ -254,8 +433,8 @@ fn unusable(offer: &[String], resp: &Response<Incoming>) -> Option<String> {
     })
 }
 
-/// The SPDY translation, as under `--upstream-streaming spdy`; with `refusal`, that Status is
-/// what the exec client is told inside its WebSocket.
+/// The SPDY translation, as under `--upstream-streaming spdy`; with `dialled`, its upstream
+/// was asked already.
 async fn translate(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
@@ -263,35 +442,100 @@ async fn translate(
     caller: Caller,
     streamed: Streamed,
     slot: SessionSlot,
-    refusal: Option<(Status, ProtocolPath)>,
+    dialled: Option<Dialled>,
 ) -> Response<ProxyBody> {
-    match streamed {
-        Streamed::RemoteCommand(subresource) => {
-            exec_handler::handle(state, req, peer, caller, subresource, slot, refusal).await
+    match (streamed, dialled) {
+        (Streamed::RemoteCommand(subresource), dialled) => {
+            let prepared = match dialled {
+                Some(Dialled::Exec(dialled)) => Prepared::Dialled(dialled),
+                _ => Prepared::Dial,
+            };
+            exec_handler::handle(state, req, peer, caller, subresource, slot, prepared).await
         }
-        Streamed::Tunnel(protocols) => {
-            tunnel_handler::handle(state, req, peer, caller, protocols, slot).await
+        (Streamed::Tunnel(protocols), dialled) => {
+            let dialled = match dialled {
+                Some(Dialled::Tunnel(dialled)) => Some(dialled),
+                _ => None,
+            };
+            tunnel_handler::handle(state, req, peer, caller, protocols, slot, dialled).await
         }
     }
 }
 
 /// A pass-through that did not start, as the client will hear it.
 enum Delivered {
-    /// The cluster's own answer.
-    Replay {
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Bytes,
-    },
+    /// The upstream's answer, passed on: the cluster's Status, or (`auto`, when the other path
+    /// refused too) an answer that is not one.
+    Replay(HeldRefusal),
     /// `websocket` against an upstream that does not serve the protocol.
-    Unsupported(String),
+    Unsupported { why: String, upstream_status: u16 },
+    /// `auto`: a 101 the client could not use, and the translation did not work either.
+    BadGateway(String),
     /// The upstream was not reached.
     Failed(RelayError),
 }
 
+impl Delivered {
+    /// The upstream's status for the upgrade-failure metric (0: no answer).
+    fn upstream_status(&self) -> u16 {
+        match self {
+            Delivered::Replay(held) => held.status.as_u16(),
+            Delivered::Unsupported {
+                upstream_status, ..
+            } => *upstream_status,
+            Delivered::BadGateway(_) => 101,
+            Delivered::Failed(_) => 0,
+        }
+    }
+
+    /// One line for the audit log.
+    fn summary(&self) -> String {
+        match self {
+            Delivered::Replay(held) => format!("upstream answered {}", held.status.as_u16()),
+            Delivered::Unsupported { why, .. } | Delivered::BadGateway(why) => why.clone(),
+            Delivered::Failed(e) => e.to_string(),
+        }
+    }
+}
+
+/// The text of a `websocket` setting's refusal: what to change.
+fn unsupported(why: &str) -> String {
+    format!(
+        "{why}: it does not serve this protocol itself (Kubernetes 1.31+ with \
+         TranslateStreamCloseWebsocketRequests and PortForwardWebsockets does), and \
+         kube-ws-proxy runs with --upstream-streaming=websocket; use auto or spdy for this \
+         cluster"
+    )
+}
+
+/// The Status an exec/attach client hears inside its WebSocket for a refusal.
+async fn refusal_status(delivered: Delivered, timeout: std::time::Duration) -> Status {
+    match delivered {
+        Delivered::Replay(held) => {
+            let code = held.status.as_u16();
+            let content_type = held.content_type().map(str::to_owned);
+            match held.whole_body(timeout).await {
+                Some(body) => from_upgrade_refusal(code, content_type.as_deref(), &body),
+                None => Status::failure(
+                    code,
+                    "InternalError",
+                    format!(
+                        "the upstream refused the upgrade with HTTP {code} and a body larger \
+                         than {MAX_STATUS_BODY} bytes or slower than {timeout:?}"
+                    ),
+                ),
+            }
+        }
+        Delivered::Unsupported { why, .. } => Status::failure(502, "BadGateway", unsupported(&why)),
+        Delivered::BadGateway(why) => Status::failure(502, "BadGateway", why),
+        Delivered::Failed(e) => Status::internal_error(&e.to_string()),
+    }
+}
+
 /// Tells the client why the pass-through did not start: exec/attach inside the accepted
 /// WebSocket (a Status on channel 3, as the translation does, so that kubectl does not fall back
-/// to a SPDY its gateway drops), the tunnel as an HTTP answer (kube-apiserver replays it too).
+/// to a SPDY its gateway drops), the tunnel as an HTTP answer (kube-apiserver replays it too,
+/// whole: the body streams through).
 // One argument per thing the two ways of telling need; bundling them would only rename them.
 #[allow(clippy::too_many_arguments)]
 async fn deliver(
@@ -304,42 +548,14 @@ async fn deliver(
     delivered: Delivered,
     identity: AuditIdentity,
 ) -> Response<ProxyBody> {
-    let unsupported = |why: &str| {
-        format!(
-            "{why}: it does not serve this protocol itself (Kubernetes 1.31+ with \
-             TranslateStreamCloseWebsocketRequests and PortForwardWebsockets does), and \
-             kube-ws-proxy runs with --upstream-streaming=websocket; use auto or spdy for this \
-             cluster"
-        )
-    };
+    state
+        .metrics
+        .upstream_upgrade_failure(delivered.upstream_status());
     match streamed {
-        Streamed::RemoteCommand(_) => {
-            let status = match delivered {
-                Delivered::Replay {
-                    status,
-                    headers,
-                    body,
-                } => {
-                    let content_type = headers
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok());
-                    from_upgrade_refusal(status.as_u16(), content_type, &body)
-                }
-                Delivered::Unsupported(why) => {
-                    Status::failure(502, "BadGateway", unsupported(&why))
-                }
-                Delivered::Failed(e) => Status::internal_error(&e.to_string()),
-            };
-            translate(
-                state,
-                req,
-                peer,
-                caller,
-                streamed,
-                slot,
-                Some((status, ProtocolPath::PassThrough)),
-            )
-            .await
+        Streamed::RemoteCommand(subresource) => {
+            let status = refusal_status(delivered, state.handshake_timeout).await;
+            let prepared = Prepared::Refused(status);
+            exec_handler::handle(state, req, peer, caller, subresource, slot, prepared).await
         }
         Streamed::Tunnel(_) => {
             drop(slot);
@@ -352,31 +568,14 @@ async fn deliver(
                 None,
                 request_layers::audit_id(&req.parts.headers),
             );
-            let summary = match &delivered {
-                Delivered::Replay { status, .. } => {
-                    format!("upstream answered {}", status.as_u16())
-                }
-                Delivered::Unsupported(why) => why.clone(),
-                Delivered::Failed(e) => e.to_string(),
-            };
+            let summary = delivered.summary();
             session_audit::end_upstream_refused(session_audit::start(&state, info), summary);
             match delivered {
-                Delivered::Replay {
-                    status,
-                    mut headers,
-                    body,
-                } => {
-                    remove_hop_by_hop(&mut headers);
-                    headers.remove(header::CONTENT_LENGTH);
-                    let mut resp =
-                        Response::new(Full::new(body).map_err(|never| match never {}).boxed());
-                    *resp.status_mut() = status;
-                    *resp.headers_mut() = headers;
-                    resp
-                }
-                Delivered::Unsupported(why) => {
+                Delivered::Replay(held) => held.into_response(),
+                Delivered::Unsupported { why, .. } => {
                     failure(StatusCode::BAD_GATEWAY, "BadGateway", unsupported(&why))
                 }
+                Delivered::BadGateway(why) => failure(StatusCode::BAD_GATEWAY, "BadGateway", why),
                 Delivered::Failed(e) => e.response(),
             }
         }

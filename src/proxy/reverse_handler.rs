@@ -2,7 +2,9 @@
 //! takes WebSockets: dial the upstream first as a WebSocket client (`v5.channel.k8s.io`, or
 //! the `SPDY/3.1+portforward.k8s.io` tunnel), then answer the client's SPDY upgrade and run the
 //! reverse translator ([`crate::translate::reverse`]). An upstream refusal is replayed to the
-//! client as the HTTP answer it is, which is what kubectl gets from a SPDY cluster too.
+//! client as the HTTP answer it is, which is what kubectl gets from a SPDY cluster too. Under
+//! `--upstream-streaming auto` the dial ([`dial`]) may be made by the caller, which decides on
+//! its answer before handing it over ([`handle_dialled`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,6 +59,76 @@ pub async fn handle(
     caller: Caller,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
+    handle_dialled(state, req, peer, caller, slot, None).await
+}
+
+/// The reverse translator's upstream WebSocket (with the subprotocol offered), or why there is
+/// none.
+pub type Dialled = Result<DialedWebSocket, WebSocketDialError>;
+
+/// Asks the upstream for the WebSocket the reverse translator of `req` would use, without
+/// committing the client to it: `auto` decides on the answer first.
+pub async fn dial(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+) -> Dialled {
+    let port_forward = parse_pod_subresource(req.parts.uri.path())
+        .is_some_and(|t| t.subresource == Subresource::PortForward);
+    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
+    state.auth.apply(caller, &mut headers);
+    dial_upstream(state, &req.path_and_query(), headers, port_forward).await
+}
+
+/// The subprotocol asked of the upstream: the tunnel for port-forward, else v5.
+fn upstream_protocol(port_forward: bool) -> String {
+    if port_forward {
+        format!(
+            "{TUNNEL_PREFIX}{}",
+            crate::translate::protocol::PORT_FORWARD_PROTOCOL
+        )
+    } else {
+        ChannelProtocol::V5.name().to_owned()
+    }
+}
+
+/// Opens the upstream WebSocket; a 101 without the offered subprotocol counts as a failure.
+async fn dial_upstream(
+    state: &ProxyState,
+    path_and_query: &str,
+    headers: http::HeaderMap,
+    port_forward: bool,
+) -> Dialled {
+    let protocol = upstream_protocol(port_forward);
+    let offer = [protocol.as_str()];
+    let dialed = dial_websocket(
+        &state.upstream,
+        path_and_query,
+        headers,
+        &offer,
+        state.handshake_timeout,
+        state.max_message_size,
+    )
+    .await;
+    match dialed {
+        Ok(d) if d.protocol.as_deref() == Some(protocol.as_str()) => Ok(d),
+        Ok(_) => Err(WebSocketDialError::BadHandshake(
+            "the upstream accepted the WebSocket without the offered subprotocol",
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`handle`], with the upstream already asked when `dialled` is given ([`dial`]).
+pub async fn handle_dialled(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    slot: SessionSlot,
+    dialled: Option<Dialled>,
+) -> Response<ProxyBody> {
     let path_and_query = req.path_and_query();
     let client_form = req.client.form;
     let audit_id = request_layers::audit_id(&req.parts.headers);
@@ -76,15 +148,6 @@ pub async fn handle(
     };
     let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
     state.auth.apply(&caller, &mut headers);
-    let tunnel_protocol = format!(
-        "{TUNNEL_PREFIX}{}",
-        crate::translate::protocol::PORT_FORWARD_PROTOCOL
-    );
-    let upstream_protocol = if port_forward {
-        tunnel_protocol.as_str()
-    } else {
-        ChannelProtocol::V5.name()
-    };
     let kind = match target.subresource {
         Subresource::Attach => SessionKind::Attach,
         Subresource::PortForward => SessionKind::PortForwardTunnel,
@@ -93,18 +156,14 @@ pub async fn handle(
     let guard = state.metrics.session(kind);
     let session_id = next_session_id();
     let credentials = headers.get(header::AUTHORIZATION).cloned();
-    let offer = [upstream_protocol];
-    let (dialed, identity) = tokio::join!(
-        dial_websocket(
-            &state.upstream,
-            &path_and_query,
-            headers,
-            &offer,
-            state.handshake_timeout,
-            state.max_message_size,
-        ),
-        session_audit::identify(&state, &caller, credentials),
-    );
+    let dial = async {
+        match dialled {
+            Some(dialled) => dialled,
+            None => dial_upstream(&state, &path_and_query, headers, port_forward).await,
+        }
+    };
+    let (dialed, identity) =
+        tokio::join!(dial, session_audit::identify(&state, &caller, credentials),);
     // What the client is answered with: `X-Stream-Protocol-Version` of its own SPDY upgrade.
     let client_protocol = match version {
         Some(v) => v.name(),
@@ -119,13 +178,6 @@ pub async fn handle(
         Some(format!("SPDY/3.1+{client_protocol}")),
         audit_id,
     );
-    let dialed = match dialed {
-        Ok(d) if d.protocol.as_deref() == Some(upstream_protocol) => Ok(d),
-        Ok(_) => Err(WebSocketDialError::BadHandshake(
-            "the upstream accepted the WebSocket without the offered subprotocol",
-        )),
-        Err(e) => Err(e),
-    };
     let upstream = match dialed {
         Ok(d) => d,
         Err(e) => {

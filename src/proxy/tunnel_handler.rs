@@ -1,6 +1,8 @@
 //! WebSockets offering `SPDY/3.1+<name>.k8s.io` (kubectl ≥ 1.31 port-forward): dial the
 //! upstream with a SPDY upgrade first; on its 101 accept the WebSocket and relay bytes; an
 //! upstream refusal ≥ 400 is replayed to the client as that HTTP response (PROTOCOL.md §2.1).
+//! Under `--upstream-streaming auto` the dial ([`dial`]) is made by the caller, which decides
+//! on its answer before handing it over.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,15 +22,41 @@ use super::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use super::state::ProxyState;
 use super::status_response::failure;
 use super::upgrade_request::UpgradeRequest;
+use super::upstream::UpstreamIo;
 use super::websocket::{socket_config, upgraded, validate_handshake};
 use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
-use crate::spdy::upgrade::UpgradeError;
+use crate::spdy::upgrade::{UpgradeError, Upgraded};
 use crate::translate::exec_options::parse_pod_subresource;
 use crate::translate::observe::{PortForwardWatch, PORT_FORWARD};
 use crate::translate::protocol::TUNNEL_PREFIX;
 use crate::translate::tunnel::{self, TunnelEnd};
 
-/// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names.
+/// The tunnel's upstream SPDY connection, or why there is none.
+pub type Dialled = Result<Upgraded<UpstreamIo>, DialError>;
+
+/// Asks the upstream for the tunnel's SPDY connection as [`handle`] would, without committing
+/// the client to it: `auto` decides on the answer first.
+pub async fn dial(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    protocols: Vec<String>,
+) -> Dialled {
+    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
+    state.auth.apply(caller, &mut headers);
+    dial_spdy(
+        &state.upstream,
+        &req.path_and_query(),
+        headers,
+        protocols,
+        state.handshake_timeout,
+    )
+    .await
+}
+
+/// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names;
+/// with `dialled` the upstream was asked already ([`dial`]).
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
@@ -36,6 +64,7 @@ pub async fn handle(
     caller: Caller,
     protocols: Vec<String>,
     slot: SessionSlot,
+    dialled: Option<Dialled>,
 ) -> Response<ProxyBody> {
     let client = req.client;
     let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
@@ -57,16 +86,24 @@ pub async fn handle(
     let guard = state.metrics.session(SessionKind::PortForwardTunnel);
     let session_id = next_session_id();
     let credentials = headers.get(http::header::AUTHORIZATION).cloned();
-    let (dialed, identity) = tokio::join!(
-        dial_spdy(
-            &state.upstream,
-            &path_and_query,
-            headers,
-            protocols,
-            state.handshake_timeout,
-        ),
-        session_audit::identify(&state, &caller, credentials),
-    );
+    let dial = async {
+        match dialled {
+            Some(dialled) => dialled,
+            None => {
+                let timeout = state.handshake_timeout;
+                dial_spdy(
+                    &state.upstream,
+                    &path_and_query,
+                    headers,
+                    protocols,
+                    timeout,
+                )
+                .await
+            }
+        }
+    };
+    let (dialed, identity) =
+        tokio::join!(dial, session_audit::identify(&state, &caller, credentials),);
     // No version header in the 101 → no subprotocol (the client then rejects it, as designed).
     let chosen = dialed
         .as_ref()

@@ -20,8 +20,9 @@ pub type UpstreamSocket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// The upstream socket's read buffer.
 const READ_BUFFER: usize = 16 * 1024;
-/// Largest refusal body kept for the client.
-const MAX_REFUSAL_BODY: usize = 64 * 1024;
+/// Largest refusal body kept for the client (room for a Kubernetes `Status` of any realistic
+/// size; `auto` replays it whole).
+const MAX_REFUSAL_BODY: usize = 1024 * 1024;
 
 /// A WebSocket the upstream accepted.
 pub struct DialedWebSocket {

@@ -250,6 +250,9 @@ async fn handle(
             "SPDY upgrades are not allowed on this path; use WebSocket",
         );
     }
+    if has_bad_escape(req.uri().path()) {
+        return go_bad_request();
+    }
     let user = match effective {
         Ok(e) => e.user,
         Err(refusal) => return refusal,
@@ -345,6 +348,54 @@ async fn handle(
     }
 }
 
+/// Whether a path has a `%` that is not followed by two hex digits: Go's `net/http` refuses
+/// such a request line before any handler (or authentication) sees it.
+fn has_bad_escape(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
+/// Go's `net/http` answer to a request it cannot parse: plain text, and the connection closed.
+fn go_bad_request() -> Response<Body> {
+    let mut resp = Response::new(full("400 Bad Request"));
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// How long a `denied-*` pod's admission denial is: larger than any 64 KiB buffer.
+const DENIAL_LEN: usize = 96 * 1024;
+
+/// The 403 an admission webhook (a policy engine denying `CONNECT` on pods/exec …) gives a
+/// `denied-*` pod: a Kubernetes Status whose message lists every rule that failed, more than
+/// 64 KiB of it, ending with `end of denial`.
+fn admission_denial(pod: &str, sub: &str) -> Response<Body> {
+    let mut message = format!(
+        "admission webhook \"policy.sim.example\" denied the request: pods/{sub} of pod {pod}:"
+    );
+    let mut rule = 0;
+    while message.len() < DENIAL_LEN {
+        rule += 1;
+        message.push_str(&format!(
+            " rule {rule}: interactive access is not allowed here;"
+        ));
+    }
+    message.push_str(" end of denial");
+    status_response(
+        &Status::api_error(403, "Forbidden", message).with_object(pod, "pods"),
+        403,
+    )
+}
+
 fn is_known_path(segments: &[&str]) -> bool {
     matches!(
         segments,
@@ -426,6 +477,9 @@ async fn subresource(
             &Status::api_error(403, "Forbidden", message).with_object(pod, "pods"),
             403,
         );
+    }
+    if pod.starts_with("denied-") && sub != "log" {
+        return admission_denial(pod, sub);
     }
     // A new API server serves these itself (translator, tunnel); everything else goes to the
     // kubelet's own handlers.

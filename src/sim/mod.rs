@@ -76,6 +76,12 @@
 //!
 //! * `forbidden-*`: 403 Forbidden JSON Status before any upgrade.
 //! * `error500-*`: 500 `text/plain` "container runtime is not responding" (a kubelet error).
+//! * `denied-*` (exec, attach, portforward): 403 Forbidden JSON Status from an admission
+//!   webhook, its message longer than 64 KiB and ending with `end of denial`.
+//!
+//! A path with a `%` not followed by two hex digits (`%zz`) is answered as Go's `net/http`
+//! answers a request line it cannot parse: `400`, `text/plain`, body `400 Bad Request`,
+//! connection closed (before authentication; on any path, streaming ones included).
 //! * `dying-*`: the upgrade and the streams succeed, the command runs, and right after its
 //!   first output chunk (exec/attach) or the first bytes from the local port (port-forward) the
 //!   TCP connection is shut down abruptly: no status, no GOAWAY, no WebSocket Close.

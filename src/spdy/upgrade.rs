@@ -10,8 +10,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
-/// Largest refusal body kept (the rest is not read).
-const MAX_BODY: usize = 64 * 1024;
+/// Largest refusal body kept (the rest is not read): room for a Kubernetes `Status` of any
+/// realistic size, which the caller may have to deliver whole.
+const MAX_BODY: usize = 1024 * 1024;
 /// Most header lines in a response head.
 const MAX_HEADERS: usize = 128;
 

@@ -42,7 +42,11 @@ impl ProxyProcess {
         env: &[(&str, &str)],
         nofile: Option<u64>,
     ) -> ProxyProcess {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"));
+        // KUBE_WS_PROXY_BIN: a copy of the binary, for a target directory shared by worktrees
+        // (whose last build owns the uplifted binary, whichever worktree it came from).
+        let bin = std::env::var_os("KUBE_WS_PROXY_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-ws-proxy").into());
+        let mut command = Command::new(bin);
         if let Some(limit) = nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
