@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::body::ProxyBody;
 use super::headers::remove_hop_by_hop;
@@ -145,5 +145,21 @@ impl Body for PrefixedBody {
     fn is_end_stream(&self) -> bool {
         self.prefix.as_ref().is_none_or(Bytes::is_empty)
             && self.rest.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    /// Exact when the rest's length is known (or nothing is left), so that the client gets a
+    /// `Content-Length` as the upstream sent one, not a chunked body: a WebSocket client reads
+    /// a refused handshake's body as the bytes after the head.
+    fn size_hint(&self) -> SizeHint {
+        let prefix = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        let mut hint = self
+            .rest
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + prefix);
+        }
+        hint.set_lower(hint.lower() + prefix);
+        hint
     }
 }
