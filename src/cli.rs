@@ -246,6 +246,13 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_RECORD_STDIN")]
     pub record_stdin: bool,
 
+    /// Free space `--record-dir`'s filesystem must keep, in bytes (`64Mi`): a session whose
+    /// recording would start below it is refused under `--record=required` and goes on
+    /// unrecorded under `best-effort`, so a nearly full disk is found before a session starts
+    /// rather than in its middle.
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD_MIN_FREE", default_value = "64Mi", value_parser = parse_bytes)]
+    pub record_min_free: u64,
+
     /// TCP keepalive on client and upstream sockets: how long a connection may carry nothing
     /// before the first probe; probes follow every third of it, and a peer that answers none of
     /// three is dropped (after about twice this). The only liveness check byte relays have.

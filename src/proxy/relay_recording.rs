@@ -199,6 +199,7 @@ mod tests {
                 dir: dir.to_owned(),
                 policy,
                 record_stdin: false,
+                min_free: 0,
             },
             RecordingCounters {
                 recorded_bytes: IntCounter::new("recorded", "recorded").unwrap(),

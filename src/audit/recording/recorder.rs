@@ -59,6 +59,8 @@ pub struct RecordingConfig {
     pub policy: RecordPolicy,
     /// Record what the client types too (`--record-stdin`; it can hold passwords).
     pub record_stdin: bool,
+    /// Free bytes `dir`'s filesystem must keep for a recording to start (`--record-min-free`).
+    pub min_free: u64,
 }
 
 /// The counters recordings keep.
@@ -72,10 +74,48 @@ pub struct RecordingCounters {
 
 /// Why a recording could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot create the recording {path}: {source}")]
-pub struct RecordingError {
-    pub path: PathBuf,
-    pub source: std::io::Error,
+pub enum RecordingError {
+    /// The file could not be created.
+    #[error("cannot create the recording {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file was created but its header could not be written (a full filesystem lets a
+    /// file be created and then refuses its first byte).
+    #[error("cannot write the recording {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The free space of `--record-dir`'s filesystem could not be found out.
+    #[error("cannot tell the free space left for recordings in {dir}: {source}")]
+    FreeSpace {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// The filesystem has less free space than `--record-min-free` keeps.
+    #[error(
+        "too little free space for recordings in {dir}: {free} bytes free, \
+         --record-min-free keeps {min_free}"
+    )]
+    LowSpace {
+        dir: PathBuf,
+        free: u64,
+        min_free: u64,
+    },
+}
+
+impl RecordingError {
+    /// The I/O error behind it, if one is.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            RecordingError::Create { source, .. }
+            | RecordingError::Write { source, .. }
+            | RecordingError::FreeSpace { source, .. } => Some(source),
+            RecordingError::LowSpace { .. } => None,
+        }
+    }
 }
 
 /// The proxy's recordings.
@@ -134,26 +174,6 @@ impl Recordings {
             .filter(|c| c.is_ascii_alphanumeric())
             .collect();
         let path = self.config.dir.join(format!("{stamp}_{session_id}.cast"));
-        let create = path.clone();
-        // The disk is the writer thread's business, except for this one create.
-        let file = tokio::task::spawn_blocking(move || {
-            use std::os::unix::fs::OpenOptionsExt;
-            // What a session showed may hold secrets: readable by the proxy's user only.
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&create)
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-        .map_err(|source| {
-            self.failures.inc();
-            RecordingError {
-                path: path.clone(),
-                source,
-            }
-        })?;
         let (width, height) = writer::default_size();
         let header = Header {
             version: 2,
@@ -166,12 +186,30 @@ impl Recordings {
             command: command.join(" "),
             title,
         };
+        // Under `required` the header is written now, before the session is admitted: a file
+        // that can be created is no proof that anything can be written to it.
+        let required = self.config.policy == RecordPolicy::Required;
+        let (dir, min_free, create) = (self.config.dir.clone(), self.config.min_free, path.clone());
+        let early = required.then(|| header.clone());
+        // The disk is the writer thread's business, except for this start.
+        let (file, written) = tokio::task::spawn_blocking(move || {
+            start_file(&dir, &create, min_free, early.as_ref())
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(RecordingError::Create {
+                path: path.clone(),
+                source: std::io::Error::other(e),
+            })
+        })
+        .inspect_err(|_| self.failures.inc())?;
         let state = Arc::new(RecordingState::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let _ = self.tx.send(Message::Open {
             id,
             file,
             header,
+            written,
             state: state.clone(),
         });
         Ok(Recorder {
@@ -184,6 +222,70 @@ impl Recordings {
             path,
         })
     }
+}
+
+/// Checks the free space of `dir`, creates the recording at `path` and, when `header` is
+/// given, writes it (the write the kernel accepted: a full filesystem refuses it); the file
+/// and the length of the header line written.
+fn start_file(
+    dir: &Path,
+    path: &Path,
+    min_free: u64,
+    header: Option<&Header>,
+) -> Result<(std::fs::File, Option<usize>), RecordingError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if min_free > 0 {
+        let free = free_bytes(dir).map_err(|source| RecordingError::FreeSpace {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        if free < min_free {
+            return Err(RecordingError::LowSpace {
+                dir: dir.to_owned(),
+                free,
+                min_free,
+            });
+        }
+    }
+    // What a session showed may hold secrets: readable by the proxy's user only.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| RecordingError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
+    let Some(header) = header else {
+        return Ok((file, None));
+    };
+    let line = writer::padded_header(header, None).expect("a header fits its own padding");
+    if let Err(source) = file.write_all(&line).and_then(|()| file.flush()) {
+            // An empty file is no recording: it would only mislead whoever looks.
+            let _ = std::fs::remove_file(path);
+        return Err(RecordingError::Write {
+            path: path.to_owned(),
+            source,
+        });
+    }
+    Ok((file, Some(line.len())))
+}
+
+/// Bytes of `dir`'s filesystem an unprivileged writer may still use (statvfs).
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_dir = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_dir` is a NUL-terminated path and `st` a valid place for the answer; both
+    // outlive the call.
+    if unsafe { libc::statvfs(c_dir.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// One session's recording; closing it (dropping) completes the file.
@@ -384,6 +486,7 @@ mod tests {
                 dir: dir.path().to_owned(),
                 policy: RecordPolicy::Required,
                 record_stdin,
+                min_free: 0,
             },
             c.clone(),
         )
@@ -633,17 +736,54 @@ mod tests {
             .open("x-1", &[], String::new())
             .await
             .unwrap_err();
-        assert_eq!(err.source.kind(), std::io::ErrorKind::NotFound);
+        let kind = err.io_error().map(std::io::Error::kind);
+        assert_eq!(kind, Some(std::io::ErrorKind::NotFound), "{err}");
         assert_eq!(c.failures.get(), 1);
         assert!(Recordings::start(
             RecordingConfig {
                 dir: dir.path().join("nope"),
                 policy: RecordPolicy::BestEffort,
                 record_stdin: false,
+                min_free: 0,
             },
             counters(),
         )
         .is_err());
+    }
+
+    #[tokio::test]
+    async fn a_recording_below_the_free_space_reserve_does_not_start() {
+        for policy in [RecordPolicy::Required, RecordPolicy::BestEffort] {
+            let dir = tempfile::tempdir().unwrap();
+            let c = counters();
+            let config = RecordingConfig {
+                dir: dir.path().to_owned(),
+                policy,
+                record_stdin: false,
+                min_free: u64::MAX,
+            };
+            let recordings = Recordings::start(config, c.clone()).unwrap();
+            let err = recordings.open("low-1", &[], String::new()).await.unwrap_err();
+            assert!(matches!(err, RecordingError::LowSpace { .. }), "{err}");
+            assert!(err.to_string().contains("--record-min-free"), "{err}");
+            assert_eq!(c.failures.get(), 1);
+            // Nothing was created.
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_required_recording_holds_its_header_before_the_session_starts() {
+        let (_dir, _c, recordings) = required_recordings(false);
+        let rec = recordings
+            .open("early-1", &["sh".into()], String::new())
+            .await
+            .unwrap();
+        // Written by the start, not by the writer: there before any event.
+        let text = std::fs::read_to_string(rec.path()).unwrap();
+        let header: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(header["version"], 2);
+        assert!(text.ends_with('\n'), "{text:?}");
     }
 
     /// A disk that refuses writes (`/dev/full` behaves as a full disk) fails the recording,
@@ -671,6 +811,7 @@ mod tests {
                 command: String::new(),
                 title: String::new(),
             },
+            written: None,
             state: state.clone(),
         })
         .unwrap();
