@@ -34,6 +34,12 @@ const BUDGET_BYTES: usize = 16 * 1024 * 1024;
 /// What one session may have waiting for the writer without taking its turn for the shared
 /// budget: a screenful of output, a keystroke's echo, a resize.
 pub const EXPRESS_BYTES: usize = 8 * 1024;
+/// How far, under `--record=required`, a session's output may run ahead of what the writer has
+/// written to its file (a write the kernel accepted): output is passed on only once all but
+/// this much of what the session recorded, itself included, is written; a failed write ends
+/// the session before more goes. The client so holds at most this much output the recording
+/// lacks.
+pub const AHEAD_BYTES: u64 = 64 * 1024;
 /// What the smallest event (a resize, a short line) costs of the budget, so that the number of
 /// queued events is bounded too.
 const MIN_EVENT_COST: usize = 64;
@@ -219,6 +225,7 @@ impl Recordings {
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: self.config.record_stdin,
+            required,
             path,
         })
     }
@@ -263,8 +270,8 @@ fn start_file(
     };
     let line = writer::padded_header(header, None).expect("a header fits its own padding");
     if let Err(source) = file.write_all(&line).and_then(|()| file.flush()) {
-            // An empty file is no recording: it would only mislead whoever looks.
-            let _ = std::fs::remove_file(path);
+        // An empty file is no recording: it would only mislead whoever looks.
+        let _ = std::fs::remove_file(path);
         return Err(RecordingError::Write {
             path: path.to_owned(),
             source,
@@ -298,6 +305,9 @@ pub struct Recorder {
     express: Arc<Semaphore>,
     state: Arc<RecordingState>,
     record_stdin: bool,
+    /// `--record=required`: what is recorded is passed on only within [`AHEAD_BYTES`] of the
+    /// writer.
+    required: bool,
     path: PathBuf,
 }
 
@@ -312,18 +322,20 @@ impl Recorder {
         self.state.error()
     }
 
-    /// Stdout or stderr, as the client got it.
-    pub async fn output(&self, data: &Bytes) {
-        self.record(&[Recorded::Output(data)]).await;
+    /// Stdout or stderr, as the client got it; whether it may be passed on (see
+    /// [`Recorder::record`]).
+    pub async fn output(&self, data: &Bytes) -> bool {
+        self.record(&[Recorded::Output(data)]).await
     }
 
     /// Output chunks the client is sent together: they wait for the budget once (see
-    /// [`Recorder::record`]).
-    pub async fn outputs(&self, chunks: &[Bytes]) {
+    /// [`Recorder::record`]); whether they may be passed on.
+    pub async fn outputs(&self, chunks: &[Bytes]) -> bool {
         let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
         if let Some(budget) = self.wait_for_budget(count, cost).await {
             self.send_reserved(budget, count, chunks.iter().map(Recorded::Output));
         }
+        self.may_pass_on().await
     }
 
     /// What the client typed (only with `--record-stdin`).
@@ -336,6 +348,13 @@ impl Recorder {
         self.record(&[Recorded::Resize { cols, rows }]).await;
     }
 
+    /// Under `--record=required`, waits until the writer is within [`AHEAD_BYTES`] of what
+    /// this session queued; `false` once the recording has failed: nothing more may be passed
+    /// on. Always `true` at once otherwise (best-effort never waits for the disk).
+    async fn may_pass_on(&self) -> bool {
+        !self.required || self.state.caught_up(AHEAD_BYTES).await
+    }
+
     /// Resolves once the recording has failed; why.
     pub async fn failed(&self) -> String {
         self.state.failed().await
@@ -346,11 +365,25 @@ impl Recorder {
     /// all the other sessions' events, so a session passing on a backlog (a burst of output,
     /// or the rest of what an upstream that just died had sent) would otherwise take one turn
     /// per chunk.
-    pub async fn record<T: Recordable + Sync>(&self, events: &[T]) {
+    ///
+    /// Returns whether the events' bytes may be passed on: under `--record=required` once the
+    /// writer is within [`AHEAD_BYTES`] of them, and never after the recording failed.
+    pub async fn record<T: Recordable + Sync>(&self, events: &[T]) -> bool {
+        self.record_within(events, 0).await
+    }
+
+    /// [`Recorder::record`] for a relay that has passed on `unrecorded` output bytes already
+    /// (the start of a frame its observer has not finished): they count against the bound.
+    pub async fn record_within<T: Recordable + Sync>(&self, events: &[T], unrecorded: u64) -> bool {
         let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
         if let Some(budget) = self.wait_for_budget(count, cost).await {
             self.send_reserved(budget, count, events.iter().filter_map(T::recorded));
         }
+        !self.required
+            || self
+                .state
+                .caught_up(AHEAD_BYTES.saturating_sub(unrecorded))
+                .await
     }
 
     /// How many of `events` are recorded, and what they cost together.
@@ -389,7 +422,9 @@ impl Recorder {
     ) {
         let at = self.state.elapsed();
         let mut budget = Some(budget);
+        let mut queued = 0;
         for event in events.filter(|e| self.wanted(*e)) {
+            queued += event.len() as u64;
             count = count.saturating_sub(1);
             // Each event gives its share back once written; the last takes what is left.
             let share = match count {
@@ -406,6 +441,9 @@ impl Recorder {
                 kind: event.kind(),
                 _budget: share,
             });
+        }
+        if self.required {
+            self.state.queued(queued);
         }
     }
 
@@ -439,13 +477,17 @@ pub enum Recorded<'a> {
 }
 
 impl Recorded<'_> {
-    /// What the event takes of the budget until it is written.
-    fn cost(self) -> usize {
-        let len = match self {
+    /// The session bytes it carries, as the writer counts them once written.
+    fn len(self) -> usize {
+        match self {
             Recorded::Output(data) | Recorded::Input(data) => data.len(),
             Recorded::Resize { .. } => 0,
-        };
-        len.clamp(MIN_EVENT_COST, BUDGET_BYTES)
+        }
+    }
+
+    /// What the event takes of the budget until it is written.
+    fn cost(self) -> usize {
+        self.len().clamp(MIN_EVENT_COST, BUDGET_BYTES)
     }
 
     fn kind(self) -> EventKind {
@@ -621,6 +663,9 @@ mod tests {
             .await
             .unwrap();
         let path = rec.path().to_owned();
+        // Under `required` the header is there from the start.
+        let header = std::fs::metadata(&path).unwrap().len();
+        assert!(header > 0);
         let chunks = [chunk.clone(), chunk.clone(), chunk.clone()];
         let send = tokio::spawn(async move {
             rec.outputs(&chunks).await;
@@ -628,9 +673,9 @@ mod tests {
         });
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         // Nothing of the batch went ahead alone: one chunk at a time, the first would have
-        // been written by now (with the header before it).
+        // been written by now.
         assert!(!send.is_finished());
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), header);
         drop(held);
         drop(send.await.unwrap());
         let lines = wait_for(&path, 4).await;
@@ -763,7 +808,10 @@ mod tests {
                 min_free: u64::MAX,
             };
             let recordings = Recordings::start(config, c.clone()).unwrap();
-            let err = recordings.open("low-1", &[], String::new()).await.unwrap_err();
+            let err = recordings
+                .open("low-1", &[], String::new())
+                .await
+                .unwrap_err();
             assert!(matches!(err, RecordingError::LowSpace { .. }), "{err}");
             assert!(err.to_string().contains("--record-min-free"), "{err}");
             assert_eq!(c.failures.get(), 1);
@@ -784,6 +832,58 @@ mod tests {
         let header: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         assert_eq!(header["version"], 2);
         assert!(text.ends_with('\n'), "{text:?}");
+    }
+
+    /// A recorder whose writer is the test: nothing is written until it says so.
+    fn held_recorder(required: bool) -> (Recorder, Arc<RecordingState>) {
+        let (tx, rx) = unbounded_channel();
+        // The messages (and their budget) stay queued for as long as the test runs.
+        std::mem::forget(rx);
+        let state = Arc::new(RecordingState::new());
+        let rec = Recorder {
+            id: 1,
+            tx,
+            budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
+            state: state.clone(),
+            record_stdin: false,
+            required,
+            path: "held".into(),
+        };
+        (rec, state)
+    }
+
+    #[tokio::test]
+    async fn under_required_output_goes_on_only_within_the_bound_of_what_is_written() {
+        let quick = std::time::Duration::from_millis(50);
+        let (rec, state) = held_recorder(true);
+        let chunk = Bytes::from(vec![b'x'; AHEAD_BYTES as usize / 2]);
+        // Up to the bound, nothing waits for the writer.
+        assert!(rec.output(&chunk).await);
+        assert!(rec.output(&chunk).await);
+        // One byte more than the bound ahead of what is written: it waits.
+        let one = Bytes::from_static(b"y");
+        assert!(tokio::time::timeout(quick, rec.output(&one)).await.is_err());
+        // The writer writes one byte: within the bound again.
+        state.written(1);
+        assert!(tokio::time::timeout(quick, rec.output(&Bytes::new()))
+            .await
+            .unwrap());
+        // A failed write: what waits is not passed on, nor anything later.
+        let waiting = rec.output(&chunk);
+        tokio::pin!(waiting);
+        assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
+        state.fail("No space left on device".into());
+        assert!(!tokio::time::timeout(quick, waiting).await.unwrap());
+        assert!(!rec.output(&one).await);
+
+        // best-effort never waits for the disk.
+        let (rec, _state) = held_recorder(false);
+        for _ in 0..8 {
+            assert!(tokio::time::timeout(quick, rec.output(&chunk))
+                .await
+                .unwrap());
+        }
     }
 
     /// A disk that refuses writes (`/dev/full` behaves as a full disk) fails the recording,
@@ -822,6 +922,7 @@ mod tests {
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: false,
+            required: true,
             path: "/dev/full".into(),
         };
         rec.output(&Bytes::from_static(b"lost")).await;
@@ -830,8 +931,8 @@ mod tests {
             .expect("the session hears of the failure");
         assert!(why.contains("No space left"), "{why}");
         assert_eq!(c.failures.get(), 1);
-        // Later events are not even queued.
-        rec.output(&Bytes::from_static(b"more")).await;
+        // Later events are not even queued, and must not be passed on.
+        assert!(!rec.output(&Bytes::from_static(b"more")).await);
         assert!(rec.error().is_some());
     }
 }

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -185,7 +184,7 @@ fn write_pending(
     match written {
         Ok(rec) => {
             recorded.inc_by(len);
-            rec.state.bytes.fetch_add(len, Ordering::Relaxed);
+            rec.state.written(len);
         }
         Err(e) => fail(open, id, failures, e),
     }
