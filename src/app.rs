@@ -240,6 +240,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
                 dir: dir.clone(),
                 policy,
                 record_stdin: args.record_stdin,
+                min_free: args.record_min_free,
             };
             let recordings = Recordings::start(config, state.metrics.recording_counters())
                 .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;

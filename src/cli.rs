@@ -246,6 +246,13 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_RECORD_STDIN")]
     pub record_stdin: bool,
 
+    /// Free space `--record-dir`'s filesystem must keep, in bytes (`64Mi`): a session whose
+    /// recording would start below it is refused under `--record=required` and goes on
+    /// unrecorded under `best-effort`, so a nearly full disk is found before a session starts
+    /// rather than in its middle. `0` turns the check off.
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD_MIN_FREE", default_value = "64Mi", value_parser = parse_bytes_or_zero)]
+    pub record_min_free: u64,
+
     /// TCP keepalive on client and upstream sockets: how long a connection may carry nothing
     /// before the first probe; probes follow every third of it, and a peer that answers none of
     /// three is dropped (after about twice this). The only liveness check byte relays have.
@@ -500,6 +507,14 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     n.checked_mul(factor)
         .filter(|&b| b > 0)
         .ok_or_else(|| format!("{s:?} is not a positive byte count"))
+}
+
+/// Parses a byte count as [`parse_bytes`] does, or `0` (a limit turned off).
+pub fn parse_bytes_or_zero(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "0" => Ok(0),
+        other => parse_bytes(other),
+    }
 }
 
 /// Parses `500ms`, `5s`, `2m`, `1h` or a bare number of seconds.

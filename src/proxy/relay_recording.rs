@@ -82,6 +82,7 @@ impl RelayTap {
     /// `--record=required`): those bytes are then not passed on.
     pub async fn relayed(&self, direction: Direction, bytes: &[u8]) -> bool {
         let mut events = Vec::new();
+        let held;
         {
             let mut shared = self.lock();
             if shared.failure.is_some() {
@@ -111,13 +112,20 @@ impl RelayTap {
                     shared.errors.push(data);
                 }
             }
+            // The start of an unfinished frame towards the client has been passed on already
+            // (a WebSocket client can read it before the frame's end).
+            held = match direction {
+                Direction::UpstreamToClient => shared.observer.held(direction),
+                Direction::ClientToUpstream => 0,
+            };
         }
         let Some(recorder) = &self.recorder else {
             return true;
         };
-        // What one read carried waits for the recording budget once.
-        recorder.record(&events).await;
-        true
+        // What one read carried waits for the recording budget once; under
+        // `--record=required` it goes on only within the bound of what is written, and never
+        // once the recording failed (must_end then ends the session).
+        recorder.record_within(&events, held as u64).await
     }
 
     /// Resolves, with the reason, once the session can no longer be recorded and recordings
@@ -199,6 +207,7 @@ mod tests {
                 dir: dir.to_owned(),
                 policy,
                 record_stdin: false,
+                min_free: 0,
             },
             RecordingCounters {
                 recorded_bytes: IntCounter::new("recorded", "recorded").unwrap(),

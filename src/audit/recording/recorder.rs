@@ -34,6 +34,12 @@ const BUDGET_BYTES: usize = 16 * 1024 * 1024;
 /// What one session may have waiting for the writer without taking its turn for the shared
 /// budget: a screenful of output, a keystroke's echo, a resize.
 pub const EXPRESS_BYTES: usize = 8 * 1024;
+/// How far, under `--record=required`, a session's output may run ahead of what the writer has
+/// written to its file (a write the kernel accepted): output is passed on only once all but
+/// this much of what the session recorded, itself included, is written; a failed write ends
+/// the session before more goes. The client so holds at most this much output the recording
+/// lacks.
+pub const AHEAD_BYTES: u64 = 64 * 1024;
 /// What the smallest event (a resize, a short line) costs of the budget, so that the number of
 /// queued events is bounded too.
 const MIN_EVENT_COST: usize = 64;
@@ -59,6 +65,8 @@ pub struct RecordingConfig {
     pub policy: RecordPolicy,
     /// Record what the client types too (`--record-stdin`; it can hold passwords).
     pub record_stdin: bool,
+    /// Free bytes `dir`'s filesystem must keep for a recording to start (`--record-min-free`).
+    pub min_free: u64,
 }
 
 /// The counters recordings keep.
@@ -72,10 +80,48 @@ pub struct RecordingCounters {
 
 /// Why a recording could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot create the recording {path}: {source}")]
-pub struct RecordingError {
-    pub path: PathBuf,
-    pub source: std::io::Error,
+pub enum RecordingError {
+    /// The file could not be created.
+    #[error("cannot create the recording {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file was created but its header could not be written (a full filesystem lets a
+    /// file be created and then refuses its first byte).
+    #[error("cannot write the recording {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The free space of `--record-dir`'s filesystem could not be found out.
+    #[error("cannot tell the free space left for recordings in {dir}: {source}")]
+    FreeSpace {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// The filesystem has less free space than `--record-min-free` keeps.
+    #[error(
+        "too little free space for recordings in {dir}: {free} bytes free, \
+         --record-min-free keeps {min_free}"
+    )]
+    LowSpace {
+        dir: PathBuf,
+        free: u64,
+        min_free: u64,
+    },
+}
+
+impl RecordingError {
+    /// The I/O error behind it, if one is.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            RecordingError::Create { source, .. }
+            | RecordingError::Write { source, .. }
+            | RecordingError::FreeSpace { source, .. } => Some(source),
+            RecordingError::LowSpace { .. } => None,
+        }
+    }
 }
 
 /// The proxy's recordings.
@@ -134,26 +180,6 @@ impl Recordings {
             .filter(|c| c.is_ascii_alphanumeric())
             .collect();
         let path = self.config.dir.join(format!("{stamp}_{session_id}.cast"));
-        let create = path.clone();
-        // The disk is the writer thread's business, except for this one create.
-        let file = tokio::task::spawn_blocking(move || {
-            use std::os::unix::fs::OpenOptionsExt;
-            // What a session showed may hold secrets: readable by the proxy's user only.
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&create)
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-        .map_err(|source| {
-            self.failures.inc();
-            RecordingError {
-                path: path.clone(),
-                source,
-            }
-        })?;
         let (width, height) = writer::default_size();
         let header = Header {
             version: 2,
@@ -166,12 +192,30 @@ impl Recordings {
             command: command.join(" "),
             title,
         };
+        // Under `required` the header is written now, before the session is admitted: a file
+        // that can be created is no proof that anything can be written to it.
+        let required = self.config.policy == RecordPolicy::Required;
+        let (dir, min_free, create) = (self.config.dir.clone(), self.config.min_free, path.clone());
+        let early = required.then(|| header.clone());
+        // The disk is the writer thread's business, except for this start.
+        let (file, written) = tokio::task::spawn_blocking(move || {
+            start_file(&dir, &create, min_free, early.as_ref())
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(RecordingError::Create {
+                path: path.clone(),
+                source: std::io::Error::other(e),
+            })
+        })
+        .inspect_err(|_| self.failures.inc())?;
         let state = Arc::new(RecordingState::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let _ = self.tx.send(Message::Open {
             id,
             file,
             header,
+            written,
             state: state.clone(),
         });
         Ok(Recorder {
@@ -181,9 +225,74 @@ impl Recordings {
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: self.config.record_stdin,
+            required,
             path,
         })
     }
+}
+
+/// Checks the free space of `dir`, creates the recording at `path` and, when `header` is
+/// given, writes it (the write the kernel accepted: a full filesystem refuses it); the file
+/// and the length of the header line written.
+fn start_file(
+    dir: &Path,
+    path: &Path,
+    min_free: u64,
+    header: Option<&Header>,
+) -> Result<(std::fs::File, Option<usize>), RecordingError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if min_free > 0 {
+        let free = free_bytes(dir).map_err(|source| RecordingError::FreeSpace {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        if free < min_free {
+            return Err(RecordingError::LowSpace {
+                dir: dir.to_owned(),
+                free,
+                min_free,
+            });
+        }
+    }
+    // What a session showed may hold secrets: readable by the proxy's user only.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| RecordingError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
+    let Some(header) = header else {
+        return Ok((file, None));
+    };
+    let line = writer::padded_header(header, None).expect("a header fits its own padding");
+    if let Err(source) = file.write_all(&line).and_then(|()| file.flush()) {
+        // An empty file is no recording: it would only mislead whoever looks.
+        let _ = std::fs::remove_file(path);
+        return Err(RecordingError::Write {
+            path: path.to_owned(),
+            source,
+        });
+    }
+    Ok((file, Some(line.len())))
+}
+
+/// Bytes of `dir`'s filesystem an unprivileged writer may still use (statvfs).
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_dir = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_dir` is a NUL-terminated path and `st` a valid place for the answer; both
+    // outlive the call.
+    if unsafe { libc::statvfs(c_dir.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// One session's recording; closing it (dropping) completes the file.
@@ -196,6 +305,9 @@ pub struct Recorder {
     express: Arc<Semaphore>,
     state: Arc<RecordingState>,
     record_stdin: bool,
+    /// `--record=required`: what is recorded is passed on only within [`AHEAD_BYTES`] of the
+    /// writer.
+    required: bool,
     path: PathBuf,
 }
 
@@ -210,18 +322,20 @@ impl Recorder {
         self.state.error()
     }
 
-    /// Stdout or stderr, as the client got it.
-    pub async fn output(&self, data: &Bytes) {
-        self.record(&[Recorded::Output(data)]).await;
+    /// Stdout or stderr, as the client got it; whether it may be passed on (see
+    /// [`Recorder::record`]).
+    pub async fn output(&self, data: &Bytes) -> bool {
+        self.record(&[Recorded::Output(data)]).await
     }
 
     /// Output chunks the client is sent together: they wait for the budget once (see
-    /// [`Recorder::record`]).
-    pub async fn outputs(&self, chunks: &[Bytes]) {
+    /// [`Recorder::record`]); whether they may be passed on.
+    pub async fn outputs(&self, chunks: &[Bytes]) -> bool {
         let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
         if let Some(budget) = self.wait_for_budget(count, cost).await {
             self.send_reserved(budget, count, chunks.iter().map(Recorded::Output));
         }
+        self.may_pass_on().await
     }
 
     /// What the client typed (only with `--record-stdin`).
@@ -234,6 +348,13 @@ impl Recorder {
         self.record(&[Recorded::Resize { cols, rows }]).await;
     }
 
+    /// Under `--record=required`, waits until the writer is within [`AHEAD_BYTES`] of what
+    /// this session queued; `false` once the recording has failed: nothing more may be passed
+    /// on. Always `true` at once otherwise (best-effort never waits for the disk).
+    async fn may_pass_on(&self) -> bool {
+        !self.required || self.state.caught_up(AHEAD_BYTES).await
+    }
+
     /// Resolves once the recording has failed; why.
     pub async fn failed(&self) -> String {
         self.state.failed().await
@@ -244,11 +365,25 @@ impl Recorder {
     /// all the other sessions' events, so a session passing on a backlog (a burst of output,
     /// or the rest of what an upstream that just died had sent) would otherwise take one turn
     /// per chunk.
-    pub async fn record<T: Recordable + Sync>(&self, events: &[T]) {
+    ///
+    /// Returns whether the events' bytes may be passed on: under `--record=required` once the
+    /// writer is within [`AHEAD_BYTES`] of them, and never after the recording failed.
+    pub async fn record<T: Recordable + Sync>(&self, events: &[T]) -> bool {
+        self.record_within(events, 0).await
+    }
+
+    /// [`Recorder::record`] for a relay that has passed on `unrecorded` output bytes already
+    /// (the start of a frame its observer has not finished): they count against the bound.
+    pub async fn record_within<T: Recordable + Sync>(&self, events: &[T], unrecorded: u64) -> bool {
         let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
         if let Some(budget) = self.wait_for_budget(count, cost).await {
             self.send_reserved(budget, count, events.iter().filter_map(T::recorded));
         }
+        !self.required
+            || self
+                .state
+                .caught_up(AHEAD_BYTES.saturating_sub(unrecorded))
+                .await
     }
 
     /// How many of `events` are recorded, and what they cost together.
@@ -287,7 +422,9 @@ impl Recorder {
     ) {
         let at = self.state.elapsed();
         let mut budget = Some(budget);
+        let mut queued = 0;
         for event in events.filter(|e| self.wanted(*e)) {
+            queued += event.len() as u64;
             count = count.saturating_sub(1);
             // Each event gives its share back once written; the last takes what is left.
             let share = match count {
@@ -304,6 +441,9 @@ impl Recorder {
                 kind: event.kind(),
                 _budget: share,
             });
+        }
+        if self.required {
+            self.state.queued(queued);
         }
     }
 
@@ -337,13 +477,17 @@ pub enum Recorded<'a> {
 }
 
 impl Recorded<'_> {
-    /// What the event takes of the budget until it is written.
-    fn cost(self) -> usize {
-        let len = match self {
+    /// The session bytes it carries, as the writer counts them once written.
+    fn len(self) -> usize {
+        match self {
             Recorded::Output(data) | Recorded::Input(data) => data.len(),
             Recorded::Resize { .. } => 0,
-        };
-        len.clamp(MIN_EVENT_COST, BUDGET_BYTES)
+        }
+    }
+
+    /// What the event takes of the budget until it is written.
+    fn cost(self) -> usize {
+        self.len().clamp(MIN_EVENT_COST, BUDGET_BYTES)
     }
 
     fn kind(self) -> EventKind {
@@ -384,6 +528,7 @@ mod tests {
                 dir: dir.path().to_owned(),
                 policy: RecordPolicy::Required,
                 record_stdin,
+                min_free: 0,
             },
             c.clone(),
         )
@@ -518,6 +663,9 @@ mod tests {
             .await
             .unwrap();
         let path = rec.path().to_owned();
+        // Under `required` the header is there from the start.
+        let header = std::fs::metadata(&path).unwrap().len();
+        assert!(header > 0);
         let chunks = [chunk.clone(), chunk.clone(), chunk.clone()];
         let send = tokio::spawn(async move {
             rec.outputs(&chunks).await;
@@ -525,9 +673,9 @@ mod tests {
         });
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         // Nothing of the batch went ahead alone: one chunk at a time, the first would have
-        // been written by now (with the header before it).
+        // been written by now.
         assert!(!send.is_finished());
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), header);
         drop(held);
         drop(send.await.unwrap());
         let lines = wait_for(&path, 4).await;
@@ -633,17 +781,109 @@ mod tests {
             .open("x-1", &[], String::new())
             .await
             .unwrap_err();
-        assert_eq!(err.source.kind(), std::io::ErrorKind::NotFound);
+        let kind = err.io_error().map(std::io::Error::kind);
+        assert_eq!(kind, Some(std::io::ErrorKind::NotFound), "{err}");
         assert_eq!(c.failures.get(), 1);
         assert!(Recordings::start(
             RecordingConfig {
                 dir: dir.path().join("nope"),
                 policy: RecordPolicy::BestEffort,
                 record_stdin: false,
+                min_free: 0,
             },
             counters(),
         )
         .is_err());
+    }
+
+    #[tokio::test]
+    async fn a_recording_below_the_free_space_reserve_does_not_start() {
+        for policy in [RecordPolicy::Required, RecordPolicy::BestEffort] {
+            let dir = tempfile::tempdir().unwrap();
+            let c = counters();
+            let config = RecordingConfig {
+                dir: dir.path().to_owned(),
+                policy,
+                record_stdin: false,
+                min_free: u64::MAX,
+            };
+            let recordings = Recordings::start(config, c.clone()).unwrap();
+            let err = recordings
+                .open("low-1", &[], String::new())
+                .await
+                .unwrap_err();
+            assert!(matches!(err, RecordingError::LowSpace { .. }), "{err}");
+            assert!(err.to_string().contains("--record-min-free"), "{err}");
+            assert_eq!(c.failures.get(), 1);
+            // Nothing was created.
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_required_recording_holds_its_header_before_the_session_starts() {
+        let (_dir, _c, recordings) = required_recordings(false);
+        let rec = recordings
+            .open("early-1", &["sh".into()], String::new())
+            .await
+            .unwrap();
+        // Written by the start, not by the writer: there before any event.
+        let text = std::fs::read_to_string(rec.path()).unwrap();
+        let header: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(header["version"], 2);
+        assert!(text.ends_with('\n'), "{text:?}");
+    }
+
+    /// A recorder whose writer is the test: nothing is written until it says so.
+    fn held_recorder(required: bool) -> (Recorder, Arc<RecordingState>) {
+        let (tx, rx) = unbounded_channel();
+        // The messages (and their budget) stay queued for as long as the test runs.
+        std::mem::forget(rx);
+        let state = Arc::new(RecordingState::new());
+        let rec = Recorder {
+            id: 1,
+            tx,
+            budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
+            state: state.clone(),
+            record_stdin: false,
+            required,
+            path: "held".into(),
+        };
+        (rec, state)
+    }
+
+    #[tokio::test]
+    async fn under_required_output_goes_on_only_within_the_bound_of_what_is_written() {
+        let quick = std::time::Duration::from_millis(50);
+        let (rec, state) = held_recorder(true);
+        let chunk = Bytes::from(vec![b'x'; AHEAD_BYTES as usize / 2]);
+        // Up to the bound, nothing waits for the writer.
+        assert!(rec.output(&chunk).await);
+        assert!(rec.output(&chunk).await);
+        // One byte more than the bound ahead of what is written: it waits.
+        let one = Bytes::from_static(b"y");
+        assert!(tokio::time::timeout(quick, rec.output(&one)).await.is_err());
+        // The writer writes one byte: within the bound again.
+        state.written(1);
+        assert!(tokio::time::timeout(quick, rec.output(&Bytes::new()))
+            .await
+            .unwrap());
+        // A failed write: what waits is not passed on, nor anything later.
+        let waiting = rec.output(&chunk);
+        tokio::pin!(waiting);
+        assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
+        state.fail("No space left on device".into());
+        assert!(!tokio::time::timeout(quick, waiting).await.unwrap());
+        assert!(!rec.output(&one).await);
+
+        // best-effort never waits for the disk.
+        let (rec, _state) = held_recorder(false);
+        for _ in 0..8 {
+            assert!(tokio::time::timeout(quick, rec.output(&chunk))
+                .await
+                .unwrap());
+        }
     }
 
     /// A disk that refuses writes (`/dev/full` behaves as a full disk) fails the recording,
@@ -671,6 +911,7 @@ mod tests {
                 command: String::new(),
                 title: String::new(),
             },
+            written: None,
             state: state.clone(),
         })
         .unwrap();
@@ -681,6 +922,7 @@ mod tests {
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: false,
+            required: true,
             path: "/dev/full".into(),
         };
         rec.output(&Bytes::from_static(b"lost")).await;
@@ -689,8 +931,8 @@ mod tests {
             .expect("the session hears of the failure");
         assert!(why.contains("No space left"), "{why}");
         assert_eq!(c.failures.get(), 1);
-        // Later events are not even queued.
-        rec.output(&Bytes::from_static(b"more")).await;
+        // Later events are not even queued, and must not be passed on.
+        assert!(!rec.output(&Bytes::from_static(b"more")).await);
         assert!(rec.error().is_some());
     }
 }

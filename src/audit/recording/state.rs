@@ -14,7 +14,12 @@ pub struct RecordingState {
     failed: AtomicBool,
     error: Mutex<Option<String>>,
     failure: Notify,
+    /// Output and input bytes the writer has written (a write the kernel accepted).
     pub(crate) bytes: AtomicU64,
+    /// Output and input bytes the session has handed the writer (`--record=required` only).
+    queued: AtomicU64,
+    /// Told whenever `bytes` grows or the recording fails.
+    progress: Notify,
 }
 
 impl RecordingState {
@@ -25,6 +30,8 @@ impl RecordingState {
             error: Mutex::new(None),
             failure: Notify::new(),
             bytes: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            progress: Notify::new(),
         }
     }
 
@@ -43,6 +50,36 @@ impl RecordingState {
         }
     }
 
+    /// The session handed the writer `len` more bytes.
+    pub(crate) fn queued(&self, len: u64) {
+        self.queued.fetch_add(len, Ordering::AcqRel);
+    }
+
+    /// The writer wrote `len` more bytes.
+    pub(crate) fn written(&self, len: u64) {
+        self.bytes.fetch_add(len, Ordering::AcqRel);
+        self.progress.notify_waiters();
+    }
+
+    /// Resolves once all but at most `ahead` of the bytes queued are written (`true`), or
+    /// once the recording has failed (`false`).
+    pub(crate) async fn caught_up(&self, ahead: u64) -> bool {
+        loop {
+            let progress = self.progress.notified();
+            tokio::pin!(progress);
+            // Registered before the check: a write that lands in between still wakes it.
+            progress.as_mut().enable();
+            if self.failed.load(Ordering::Acquire) {
+                return false;
+            }
+            let queued = self.queued.load(Ordering::Acquire);
+            if queued.saturating_sub(self.bytes.load(Ordering::Acquire)) <= ahead {
+                return true;
+            }
+            progress.await;
+        }
+    }
+
     pub(crate) fn elapsed(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
     }
@@ -51,6 +88,7 @@ impl RecordingState {
         *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
         self.failed.store(true, Ordering::Release);
         self.failure.notify_waiters();
+        self.progress.notify_waiters();
     }
 
     pub(crate) fn error(&self) -> Option<String> {

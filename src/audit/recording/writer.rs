@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -38,6 +37,9 @@ pub(crate) enum Message {
         id: u64,
         file: File,
         header: Header,
+        /// The length of the header line when it is already in the file (`--record=required`
+        /// writes it, padded, before the session starts; [`padded_header`]).
+        written: Option<usize>,
         state: Arc<RecordingState>,
     },
     Event {
@@ -58,6 +60,9 @@ struct Open {
     file: File,
     /// Written before the first event: a resize first sets the terminal size.
     header: Option<Header>,
+    /// A header already in the file and its padded length, while no event follows it: a
+    /// resize first rewrites it in place with the client's size.
+    rewrite: Option<(Header, usize)>,
     output: Utf8Carry,
     input: Utf8Carry,
     state: Arc<RecordingState>,
@@ -99,13 +104,19 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
                 id,
                 file,
                 header,
+                written,
                 state,
             } => {
+                let (header, rewrite) = match written {
+                    Some(len) => (None, Some((header, len))),
+                    None => (Some(header), None),
+                };
                 open.insert(
                     id,
                     Open {
                         file,
-                        header: Some(header),
+                        header,
+                        rewrite,
                         output: Utf8Carry::default(),
                         input: Utf8Carry::default(),
                         state,
@@ -173,7 +184,7 @@ fn write_pending(
     match written {
         Ok(rec) => {
             recorded.inc_by(len);
-            rec.state.bytes.fetch_add(len, Ordering::Relaxed);
+            rec.state.written(len);
         }
         Err(e) => fail(open, id, failures, e),
     }
@@ -181,6 +192,17 @@ fn write_pending(
 
 /// Appends the lines of one event (and the header before the first); the bytes it recorded.
 fn encode(rec: &mut Open, at: f64, kind: EventKind, line: &mut Vec<u8>) -> u64 {
+    if let Some((mut header, len)) = rec.rewrite.take() {
+        if let EventKind::Resize(cols, rows) = kind {
+            header.width = cols;
+            header.height = rows;
+            // Nothing of this recording is gathered yet (this is its first event), so the
+            // header can change under the cursor; if it cannot, the size is an event instead.
+            if rewrite_header(&rec.file, &header, len).is_ok() {
+                return 0;
+            }
+        }
+    }
     if let Some(mut header) = rec.header.take() {
         if let EventKind::Resize(cols, rows) = kind {
             // The client's first size is the terminal's size from the start.
@@ -229,6 +251,33 @@ fn fail(open: &mut HashMap<u64, Open>, id: u64, failures: &IntCounter, e: std::i
     if let Some(rec) = open.remove(&id) {
         rec.state.fail(e.to_string());
     }
+}
+
+/// Room left in a header line written before the session starts, so that the client's first
+/// size (up to five digits each, from the two of the default) can replace the default in place.
+const HEADER_SLACK: usize = 8;
+
+/// `header` as a line padded with spaces (JSON allows them) to `len` bytes with the newline,
+/// or to its own length and [`HEADER_SLACK`] without `len`.
+pub(crate) fn padded_header(header: &Header, len: Option<usize>) -> Option<Vec<u8>> {
+    let mut line = Vec::with_capacity(256);
+    encode_header(header, &mut line);
+    line.pop();
+    let len = len.unwrap_or(line.len() + HEADER_SLACK + 1);
+    if line.len() + 1 > len {
+        return None;
+    }
+    line.resize(len - 1, b' ');
+    line.push(b'\n');
+    Some(line)
+}
+
+/// Writes `header` over the header line of `len` bytes at the start of `file`.
+fn rewrite_header(file: &File, header: &Header, len: usize) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let line = padded_header(header, Some(len))
+        .ok_or_else(|| std::io::Error::other("the new header does not fit"))?;
+    file.write_all_at(&line, 0)
 }
 
 /// The size a recording starts with when nobody said.

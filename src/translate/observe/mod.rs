@@ -178,6 +178,18 @@ impl Observer {
         result
     }
 
+    /// Bytes relayed in `direction` that it holds without having reported them yet: the
+    /// unfinished frame (and the earlier fragments of an unfinished message). Under
+    /// `--record=required` they count against what may run ahead of the recording, since the
+    /// relay has passed them on already.
+    pub fn held(&self, direction: Direction) -> usize {
+        match &self.protocol {
+            Some(Protocol::Spdy(o)) => o.held(direction),
+            Some(Protocol::WebSocket(o)) => o.held(direction),
+            Some(Protocol::Tunnel(_)) | None => 0,
+        }
+    }
+
     /// Whether an error stopped the observer.
     pub fn stopped(&self) -> bool {
         self.protocol.is_none()

@@ -96,6 +96,14 @@ impl Default for SpdyObserver {
 }
 
 impl SpdyObserver {
+    /// Bytes of the unfinished frame relayed in `direction`.
+    pub fn held(&self, direction: Direction) -> usize {
+        match direction {
+            Direction::ClientToUpstream => self.client.buf.len(),
+            Direction::UpstreamToClient => self.upstream.buf.len(),
+        }
+    }
+
     /// An observer of a session that has not sent a frame yet.
     pub fn new() -> SpdyObserver {
         SpdyObserver::with_scope(Scope::Everything)

@@ -114,6 +114,16 @@ impl WebSocketObserver {
 
     /// Follows `bytes` relayed in `direction`, appending what whole messages carried to
     /// `out`.
+    /// Bytes relayed in `direction` not reported yet: the unfinished frame and the earlier
+    /// fragments of an unfinished message.
+    pub fn held(&self, direction: Direction) -> usize {
+        let side = match direction {
+            Direction::ClientToUpstream => &self.client,
+            Direction::UpstreamToClient => &self.upstream,
+        };
+        side.frame.len() + side.message.len()
+    }
+
     pub fn feed(
         &mut self,
         direction: Direction,

@@ -26,6 +26,8 @@ pub(crate) enum OutputEnd {
     UpstreamDone,
     /// Writing to the client failed: it is gone.
     ClientGone,
+    /// The recording failed under `--record=required`: what it could not hold was not sent.
+    RecordingFailed,
 }
 
 /// Pumps until both outputs ended, counting the bytes forwarded in `bytes_out`, noting
@@ -76,8 +78,12 @@ where
         activity.touch();
         if let Some(recorder) = recorder {
             // What the client is sent, as it is sent: the batch waits for the recording
-            // budget once, however many chunks it holds.
-            recorder.outputs(&batch).await;
+            // budget once, however many chunks it holds (and under `--record=required`, for
+            // the writer to be within its bound).
+            if !recorder.outputs(&batch).await {
+                batch.clear();
+                return OutputEnd::RecordingFailed;
+            }
         }
         // Until now the batch held its room in the stream's inbox: a session waiting for the
         // recording budget holds no more than its inbox, however long it waits.

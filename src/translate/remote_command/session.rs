@@ -175,8 +175,11 @@ where
     tokio::pin!(client);
     let upstream_done = async {
         let out = pump_output(&mut writer, stdout, stderr, &mut bytes_out, &data, recorder).await;
-        if let OutputEnd::ClientGone = out {
-            return None;
+        match out {
+            OutputEnd::ClientGone => return None,
+            // The session ends with the recording's Status (`recording_failed` below).
+            OutputEnd::RecordingFailed => std::future::pending::<()>().await,
+            OutputEnd::UpstreamDone => {}
         }
         // The outputs ended (or there were none): pings still need answers until the status.
         Some(

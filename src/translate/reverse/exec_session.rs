@@ -306,7 +306,12 @@ where
             data.touch();
             *bytes_out += gathered as u64;
             if let Some(recorder) = recorder {
-                recorder.record(&batch).await;
+                // Under `--record=required` a failed recording keeps the batch back; the
+                // session's recording_failed arm ends it with a Status.
+                if !recorder.record(&batch).await {
+                    batch.clear();
+                    return std::future::pending::<UpstreamEnd>().await;
+                }
             }
             for Output { slot, payload } in batch.drain(..) {
                 if let Some(out) = outputs[slot].as_mut() {

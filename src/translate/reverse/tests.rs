@@ -167,6 +167,7 @@ async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
             dir: dir.path().to_owned(),
             policy: RecordPolicy::Required,
             record_stdin: false,
+            min_free: 0,
         },
         RecordingCounters {
             recorded_bytes: prometheus::IntCounter::new("r", "r").unwrap(),
