@@ -7,10 +7,15 @@
 //!
 //! Workloads: `stdout` (exec stdout, SPDY → WebSocket v5), `stdin` (exec stdin, WebSocket v5 →
 //! SPDY), `pf-down` / `pf-up` (port-forward through the tunnel), `echo` (1-byte round trips
-//! through `cat`).
+//! through `cat`), `sessions` (sequential exec sessions running `true`: the marginal cost of
+//! one session's setup and teardown, request parsing and classification included).
 //!
-//!     cargo bench --bench profile -- [--bytes 268435456] [--echoes 2000] \
-//!         [--only stdout,stdin,pf-down,pf-up,echo] [--out target/profile]
+//!     cargo bench --bench profile -- [--bytes 268435456] [--echoes 2000] [--sessions 400] \
+//!         [--only stdout,stdin,pf-down,pf-up,echo,sessions] [--out target/profile] \
+//!         [--proxy-args "--audit-log /tmp/audit.log"]
+//!
+//! `KUBE_WS_PROXY_BENCH_BIN=path` profiles another build of the proxy (to compare two commits
+//! with the same harness); `--proxy-args` adds flags to the proxy's command line.
 //!
 //! With `--sim-streaming new --upstream-streaming websocket` the cluster serves v5 and the
 //! tunnel itself and the proxy passes them through (no framing work): the same workloads then
@@ -35,9 +40,11 @@ use std::time::{Duration, Instant};
 
 use kube_ws_proxy::sim::{SimCluster, SimConfig, SimStreaming};
 use tokio::net::TcpStream;
-use workloads::{echo_run, pf_run, start_pod_services, stdin_run, stdout_run, Path, Setup};
+use workloads::{
+    echo_run, pf_run, setup_run, start_pod_services, stdin_run, stdout_run, Path, Setup,
+};
 
-const WORKLOADS: [&str; 5] = ["stdout", "stdin", "pf-down", "pf-up", "echo"];
+const WORKLOADS: [&str; 6] = ["stdout", "stdin", "pf-down", "pf-up", "echo", "sessions"];
 
 /// What one callgrind run counted in the whole proxy process.
 #[derive(Debug, Clone, Copy, Default)]
@@ -116,6 +123,9 @@ fn read_counts(file: &FsPath) -> Counts {
 
 /// Starts the proxy under callgrind, writing its profile to `out`, and waits until it listens.
 async fn start_proxy(upstream: &str, streaming: &str, out: &FsPath) -> (Child, SocketAddr) {
+    let bin = std::env::var("KUBE_WS_PROXY_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-ws-proxy").to_owned());
+    let extra = arg("--proxy-args").unwrap_or_default();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -124,10 +134,11 @@ async fn start_proxy(upstream: &str, streaming: &str, out: &FsPath) -> (Child, S
     let child = Command::new("valgrind")
         .args(["--tool=callgrind", "--collect-systime=yes", "--quiet"])
         .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+        .arg(bin)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin-listen", "127.0.0.1:0", "--upstream", upstream])
         .args(["--log-format", "json", "--upstream-streaming", streaming])
+        .args(extra.split_whitespace())
         .env("RUST_LOG", "warn")
         .spawn()
         .expect("valgrind must be installed (apt-get install valgrind)");
@@ -184,6 +195,9 @@ async fn profile_run(
         "echo" => {
             echo_run(&s, Path::Proxy, size as usize).await;
         }
+        "sessions" => {
+            setup_run(&s, Path::Proxy, size as usize).await;
+        }
         other => panic!("unknown workload {other}"),
     }
     // Let the session's teardown finish before the stop, so it is counted in both runs alike.
@@ -204,6 +218,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(256 << 20);
     let echoes: u64 = arg("--echoes").and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let sessions: u64 = arg("--sessions")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
     let only = arg("--only").unwrap_or_else(|| WORKLOADS.join(","));
     let out_dir = PathBuf::from(arg("--out").unwrap_or_else(|| "target/profile".into()));
     let sim_streaming: SimStreaming = arg("--sim-streaming")
@@ -224,7 +241,7 @@ fn main() {
         .unwrap();
         println!("cluster: {sim_streaming}, --upstream-streaming {streaming}");
         println!(
-            "Per MiB relayed (per round trip for echo), from the difference between the runs:\n"
+            "Per MiB relayed (per round trip for echo, per session for sessions), from the difference between the runs:\n"
         );
         println!(
             "| workload | runs | Ir | of which memcpy/memset | other Ir | syscalls | allocations |"
@@ -232,10 +249,10 @@ fn main() {
         println!("|---|---|---|---|---|---|---|");
         for workload in only.split(',') {
             // Bytes in MiB units; echoes counted one by one.
-            let (large, unit) = if workload == "echo" {
-                (echoes, 1.0)
-            } else {
-                (bytes, (1u64 << 20) as f64)
+            let (large, unit) = match workload {
+                "echo" => (echoes, 1.0),
+                "sessions" => (sessions, 1.0),
+                _ => (bytes, (1u64 << 20) as f64),
             };
             let small = large / 8;
             let path = |size: u64| out_dir.join(format!("callgrind.{workload}.{size}"));
@@ -247,6 +264,8 @@ fn main() {
                 "| {workload} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} |",
                 if workload == "echo" {
                     format!("{small}, {large} echoes")
+                } else if workload == "sessions" {
+                    format!("{small}, {large} sessions")
                 } else {
                     format!("{}, {} MiB", small >> 20, large >> 20)
                 },

