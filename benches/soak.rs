@@ -253,7 +253,10 @@ impl Proxy {
             .append(true)
             .open(log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+        // KUBE_WS_PROXY_BENCH_BIN: soak another build of the proxy (the cluster stays this one).
+        let bin = std::env::var("KUBE_WS_PROXY_BENCH_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-ws-proxy").to_owned());
+        let child = Command::new(bin)
             .args([
                 "--listen",
                 &addr.to_string(),
@@ -535,7 +538,12 @@ fn main() {
         let cluster = Arc::new(Mutex::new(Cluster::start(free_port(), &scratch)));
         let sim_addr: SocketAddr = format!("127.0.0.1:{}", cluster.lock().unwrap().port).parse().unwrap();
         let relay = FaultRelay::start(sim_addr).await;
-        let dir = tempfile::tempdir().unwrap();
+        // SOAK_KEEP_LOGS=1: keep the proxy's log (and the audit directory) to read after a failure.
+        let keep = std::env::var_os("SOAK_KEEP_LOGS").is_some();
+        let dir = tempfile::Builder::new().keep(keep).tempdir().unwrap();
+        if keep {
+            println!("proxy log and audit directory kept in {}", dir.path().display());
+        }
         let log = dir.path().join("proxy.log");
         let proxy_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

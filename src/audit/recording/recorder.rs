@@ -160,6 +160,15 @@ impl Recordings {
         })
     }
 
+    /// Takes the whole shared budget, as other sessions' bulk output behind a slow disk does.
+    #[cfg(test)]
+    pub(crate) fn spend_budget(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.budget
+            .clone()
+            .try_acquire_many_owned(BUDGET_BYTES as u32)
+            .expect("an unused budget")
+    }
+
     /// `--record`.
     pub fn policy(&self) -> RecordPolicy {
         self.config.policy

@@ -79,8 +79,10 @@ where
         if let Some(recorder) = recorder {
             // What the client is sent, as it is sent: the batch waits for the recording
             // budget once, however many chunks it holds (and under `--record=required`, for
-            // the writer to be within its bound).
-            if !recorder.outputs(&batch).await {
+            // the writer to be within its bound). Meanwhile the client is still pinged and
+            // answered: a session held back by its recording has not lost its client, and a
+            // keepalive that fell silent here would end it as "client unresponsive".
+            if !writer.answer_pings_until(recorder.outputs(&batch)).await {
                 batch.clear();
                 return OutputEnd::RecordingFailed;
             }

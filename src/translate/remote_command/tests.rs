@@ -125,3 +125,99 @@ async fn a_refusal_ends_even_when_the_client_reads_nothing() {
         .expect("the refusal never ended");
     assert_eq!(outcome.end, SessionEndKind::UpstreamRefused);
 }
+
+/// A session whose output waits for its recording (the shared budget spent by others, as behind
+/// a slow disk) still pings its client and answers it, so a client that answers is never ended
+/// as unresponsive, however long the recording holds the output back. The audited soak found
+/// this: downloads cut after the keepalive's interval plus timeout under a busy writer.
+#[tokio::test]
+async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
+    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
+    use crate::translate::ws::Keepalive;
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    let dir = tempfile::tempdir().unwrap();
+    let recordings = Recordings::start(
+        RecordingConfig {
+            dir: dir.path().to_owned(),
+            policy: RecordPolicy::BestEffort,
+            record_stdin: false,
+            min_free: 0,
+        },
+        RecordingCounters {
+            recorded_bytes: prometheus::IntCounter::new("r", "r").unwrap(),
+            failures: prometheus::IntCounter::new("f", "f").unwrap(),
+        },
+    )
+    .unwrap();
+    let recorder = recordings
+        .open("held-1", &["tar".into()], "default/held".into())
+        .await
+        .unwrap();
+    let spent = recordings.spend_budget();
+
+    let keepalive = Keepalive {
+        interval: Duration::from_millis(100),
+        timeout: Some(Duration::from_millis(200)),
+    };
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    let _kubelet = kubelet(theirs, 64 * 1024);
+    let conn = Connection::client(ours, Bytes::new(), quiet());
+    let options = ExecOptions {
+        stdout: true,
+        ..ExecOptions::default()
+    };
+    let streams = open_streams(conn, UpstreamVersion::V4, &options)
+        .await
+        .unwrap();
+    let ready = options.ready_channel();
+    let ws = WebSocket::new(
+        server,
+        WsConfig {
+            max_message_size: 1 << 20,
+            keepalive: Some(keepalive),
+        },
+    );
+    let recording = SessionRecording {
+        recorder,
+        required: false,
+    };
+    let limits = SessionLimits::default();
+    let task = tokio::spawn(async move {
+        run(
+            ws,
+            streams,
+            ready,
+            false,
+            &limits,
+            CancellationToken::new(),
+            Some(&recording),
+        )
+        .await
+    });
+    // A client that reads everything (tungstenite answers each ping as it reads).
+    let mut client =
+        tokio_tungstenite::WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+    let pings = tokio::spawn(async move {
+        let mut pings = 0;
+        while let Some(Ok(m)) = client.next().await {
+            if m.is_ping() {
+                pings += 1;
+            }
+        }
+        pings
+    });
+    // Ten times the silence the keepalive allows, with the output held back throughout.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !task.is_finished(),
+        "the session ended while its recording held it back: {:?}",
+        task.await.unwrap().end
+    );
+    drop(spent);
+    task.abort();
+    let pings = pings.await.unwrap();
+    assert!(pings >= 10, "{pings} pings in 3 s at one per 100 ms");
+}
