@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command that runs every test (README "Testing"); CI runs exactly this.
+# The one command that runs every test (README "Test it", docs/testing.md); CI runs exactly this.
 # Installs prerequisites, checks formatting and lints, builds once in release mode and runs all
 # tests in parallel (unit, property, integration with real kubectl / Python / Go peers), then
 # runs each fuzz target briefly.

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 const BINARY: &str = env!("CARGO_BIN_EXE_kube-ws-proxy");
 const TAG: &str = "test";
 const ENTRYPOINT: &str = "/usr/local/bin/kube-ws-proxy";
-/// The bounds README states: the unpacked root filesystem and the compressed layer.
+/// The bounds docs/deployment.md states: the unpacked root filesystem and the compressed layer.
 const MAX_ROOTFS_BYTES: u64 = 32 << 20;
 const MAX_LAYER_BYTES: u64 = 16 << 20;
 /// Names of shells and multi-call binaries that provide one.

@@ -215,7 +215,7 @@ async fn readyz_follows_the_upstream() {
     assert_eq!(http_get(proxy.admin_addr, "/readyz").0, 200);
     assert_eq!(http_get(proxy.admin_addr, "/healthz").0, 200);
     sim.shutdown().await;
-    // One check's answer serves every probe for a second (README, /readyz): unready within
+    // One check's answer serves every probe for a second (docs/operations.md, /readyz): unready within
     // that period plus the check.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while http_get(proxy.admin_addr, "/readyz").0 != 503 {

@@ -347,7 +347,8 @@ async fn refused_upgrade_shows_the_clusters_error(kubectl: &Path) {
     assert!(!o.status.success());
     assert!(err.contains("forbidden"), "kubectl stderr: {err}");
     // Behind the SPDY-dropping gateway the retry is dropped, so kubectl shows the gateway's
-    // error: the same as with kube-apiserver's own tunnel handler (README, "Deviations").
+    // error: the same as with kube-apiserver's own tunnel handler
+    // (docs/upstream-streaming.md, "Port-forward behaviour worth knowing").
     let mut c = h.kubectl(kubectl, &h.via_gateway);
     c.args([
         "port-forward",
