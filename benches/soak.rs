@@ -540,7 +540,7 @@ fn main() {
         let relay = FaultRelay::start(sim_addr).await;
         // SOAK_KEEP_LOGS=1: keep the proxy's log (and the audit directory) to read after a failure.
         let keep = std::env::var_os("SOAK_KEEP_LOGS").is_some();
-        let dir = tempfile::Builder::new().keep(keep).tempdir().unwrap();
+        let dir = tempfile::Builder::new().disable_cleanup(keep).tempdir().unwrap();
         if keep {
             println!("proxy log and audit directory kept in {}", dir.path().display());
         }
