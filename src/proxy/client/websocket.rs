@@ -7,7 +7,6 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::client_stream::HandshakeForm;
 use crate::translate::ws::{Config, WebSocket};
 
@@ -123,14 +122,6 @@ pub fn connect_ok<B: Default>(protocol: Option<&str>) -> Response<B> {
         resp.headers_mut().insert(header::SEC_WEBSOCKET_PROTOCOL, p);
     }
     resp
-}
-
-/// WebSocket settings for client connections (buffers size themselves to the traffic).
-pub fn socket_config(state: &ProxyState) -> Config {
-    Config {
-        max_message_size: state.max_message_size,
-        keepalive: state.client_keepalive,
-    }
 }
 
 /// Why the client's side of an upgrade did not complete.

@@ -18,7 +18,7 @@ use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::proxy::auth::Caller;
 use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::{socket_config, upgraded, validate_handshake};
+use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::upstream::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use crate::proxy::wire::body::ProxyBody;
@@ -215,7 +215,7 @@ pub async fn handle(
     let tty = options.tty;
     let mut limits = state.session_limits.clone();
     limits.idle_timeout = state.stream_idle_timeout;
-    let ws_config = socket_config(&state);
+    let ws_config = state.client_socket_config();
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
     tokio::spawn(

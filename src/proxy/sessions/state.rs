@@ -13,7 +13,7 @@ use crate::proxy::observability::metrics::Metrics;
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
 use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
 use crate::translate::remote_command::SessionLimits;
-use crate::translate::ws::Keepalive;
+use crate::translate::ws::{Config, Keepalive};
 
 /// Shared, read-only proxy state.
 pub struct ProxyState {
@@ -107,6 +107,16 @@ impl ProxyState {
             self_reviews: SelfSubjectReviews::default(),
             upstream_streaming: UpstreamStreaming::default(),
             streaming_memory: StreamingMemory::default(),
+        }
+    }
+}
+
+impl ProxyState {
+    /// WebSocket settings for client connections (buffers size themselves to the traffic).
+    pub fn client_socket_config(&self) -> Config {
+        Config {
+            max_message_size: self.max_message_size,
+            keepalive: self.client_keepalive,
         }
     }
 }

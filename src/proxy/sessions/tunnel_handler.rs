@@ -19,7 +19,7 @@ use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
 use crate::proxy::auth::Caller;
 use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::{socket_config, upgraded, validate_handshake};
+use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::upstream::endpoint::UpstreamIo;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, upstream_headers, DialError};
@@ -134,7 +134,7 @@ pub async fn handle(
     // watch. Without the log nothing looks at them.
     let watch = (audit.is_some() && upgraded_upstream.protocol.as_deref() == Some(PORT_FORWARD))
         .then(PortForwardWatch::new);
-    let ws_config = socket_config(&state);
+    let ws_config = state.client_socket_config();
     let handshake_timeout = state.handshake_timeout;
     let user = caller.user().map(str::to_owned);
     tokio::spawn(
