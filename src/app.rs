@@ -11,11 +11,10 @@ use crate::audit::recording::{RecordPolicy, RecordingConfig, Recordings};
 use crate::audit::{AuditLog, AuditLogConfig, AuditTarget};
 use crate::cli::{nonzero, ServeArgs};
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
-use crate::proxy::state::ProxyState;
-use crate::proxy::upgrade_request::UpgradeBodyBudget;
-use crate::proxy::upstream::{Pem, Upstream, UpstreamTls};
-use crate::proxy::upstream_source;
-use crate::proxy::{admin, server};
+use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
+use crate::proxy::listen::{admin, server};
+use crate::proxy::sessions::state::ProxyState;
+use crate::proxy::upstream::endpoint::{Pem, Upstream, UpstreamTls};
 use crate::translate::ws::Keepalive;
 
 /// Why the proxy could not start.
@@ -28,7 +27,7 @@ pub enum StartError {
     #[error("invalid upstream: {0}")]
     Upstream(String),
     #[error("listener TLS: {0}")]
-    Tls(#[from] crate::proxy::listener_tls::ListenerTlsError),
+    Tls(#[from] crate::proxy::listen::tls::ListenerTlsError),
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: String,
@@ -103,10 +102,11 @@ impl RunningProxy {
 /// front-proxy certificate in front-proxy mode; in passthrough mode the proxy adds nothing.
 /// TokenReviews always use the proxy's own credentials.
 pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator), StartError> {
-    let source = upstream_source::resolve(&args.upstream_flags()).map_err(|e| match e {
-        upstream_source::SourceError::Missing => StartError::NoUpstream,
-        other => StartError::Upstream(other.to_string()),
-    })?;
+    let source =
+        crate::proxy::upstream::source::resolve(&args.upstream_flags()).map_err(|e| match e {
+            crate::proxy::upstream::source::SourceError::Missing => StartError::NoUpstream,
+            other => StartError::Upstream(other.to_string()),
+        })?;
     let mode = args.auth_mode;
     let build = |client_cert: Option<(Pem, Pem)>| {
         let tls = UpstreamTls {
@@ -201,11 +201,11 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.stream_idle_timeout = nonzero(args.stream_idle_timeout);
     state.tcp_keepalive = nonzero(args.tcp_keepalive);
     state.session_limits.close_drain_timeout = args.close_drain_timeout;
-    state.sessions = crate::proxy::sessions::Sessions::new(args.max_sessions);
+    state.sessions = crate::proxy::sessions::registry::Sessions::new(args.max_sessions);
     state.handshake_timeout = args.handshake_timeout;
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
-        state.tls = Some(crate::proxy::listener_tls::acceptor(
-            crate::proxy::listener_tls::ListenerTlsFiles {
+        state.tls = Some(crate::proxy::listen::tls::acceptor(
+            crate::proxy::listen::tls::ListenerTlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: args.client_ca_file.clone(),

@@ -9,8 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use crate::audit::recording::RecordPolicy;
 pub use crate::proxy::auth::AuthMode;
-use crate::proxy::upstream_source::UpstreamFlags;
-pub use crate::proxy::upstream_streaming::UpstreamStreaming;
+use crate::proxy::upstream::source::UpstreamFlags;
+pub use crate::proxy::upstream::streaming::UpstreamStreaming;
 
 /// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
 /// WebSocket exec/attach (v5.channel.k8s.io) and port-forward (SPDY/3.1+portforward.k8s.io)
@@ -64,7 +64,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "KUBE_WS_PROXY_ADMIN_MAX_CONNECTIONS",
-        default_value_t = crate::proxy::admin::DEFAULT_MAX_CONNECTIONS,
+        default_value_t = crate::proxy::listen::admin::DEFAULT_MAX_CONNECTIONS,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub admin_max_connections: u32,
@@ -469,7 +469,7 @@ pub fn nonzero(d: Duration) -> Option<Duration> {
 }
 
 impl ServeArgs {
-    /// The flags that locate the upstream, for [`resolve`](crate::proxy::upstream_source::resolve).
+    /// The flags that locate the upstream, for [`resolve`](crate::proxy::upstream::source::resolve).
     pub fn upstream_flags(&self) -> UpstreamFlags {
         UpstreamFlags {
             upstream: self.upstream.clone(),

@@ -7,6 +7,19 @@
 //! - [`request`]: a request target read as kube-apiserver reads it (Go's URL rules).
 //! - [`audit`]: audit events of streaming sessions.
 //! - [`sim`]: a simulated SPDY-only cluster for tests and the demo.
+//!
+//! Layering (`src/layering.rs` enforces it, naming file and line; test code is exempt): a
+//! module uses only the modules below it that it names, never one above.
+//!
+//! - `demo` uses `app`, `cli`, `sim`; `app` uses `cli`, `config_file`, `proxy`, `translate`,
+//!   `audit`; `config_file` uses `cli`, `proxy`; `cli` uses `proxy`, `audit`, `sim`.
+//! - `proxy` uses `translate`, `spdy`, `audit`.
+//! - `translate` uses `spdy`, `audit`: sessions feed the audit's recorder and fill its
+//!   port-forward records.
+//! - `sim` uses `spdy` only: the reference cluster shares no session code with what it tests.
+//! - `spdy` and `audit` use only the leaves.
+//! - Leaves, usable by all and using none: `request`, `activity_clock`, `read_sizer`,
+//!   `timestamp`, `memory_trim`.
 
 pub mod activity_clock;
 pub mod app;
@@ -14,6 +27,8 @@ pub mod audit;
 pub mod cli;
 pub mod config_file;
 pub mod demo;
+#[cfg(test)]
+mod layering;
 pub mod memory_trim;
 pub mod proxy;
 pub mod read_sizer;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use kube_ws_proxy::proxy::spdy_dial::dial_spdy;
-use kube_ws_proxy::proxy::upstream::{Upstream, UpstreamTls};
+use kube_ws_proxy::proxy::upstream::endpoint::{Upstream, UpstreamTls};
+use kube_ws_proxy::proxy::upstream::spdy_dial::dial_spdy;
 use kube_ws_proxy::spdy::proto::{Config, Connection};
 use kube_ws_proxy::translate::exec_options::ExecOptions;
 use kube_ws_proxy::translate::protocol::UpstreamVersion;

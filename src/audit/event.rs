@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use crate::translate::observe::ForwardedConnection;
-use crate::translate::observe::PortForwardReport;
+use super::port_forward::{ForwardedConnection, PortForwardReport};
 
 /// The streaming subresource a session uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -7,18 +7,23 @@
 //! - [`event`]: what an event says.
 //! - [`log_file`]: where events go (a file with size-based rotation, or stdout), written off
 //!   the sessions' tasks through a bounded queue.
+//! - [`port_forward`]: what a port-forward carried, connection by connection.
 //! - [`session`]: the handle a session holds between its two events.
 //! - [`recording`]: asciicast recordings of exec and attach sessions.
+//!
+//! Uses no protocol code (`translate`, `spdy`, `proxy`): the sessions that hold an audit
+//! handle or a recorder depend on it, never the reverse.
 
 pub mod event;
 pub mod instance;
 pub mod log_file;
+pub mod port_forward;
 pub mod recording;
 pub mod session;
 
 pub use event::{
-    ForwardedConnection, HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionEnd,
-    SessionInfo, Verb,
+    HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionEnd, SessionInfo, Verb,
 };
 pub use log_file::{AuditCounters, AuditLog, AuditLogConfig, AuditTarget};
+pub use port_forward::{ForwardedConnection, PortForwardReport};
 pub use session::SessionAudit;

@@ -14,8 +14,8 @@ mod outbound;
 mod review;
 mod review_cache;
 mod review_limiter;
+pub mod self_subject_review;
 mod token_review;
-mod token_source;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -30,12 +30,12 @@ pub use outbound::{is_impersonation_header, FrontProxyHeaders, Outbound};
 pub use review::Review;
 pub use review_limiter::ReviewLimits;
 pub use token_review::{ReviewError, TokenReviewer};
-pub use token_source::TokenSource;
 
-use super::body::ProxyBody;
-use super::log_throttle::{LogThrottle, Verdict};
-use super::status_response::failure;
 use crate::audit::ImpersonatedUser;
+use crate::proxy::observability::log_throttle::{LogThrottle, Verdict};
+use crate::proxy::upstream::token_source::TokenSource;
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::status_response::failure;
 use crate::translate::subprotocol::BearerToken;
 
 /// How the proxy treats the caller's identity.

@@ -7,8 +7,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue, SEC_WEBSOCKET_PROTO
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::identity::Identity;
-use super::token_source::TokenSource;
 use super::{AuthMode, Caller};
+use crate::proxy::upstream::token_source::TokenSource;
 use crate::translate::subprotocol::BEARER_PREFIX;
 
 /// Header names of request-header ("front-proxy") authentication, as configured on the API

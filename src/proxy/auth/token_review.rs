@@ -22,8 +22,8 @@ use super::identity::Identity;
 use super::review::Review;
 use super::review_cache::ReviewCache;
 use super::review_limiter::{ReviewLimiter, ReviewLimits};
-use super::token_source::TokenSource;
-use crate::proxy::upstream::{PooledClient, Upstream};
+use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
+use crate::proxy::upstream::token_source::TokenSource;
 
 /// Where TokenReviews are posted.
 const TOKEN_REVIEW_PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";

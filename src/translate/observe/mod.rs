@@ -27,11 +27,12 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
-pub use port_forward::{ForwardedConnection, PortForwardReport, MAX_CONNECTIONS};
+pub use port_forward::MAX_CONNECTIONS;
 pub use spdy::SpdyObserver;
 pub use tunnel::TunnelObserver;
 pub use websocket::{WebSocketFraming, WebSocketObserver};
 
+use crate::audit::port_forward::PortForwardReport;
 use crate::translate::resize::TerminalSize;
 use crate::translate::status::Status;
 

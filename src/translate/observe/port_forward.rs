@@ -6,9 +6,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use serde::Serialize;
-
 use super::{Direction, ObserveError};
+use crate::audit::port_forward::{ForwardedConnection, PortForwardReport};
 
 /// Connections kept in detail; those after them are only counted.
 pub const MAX_CONNECTIONS: usize = 1_000;
@@ -17,34 +16,6 @@ pub const MAX_CONNECTIONS: usize = 1_000;
 const MAX_OPEN_STREAMS: usize = 4_096;
 /// Most bytes of a connection's error text kept (the kubelet's messages are one line).
 const MAX_ERROR_TEXT: usize = 1_024;
-
-/// One forwarded connection as the session carried it (and as the audit log writes it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ForwardedConnection {
-    /// The pod's port, `None` when the header did not hold a valid one.
-    pub port: Option<u16>,
-    /// The client's `requestid`, which pairs the error and data streams.
-    pub request_id: String,
-    /// Payload bytes of the data stream from the client towards the pod.
-    pub bytes_in: u64,
-    /// Payload bytes of the data stream from the pod towards the client.
-    pub bytes_out: u64,
-    /// What the error stream said, if anything (first KiB, trimmed).
-    pub error: Option<String>,
-}
-
-/// The port-forward part of an observation, as it stands.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PortForwardReport {
-    /// Every valid port a stream named, ascending, without repeats.
-    pub ports: Vec<u16>,
-    /// The first [`MAX_CONNECTIONS`] connections, in the order they were opened.
-    pub connections: Vec<ForwardedConnection>,
-    /// Connections opened after those, counted only.
-    pub omitted: u64,
-    /// Why the observation stopped before the session ended, if it did.
-    pub failure: Option<String>,
-}
 
 /// What a stream is for, within its connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

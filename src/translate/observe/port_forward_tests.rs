@@ -1,6 +1,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::*;
+use crate::audit::port_forward::ForwardedConnection;
 use crate::spdy::codec::FrameEncoder;
 use crate::spdy::frame::{
     Data, Frame, HeaderBlock, Ping, PingId, RstStatus, RstStream, StreamId, SynReply, SynStream,

@@ -11,8 +11,9 @@ use std::collections::HashMap;
 
 use bytes::BytesMut;
 
-use super::port_forward::{PortForwardReport, PortForwards};
+use super::port_forward::PortForwards;
 use super::{Direction, ObserveError, Observed, Scope, MAX_FRAME};
+use crate::audit::port_forward::PortForwardReport;
 use crate::spdy::codec::FrameDecoder;
 use crate::spdy::frame::{Frame, FLAG_FIN, HEAD_LEN};
 use crate::translate::resize::ResizeDecoder;

@@ -2,6 +2,7 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 
 use super::*;
+use crate::audit::port_forward::ForwardedConnection;
 use crate::spdy::codec::FrameEncoder;
 use crate::spdy::frame::{Data, Frame, HeaderBlock, Ping, PingId, StreamId, SynReply, SynStream};
 use crate::translate::ws::mask::apply_mask;

@@ -8,8 +8,8 @@
 //! is handed on where it lies, a masked one (the client's) is unmasked a small piece at a time
 //! on the stack.
 
-use super::port_forward::PortForwardReport;
 use super::{Direction, ObserveError, SpdyObserver};
+use crate::audit::port_forward::PortForwardReport;
 use crate::translate::ws::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
 use crate::translate::ws::mask::apply_mask;
 

@@ -12,8 +12,9 @@
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 
-use super::port_forward::{ChannelForwards, PortForwardReport};
+use super::port_forward::ChannelForwards;
 use super::{Direction, ObserveError, Observed, Scope, MAX_FRAME};
+use crate::audit::port_forward::PortForwardReport;
 use crate::translate::channel::Channel;
 use crate::translate::resize::ResizeDecoder;
 use crate::translate::ws::frame::{FrameHead, OpCode};

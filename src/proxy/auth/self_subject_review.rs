@@ -1,0 +1,200 @@
+//! Who a passthrough caller is, for audit events: the proxy does not authenticate callers in
+//! passthrough mode, so it asks the upstream with the caller's own credentials
+//! (`SelfSubjectReview`, `kubectl auth whoami`). `authentication.k8s.io/v1` from 1.28,
+//! `v1beta1` on 1.27; a cluster with neither, a refused review or a caller without
+//! credentials is "unknown". Answers are kept briefly per credential, so a burst of sessions
+//! costs one review.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use serde::Deserialize;
+use tracing::debug;
+
+use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
+
+/// Versions tried, newest first.
+const VERSIONS: [&str; 2] = ["v1", "v1beta1"];
+/// Largest answer read.
+const MAX_ANSWER: usize = 256 * 1024;
+/// How long an answer is reused for the same credentials.
+const TTL: Duration = Duration::from_secs(10);
+/// Credentials remembered at most; past that, expired entries go, then the cache is skipped.
+const CAPACITY: usize = 4096;
+
+/// A user as the upstream named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewedUser {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// Makes and remembers SelfSubjectReviews.
+#[derive(Debug, Default)]
+pub struct SelfSubjectReviews {
+    /// Keyed by the `Authorization` value; `None`: the upstream could not say.
+    cache: Mutex<HashMap<HeaderValue, (Instant, Option<ReviewedUser>)>>,
+}
+
+#[derive(Deserialize, Default)]
+struct Answer {
+    #[serde(default)]
+    status: AnswerStatus,
+}
+
+#[derive(Deserialize, Default)]
+struct AnswerStatus {
+    #[serde(default, rename = "userInfo")]
+    user_info: AnswerUser,
+}
+
+#[derive(Deserialize, Default)]
+struct AnswerUser {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+impl SelfSubjectReviews {
+    /// Who `credentials` (an `Authorization` value as it goes upstream) belong to; `None` when
+    /// there are none or the upstream cannot say within `timeout`.
+    pub async fn who(
+        &self,
+        client: &PooledClient,
+        upstream: &Upstream,
+        credentials: Option<HeaderValue>,
+        timeout: Duration,
+    ) -> Option<ReviewedUser> {
+        let credentials = credentials?;
+        if let Some(cached) = self.cached(&credentials) {
+            return cached;
+        }
+        let answer = tokio::time::timeout(timeout, ask(client, upstream, &credentials))
+            .await
+            .unwrap_or(None);
+        self.remember(credentials, answer.clone());
+        answer
+    }
+
+    fn cached(&self, credentials: &HeaderValue) -> Option<Option<ReviewedUser>> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(credentials)
+            .filter(|(expires, _)| *expires > Instant::now())
+            .map(|(_, user)| user.clone())
+    }
+
+    fn remember(&self, credentials: HeaderValue, user: Option<ReviewedUser>) {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if cache.len() >= CAPACITY {
+            cache.retain(|_, (expires, _)| *expires > now);
+            if cache.len() >= CAPACITY {
+                return;
+            }
+        }
+        cache.insert(credentials, (now + TTL, user));
+    }
+}
+
+/// Asks each version in turn; a version the upstream does not serve (404) moves on.
+async fn ask(
+    client: &PooledClient,
+    upstream: &Upstream,
+    credentials: &HeaderValue,
+) -> Option<ReviewedUser> {
+    for version in VERSIONS {
+        let path = format!("/apis/authentication.k8s.io/{version}/selfsubjectreviews");
+        let body = serde_json::json!({
+            "apiVersion": format!("authentication.k8s.io/{version}"),
+            "kind": "SelfSubjectReview",
+        });
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(upstream.uri(&path).ok()?)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json")
+            .body(
+                Full::new(Bytes::from(body.to_string()))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .ok()?;
+        req.headers_mut()
+            .insert(header::AUTHORIZATION, credentials.clone());
+        let resp = match client.get().request(req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                debug!(error = %e, "SelfSubjectReview failed");
+                return None;
+            }
+        };
+        match resp.status() {
+            StatusCode::NOT_FOUND => continue,
+            s if s.is_success() => {
+                let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
+                    .collect()
+                    .await
+                    .ok()?
+                    .to_bytes();
+                return parse_answer(&bytes);
+            }
+            s => {
+                debug!(status = s.as_u16(), "SelfSubjectReview refused");
+                return None;
+            }
+        }
+    }
+    None
+}
+
+fn parse_answer(bytes: &[u8]) -> Option<ReviewedUser> {
+    let answer: Answer = serde_json::from_slice(bytes).ok()?;
+    let user = answer.status.user_info;
+    (!user.username.is_empty()).then_some(ReviewedUser {
+        user: user.username,
+        groups: user.groups,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers() {
+        let json = br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview",
+            "status":{"userInfo":{"username":"tina","groups":["dev","system:authenticated"]}}}"#;
+        assert_eq!(
+            parse_answer(json),
+            Some(ReviewedUser {
+                user: "tina".into(),
+                groups: vec!["dev".into(), "system:authenticated".into()],
+            })
+        );
+        assert_eq!(parse_answer(br#"{"status":{}}"#), None);
+        assert_eq!(parse_answer(b"not json"), None);
+    }
+
+    #[test]
+    fn the_cache_keeps_answers_and_stays_bounded() {
+        let reviews = SelfSubjectReviews::default();
+        let a = HeaderValue::from_static("Bearer a");
+        assert_eq!(reviews.cached(&a), None);
+        let tina = ReviewedUser {
+            user: "tina".into(),
+            groups: vec![],
+        };
+        reviews.remember(a.clone(), Some(tina.clone()));
+        assert_eq!(reviews.cached(&a), Some(Some(tina)));
+        for n in 0..CAPACITY + 10 {
+            reviews.remember(HeaderValue::from_str(&format!("Bearer {n}")).unwrap(), None);
+        }
+        assert!(reviews.cache.lock().unwrap().len() <= CAPACITY);
+    }
+}

@@ -1,0 +1,534 @@
+//! The main listener: client connections (HTTP/1.1 or HTTP/2, plain or TLS) within their
+//! clocks, each request classified once and handed to the translator, the tunnel, the relay
+//! or the reverse proxy.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tower::service_fn;
+use tracing::{debug, warn};
+
+use std::time::Instant;
+
+use super::extended_connect;
+use crate::audit::ProtocolPath;
+use crate::proxy::auth::{Caller, PeerCertificate};
+use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody};
+use crate::proxy::client::request_layers;
+use crate::proxy::client::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
+use crate::proxy::observability::metrics::ConnectionShed;
+use crate::proxy::observability::metrics::HandshakeRejection;
+use crate::proxy::route::classify::{classify, Class, RelayKind};
+use crate::proxy::sessions::forward::forward;
+use crate::proxy::sessions::pass_through;
+use crate::proxy::sessions::registry::{next_session_id, Refusal};
+use crate::proxy::sessions::relay::relay;
+use crate::proxy::sessions::reverse_handler;
+use crate::proxy::sessions::session_audit::{self, AuditedBody, SessionClient};
+use crate::proxy::sessions::spdy_auto;
+use crate::proxy::sessions::state::ProxyState;
+use crate::proxy::upstream::streaming::UpstreamStreaming;
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::client_stream::{ConnectionId, HandshakeForm};
+use crate::proxy::wire::headers::caller_address;
+use crate::proxy::wire::maybe_tls::MaybeTls;
+use crate::proxy::wire::status_response::failure;
+use crate::request::target::RequestTarget;
+use crate::translate::exec_options::Subresource;
+use crate::translate::subprotocol::BearerToken;
+
+/// Receive window of one HTTP/2 stream: how much a client may send on one stream (one
+/// session) that the proxy has not yet read. A session whose upstream stops reading holds at
+/// most this much.
+pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
+
+/// Most concurrent streams (sessions and plain requests) on one HTTP/2 connection.
+pub const H2_MAX_STREAMS: u32 = 128;
+
+/// Receive window of a whole HTTP/2 connection: room for every stream's full window, so that
+/// however many of its sessions stall, the others still have window to receive in (a stalled
+/// stream can never starve its siblings of connection window). The most a client can make the
+/// proxy buffer on one connection (32 MiB).
+pub const H2_CONNECTION_WINDOW: u32 = H2_STREAM_WINDOW * H2_MAX_STREAMS;
+
+/// Serves `listener` until `shutdown` turns true; running connections finish on their own.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<ProxyState>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+        };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                // Running out of file descriptors must not end the proxy.
+                debug!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        if let Some(idle) = state.tcp_keepalive {
+            crate::proxy::wire::tcp_keepalive::enable(&tcp, idle);
+        }
+        tokio::spawn(serve_connection(tcp, peer, state.clone(), shutdown.clone()));
+    }
+}
+
+/// One client connection: the TLS handshake (if any), then HTTP/1.1 or HTTP/2, within the
+/// connection's clocks ([`connection_deadline`](crate::proxy::client::connection_deadline)). When the proxy
+/// starts draining (`shutdown`), an HTTP/2 connection gets a GOAWAY: no new streams, while
+/// its running sessions go on to their end (or the drain timeout).
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    state: Arc<ProxyState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // The request-header clock starts at the accept: the TLS handshake counts against it.
+    let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
+    let (io, certificate) = match &state.tls {
+        None => (ClientIo::Plain(tcp), PeerCertificate::None),
+        Some(acceptor) => {
+            match tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => {
+                    let certificate = peer_certificate(&stream, peer);
+                    (ClientIo::Tls(Box::new(stream)), certificate)
+                }
+                Ok(Err(e)) => {
+                    debug!(error = %e, %peer, "TLS handshake failed");
+                    state
+                        .metrics
+                        .connection_shed(ConnectionShed::TlsHandshakeFailed);
+                    return;
+                }
+                Err(_) => {
+                    debug!(%peer, "TLS handshake timed out");
+                    state
+                        .metrics
+                        .connection_shed(ConnectionShed::RequestHeaderTimeout);
+                    return;
+                }
+            }
+        }
+    };
+    let activity = Activity::new();
+    let conn = Arc::new(Connection {
+        peer,
+        certificate,
+        id: ConnectionId::next(),
+        activity: activity.clone(),
+    });
+    let service = {
+        let activity = activity.clone();
+        let state = state.clone();
+        let metrics = state.metrics.clone();
+        TowerToHyperService::new(request_layers::wrap(
+            service_fn(move |req| {
+                let in_flight = activity.request_started();
+                let state = state.clone();
+                let conn = conn.clone();
+                async move {
+                    let resp = route(state, req, &conn).await;
+                    Ok::<_, Infallible>(resp.map(|body| InFlightBody::new(body, in_flight)))
+                }
+            }),
+            metrics,
+        ))
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(state.request_header_timeout)
+        .max_buf_size(state.max_request_header_bytes);
+    let mut http2 = builder.http2();
+    http2
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(state.max_request_header_bytes).unwrap_or(u32::MAX))
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_concurrent_streams(H2_MAX_STREAMS);
+    if state.http2_websockets {
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL = 1: clients may open WebSockets as streams
+        // (RFC 8441). Without it h2 refuses any `:protocol` itself.
+        http2.enable_connect_protocol();
+    }
+    let served = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(served);
+    let mut closing = false;
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            stop = shutdown.wait_for(|stop| *stop).map(|r| r.is_ok()), if !draining => {
+                draining = true;
+                // (A dropped sender is no signal.) HTTP/2: GOAWAY; an idle HTTP/1.1
+                // keep-alive connection is closed, one with a request in flight after it.
+                if stop {
+                    served.as_mut().graceful_shutdown();
+                }
+            }
+            result = served.as_mut() => {
+                if let Err(e) = result {
+                    // hyper's own header timer may beat ours to a slow request head.
+                    let header_timeout = e
+                        .downcast_ref::<hyper::Error>()
+                        .is_some_and(hyper::Error::is_timeout);
+                    if header_timeout {
+                        state.metrics.connection_shed(ConnectionShed::RequestHeaderTimeout);
+                    }
+                    debug!(error = %e, %peer, "client connection ended with an error");
+                }
+                return;
+            }
+            expiry = activity.expired(first_request_by, state.idle_connection_timeout) => {
+                if closing {
+                    // Told to close a whole idle period ago and still there: cut.
+                    return;
+                }
+                debug!(%peer, reason = expiry.label(), "closing the client connection");
+                state.metrics.connection_shed(match expiry {
+                    Expiry::FirstRequest => ConnectionShed::RequestHeaderTimeout,
+                    Expiry::Idle => ConnectionShed::IdleTimeout,
+                });
+                if expiry == Expiry::FirstRequest {
+                    // Nothing to say to a peer that never asked anything.
+                    return;
+                }
+                // HTTP/2 gets a GOAWAY, an idle HTTP/1.1 connection is closed; a request that
+                // slipped in meanwhile still finishes.
+                served.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+}
+
+/// The client's side of a connection: plain TCP or TLS.
+pub type ClientIo = MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
+
+/// One client connection, as every request on it sees it.
+#[derive(Debug)]
+pub struct Connection {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// What the verified client certificate says, if one was presented.
+    pub certificate: PeerCertificate,
+    /// Its number in logs.
+    pub id: ConnectionId,
+    /// Its requests in flight (the idle clock); an HTTP/2 session counts as one while it runs.
+    pub activity: Arc<Activity>,
+}
+
+/// What the verified client certificate (`--client-ca-file`) of a connection says. A refused
+/// one is logged here, once per connection; each request on it is then refused with 401.
+fn peer_certificate(
+    stream: &tokio_rustls::server::TlsStream<TcpStream>,
+    peer: SocketAddr,
+) -> PeerCertificate {
+    let Some(leaf) = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+    else {
+        return PeerCertificate::None;
+    };
+    let certificate = PeerCertificate::from_leaf(leaf);
+    if let PeerCertificate::Refused(why) = &certificate {
+        warn!(%peer, error = %why, "client certificate refused: its requests get 401");
+    }
+    certificate
+}
+
+/// Classifies a request, authenticates its caller (`--auth-mode`) and runs its handler.
+/// Streaming sessions are admitted first (`--max-sessions`, draining); plain requests are
+/// counted with their latency.
+pub async fn route(
+    state: Arc<ProxyState>,
+    req: Request<Incoming>,
+    conn: &Connection,
+) -> Response<ProxyBody> {
+    // `Err` is an answer too: a refusal by authentication.
+    route_authenticated(state, req, conn)
+        .await
+        .unwrap_or_else(|refusal| refusal)
+}
+
+async fn route_authenticated(
+    state: Arc<ProxyState>,
+    mut req: Request<Incoming>,
+    conn: &Connection,
+) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    let peer = conn.peer;
+    // An HTTP/2 WebSocket (extended CONNECT) takes the HTTP/1.1 upgrade's form here, so that
+    // everything below is one code path for both.
+    if let Err(refusal) = extended_connect::normalize(&mut req) {
+        state
+            .metrics
+            .handshake_rejected(HandshakeRejection::BadRequest);
+        let (code, reason) = refusal.status();
+        return Ok(failure(code, reason, refusal.to_string()));
+    }
+    // The one reading of the target, as kube-apiserver will act on it: everything below
+    // (classification, audit, recording, what goes upstream) uses it.
+    let target = match RequestTarget::parse(req.uri().path(), req.uri().query()) {
+        Ok(target) => target,
+        Err(e) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            return Ok(failure(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                e.to_string(),
+            ));
+        }
+    };
+    let (bearer, session) = match classify(req.method(), &target, req.headers()) {
+        Class::BadRequest(reason) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", reason));
+        }
+        Class::Forward => {
+            let caller = authenticate(&state, req.headers(), None, conn).await?;
+            let method = req.method().clone();
+            let started = Instant::now();
+            if state.audit.is_some() && session_audit::is_followed_log(&method, &target) {
+                if let Err(why) = canonical_target(&mut req, &target) {
+                    return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
+                }
+                return Ok(followed_log(&state, req, peer, &caller).await);
+            }
+            let resp = forward(&state, req, peer, &caller).await;
+            state
+                .metrics
+                .request(&method, resp.status().as_u16(), started.elapsed());
+            return Ok(resp);
+        }
+        Class::Translate {
+            bearer,
+            subresource,
+        } => (bearer, Session::Translate(subresource)),
+        Class::Tunnel { bearer, protocols } => (bearer, Session::Tunnel(protocols)),
+        Class::Relay { kind, bearer } => (bearer, Session::Relay(kind)),
+    };
+    // What is audited and recorded is what goes upstream.
+    if let Err(why) = canonical_target(&mut req, &target) {
+        state
+            .metrics
+            .handshake_rejected(HandshakeRejection::BadRequest);
+        return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
+    }
+    // A streaming session: its caller is authenticated first (from the headers alone, so that
+    // in the modes that authenticate, a caller without credentials makes the proxy hold no
+    // body), then everything the request carries is read (within a time limit, against the
+    // shared body budget) before it may take one of the `--max-sessions` slots.
+    let caller = authenticate(&state, req.headers(), bearer, conn).await?;
+    let req = match UpgradeRequest::read(
+        req,
+        conn.id,
+        MAX_UPGRADE_BODY,
+        state.handshake_timeout,
+        &state.upgrade_body_budget,
+    )
+    .await
+    {
+        Ok(req) => req,
+        Err(e) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            let (code, reason) = e.status();
+            let mut resp = failure(code, reason, e.to_string());
+            if code == StatusCode::SERVICE_UNAVAILABLE {
+                resp.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from_static("1"),
+                );
+            }
+            return Ok(resp);
+        }
+    };
+    let slot = match state.sessions.admit() {
+        Ok(slot) => slot,
+        Err(refusal) => return Ok(refuse(&state, refusal)),
+    };
+    let form = req.client.form;
+    state.metrics.session_admitted(form);
+    // An HTTP/1.1 upgrade takes its connection away from hyper; an HTTP/2 one is a stream the
+    // connection must stay open for: it is busy (never idle-closed) until the session ends.
+    let slot = slot
+        .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
+    Ok(match session {
+        // `--upstream-streaming` decides whether these are translated or passed through.
+        Session::Translate(subresource) => {
+            let streamed = pass_through::Streamed::RemoteCommand(subresource);
+            pass_through::handle(state.clone(), req, peer, caller, streamed, slot).await
+        }
+        Session::Tunnel(protocols) => {
+            let streamed = pass_through::Streamed::Tunnel(protocols);
+            pass_through::handle(state.clone(), req, peer, caller, streamed, slot).await
+        }
+        // SPDY exec/attach/port-forward: relayed, or translated to WebSocket where the
+        // upstream takes only that (`websocket`, or `auto` once SPDY was refused).
+        Session::Relay(RelayKind::Spdy) => {
+            match (
+                state.upstream_streaming,
+                reverse_handler::streaming_subresource(req.parts.uri.path()),
+            ) {
+                (UpstreamStreaming::WebSocket, Some(_)) => {
+                    reverse_handler::handle(state.clone(), req, peer, caller, slot).await
+                }
+                (UpstreamStreaming::Auto, Some(subresource)) => {
+                    spdy_auto::handle(state.clone(), req, peer, caller, subresource, slot).await
+                }
+                _ => relay(&state, req, peer, RelayKind::Spdy, slot, &caller).await,
+            }
+        }
+        Session::Relay(kind) => relay(&state, req, peer, kind, slot, &caller).await,
+    })
+}
+
+/// Makes a streaming request's URI the canonical form of `target`, so that the upstream acts on
+/// exactly what the proxy classified, audits and records (`%65xec` goes upstream as `exec`,
+/// a dropped `;` pair is not sent at all). A target Go would read as bytes that are not UTF-8
+/// is refused: no pod, container or command the API server accepts has them.
+fn canonical_target<B>(req: &mut Request<B>, target: &RequestTarget) -> Result<(), &'static str> {
+    if !target.is_utf8() {
+        return Err("the request path or query decodes to bytes that are not UTF-8");
+    }
+    if !target.is_rewritten() {
+        return Ok(());
+    }
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(
+        target
+            .canonical()
+            .parse()
+            .expect("a canonical target is a valid path and query"),
+    );
+    *req.uri_mut() = http::Uri::from_parts(parts).expect("only the path and query changed");
+    debug!(
+        canonical = target.canonical(),
+        "streaming request target rewritten to its canonical form"
+    );
+    Ok(())
+}
+
+/// A followed pod log over plain HTTP (`kubectl logs -f`), forwarded as any request and
+/// audited as a session from the request to the end of its body.
+async fn followed_log(
+    state: &ProxyState,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    caller: &Caller,
+) -> Response<ProxyBody> {
+    let method = req.method().clone();
+    let http_version = req.version();
+    let started = Instant::now();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_default();
+    let audit_id = request_layers::audit_id(req.headers());
+    // The credentials as they go upstream: in passthrough mode, the caller's own.
+    let credentials = req.headers().get(http::header::AUTHORIZATION).cloned();
+    let (resp, identity) = tokio::join!(
+        forward(state, req, peer, caller),
+        session_audit::identify(state, caller, credentials),
+    );
+    state
+        .metrics
+        .request(&method, resp.status().as_u16(), started.elapsed());
+    let audit = session_audit::start(
+        state,
+        session_audit::session_info(
+            next_session_id(),
+            &path_and_query,
+            SessionClient::new(peer, http_version),
+            identity,
+            ProtocolPath::Http,
+            None,
+            audit_id,
+        ),
+    );
+    AuditedBody::wrap(resp, audit)
+}
+
+/// The streaming handler a classified upgrade goes to.
+enum Session {
+    Translate(Subresource),
+    Tunnel(Vec<String>),
+    Relay(RelayKind),
+}
+
+/// Who the caller is, or the refusal to send (401, 403 or 503 with a Status).
+async fn authenticate(
+    state: &ProxyState,
+    headers: &http::HeaderMap,
+    bearer: Option<BearerToken>,
+    conn: &Connection,
+) -> Result<Caller, Response<ProxyBody>> {
+    state
+        .auth
+        .authenticate(
+            headers,
+            bearer,
+            &conn.certificate,
+            caller_address(headers, conn.peer.ip(), state.trust_forwarded_for),
+        )
+        .await
+        .map_err(|rejection| {
+            state.metrics.auth_rejected(rejection.label());
+            state.auth.log_rejection(&rejection, conn.peer);
+            rejection.response()
+        })
+}
+
+/// The answer to a session the proxy will not start: 429 with Retry-After when full, 503
+/// while draining, each with a Kubernetes Status.
+fn refuse(state: &ProxyState, refusal: Refusal) -> Response<ProxyBody> {
+    match refusal {
+        Refusal::Full => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::TooManySessions);
+            let mut resp = failure(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                "kube-ws-proxy is at its session limit (--max-sessions); try again later",
+            );
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            resp
+        }
+        Refusal::Draining => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::Draining);
+            failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "kube-ws-proxy is shutting down; retry on another replica",
+            )
+        }
+    }
+}

@@ -1,0 +1,705 @@
+//! The proxy's Prometheus metrics, served at `/metrics` on the admin listener. Every label takes
+//! values from a fixed set (the enums below, the standard HTTP methods, a fixed list of status
+//! codes with the rest counted by class): never pod names, users, paths or whatever number a
+//! peer sends, so neither a busy proxy nor a hostile upstream can grow its series without bound.
+
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::audit::recording::RecordingCounters;
+use crate::audit::AuditCounters;
+use crate::proxy::wire::client_stream::HandshakeForm;
+
+/// What kind of streaming session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    Exec,
+    Attach,
+    PortForwardTunnel,
+    WebSocketRelay,
+    SpdyRelay,
+    /// v5 exec/attach or the port-forward tunnel passed through to an upstream that serves
+    /// them (`--upstream-streaming`).
+    PassThrough,
+}
+
+impl SessionKind {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            SessionKind::Exec => "exec",
+            SessionKind::Attach => "attach",
+            SessionKind::PortForwardTunnel => "portforward_tunnel",
+            SessionKind::WebSocketRelay => "websocket_relay",
+            SessionKind::SpdyRelay => "spdy_relay",
+            SessionKind::PassThrough => "websocket_pass_through",
+        }
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOutcome {
+    Success,
+    NonZeroExit,
+    UpstreamError,
+    ClientGone,
+    /// The client stopped answering keepalive pings.
+    ClientUnresponsive,
+    /// The upstream stopped answering keepalive pings.
+    UpstreamUnresponsive,
+    /// No data either way for `--stream-idle-timeout`.
+    IdleTimeout,
+    /// The session's recording failed under `--record=required`.
+    RecordingFailed,
+    Drained,
+}
+
+impl SessionOutcome {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            SessionOutcome::Success => "success",
+            SessionOutcome::NonZeroExit => "non_zero_exit",
+            SessionOutcome::UpstreamError => "upstream_error",
+            SessionOutcome::ClientGone => "client_gone",
+            SessionOutcome::ClientUnresponsive => "client_unresponsive",
+            SessionOutcome::UpstreamUnresponsive => "upstream_unresponsive",
+            SessionOutcome::IdleTimeout => "idle_timeout",
+            SessionOutcome::RecordingFailed => "recording_failed",
+            SessionOutcome::Drained => "drained",
+        }
+    }
+}
+
+/// Why a client's handshake was refused before any session started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeRejection {
+    BadRequest,
+    TooManySessions,
+    Draining,
+}
+
+impl HandshakeRejection {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            HandshakeRejection::BadRequest => "bad_request",
+            HandshakeRejection::TooManySessions => "too_many_sessions",
+            HandshakeRejection::Draining => "draining",
+        }
+    }
+}
+
+/// Why the proxy closed a client connection on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionShed {
+    /// No complete request head within `--request-header-timeout` of the accept.
+    RequestHeaderTimeout,
+    /// No request in flight for `--idle-connection-timeout`.
+    IdleTimeout,
+    /// The TLS handshake failed.
+    TlsHandshakeFailed,
+    /// An admin connection beyond `--admin-max-connections`, closed as soon as accepted.
+    AdminConnectionLimit,
+}
+
+impl ConnectionShed {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectionShed::RequestHeaderTimeout => "request_header_timeout",
+            ConnectionShed::IdleTimeout => "idle_timeout",
+            ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
+            ConnectionShed::AdminConnectionLimit => "admin_connection_limit",
+        }
+    }
+}
+
+/// All metric families of one proxy.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    sessions_active: IntGaugeVec,
+    sessions_total: IntCounterVec,
+    session_bytes: IntCounterVec,
+    sessions_admitted: IntCounterVec,
+    session_duration: HistogramVec,
+    upstream_upgrade_failures: IntCounterVec,
+    handshake_rejections: IntCounterVec,
+    auth_rejections: IntCounterVec,
+    connections_shed: IntCounterVec,
+    requests_total: IntCounterVec,
+    request_duration: HistogramVec,
+    handler_panics: IntCounter,
+    tasks_alive: IntGauge,
+    audit: AuditCounters,
+    recording: RecordingCounters,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family on a fresh registry.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let plain_counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str], buckets: Vec<f64>| {
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+                .expect("valid metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
+            h
+        };
+        let sessions_active = IntGaugeVec::new(
+            Opts::new(
+                "kube_ws_proxy_sessions_active",
+                "Streaming sessions running now.",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(sessions_active.clone()))
+            .expect("unique metric");
+        let tasks_alive = IntGauge::new(
+            "kube_ws_proxy_runtime_tasks_alive",
+            "Tasks alive on the proxy's async runtime (every connection and session holds a \
+             few): after load it returns to its idle level unless tasks leak.",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(tasks_alive.clone()))
+            .expect("unique metric");
+        Metrics {
+            tasks_alive,
+            sessions_active,
+            sessions_total: counter(
+                "kube_ws_proxy_sessions_total",
+                "Finished streaming sessions by kind and outcome.",
+                &["kind", "outcome"],
+            ),
+            session_bytes: counter(
+                "kube_ws_proxy_session_bytes_total",
+                "Payload bytes of streaming sessions by kind and direction (up: client to \
+                 upstream, down: upstream to client).",
+                &["kind", "direction"],
+            ),
+            sessions_admitted: counter(
+                "kube_ws_proxy_sessions_admitted_total",
+                "Streaming sessions admitted, by the HTTP version of the client's handshake \
+                 (1.1: an upgrade with its own connection; 2: an extended CONNECT, one stream \
+                 of a shared connection).",
+                &["http_version"],
+            ),
+            session_duration: histogram(
+                "kube_ws_proxy_session_duration_seconds",
+                "Duration of finished streaming sessions.",
+                &["kind"],
+                vec![
+                    0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
+                ],
+            ),
+            upstream_upgrade_failures: counter(
+                "kube_ws_proxy_upstream_upgrade_failures_total",
+                "Upstream refusals of an upgrade by HTTP status (0: no HTTP answer).",
+                &["code"],
+            ),
+            handshake_rejections: counter(
+                "kube_ws_proxy_handshake_rejections_total",
+                "Client handshakes refused by the proxy itself, by reason.",
+                &["reason"],
+            ),
+            auth_rejections: counter(
+                "kube_ws_proxy_auth_rejections_total",
+                "Requests refused by caller authentication (impersonate and front-proxy modes), \
+                 by reason.",
+                &["reason"],
+            ),
+            connections_shed: counter(
+                "kube_ws_proxy_client_connections_closed_total",
+                "Client connections the proxy closed on its own, by reason.",
+                &["reason"],
+            ),
+            requests_total: counter(
+                "kube_ws_proxy_http_requests_total",
+                "Plain (non-streaming) requests proxied, by method and status code.",
+                &["method", "code"],
+            ),
+            request_duration: histogram(
+                "kube_ws_proxy_http_request_duration_seconds",
+                "Time to the upstream's response head for plain requests, by method.",
+                &["method"],
+                prometheus::DEFAULT_BUCKETS.to_vec(),
+            ),
+            handler_panics: plain_counter(
+                "kube_ws_proxy_handler_panics_total",
+                "Requests whose handler panicked (answered 500; a bug: please report it).",
+            ),
+            audit: AuditCounters {
+                written: plain_counter(
+                    "kube_ws_proxy_audit_events_total",
+                    "Audit events written (--audit-log).",
+                ),
+                dropped: plain_counter(
+                    "kube_ws_proxy_audit_events_dropped_total",
+                    "Audit events dropped because the audit log's queue was full.",
+                ),
+                write_failures: plain_counter(
+                    "kube_ws_proxy_audit_write_failures_total",
+                    "Writes and flushes of the audit log that failed (disk full, file gone).",
+                ),
+                lost: plain_counter(
+                    "kube_ws_proxy_audit_events_lost_total",
+                    "Audit events missing from the log because their write failed; the log \
+                     goes on with whole lines.",
+                ),
+            },
+            recording: RecordingCounters {
+                recorded_bytes: plain_counter(
+                    "kube_ws_proxy_recorded_bytes_total",
+                    "Session bytes written to recordings (--record).",
+                ),
+                failures: plain_counter(
+                    "kube_ws_proxy_recording_failures_total",
+                    "Recordings that could not start or could not be written to the end.",
+                ),
+            },
+            registry,
+        }
+    }
+
+    /// The recordings' counters.
+    pub fn recording_counters(&self) -> RecordingCounters {
+        self.recording.clone()
+    }
+
+    /// The audit log's counters.
+    pub fn audit_counters(&self) -> AuditCounters {
+        self.audit.clone()
+    }
+
+    /// Counts a session as running until the returned guard is finished or dropped.
+    pub fn session(&self, kind: SessionKind) -> SessionGuard {
+        self.sessions_active
+            .with_label_values(&[kind.label()])
+            .inc();
+        SessionGuard {
+            metrics: self.clone(),
+            kind,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// Counts a session admitted, by how its client asked for it.
+    pub fn session_admitted(&self, form: HandshakeForm) {
+        self.sessions_admitted
+            .with_label_values(&[form.http_version()])
+            .inc();
+    }
+
+    /// Counts an upstream refusal of an upgrade (`code` 0: no HTTP answer).
+    pub fn upstream_upgrade_failure(&self, code: u16) {
+        self.upstream_upgrade_failures
+            .with_label_values(&[code_label(code)])
+            .inc();
+    }
+
+    /// Counts a handshake the proxy refused.
+    pub fn handshake_rejected(&self, reason: HandshakeRejection) {
+        self.handshake_rejections
+            .with_label_values(&[reason.label()])
+            .inc();
+    }
+
+    /// Counts a request refused by authentication; `reason` is one of
+    /// [`AUTH_REJECTION_REASONS`] (anything else is counted as `other`).
+    pub fn auth_rejected(&self, reason: &'static str) {
+        // The reason comes from `Rejection::label`; checked here so that the label set stays
+        // fixed whatever a caller passes.
+        let reason = AUTH_REJECTION_REASONS
+            .iter()
+            .copied()
+            .find(|known| *known == reason)
+            .unwrap_or("other");
+        self.auth_rejections.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a client connection the proxy closed on its own.
+    pub fn connection_shed(&self, reason: ConnectionShed) {
+        self.connections_shed
+            .with_label_values(&[reason.label()])
+            .inc();
+    }
+
+    /// Counts a plain proxied request.
+    pub fn request(&self, method: &http::Method, code: u16, elapsed: Duration) {
+        let method = method_label(method);
+        self.requests_total
+            .with_label_values(&[method, code_label(code)])
+            .inc();
+        self.request_duration
+            .with_label_values(&[method])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a request whose handler panicked.
+    pub fn handler_panicked(&self) {
+        self.handler_panics.inc();
+    }
+
+    /// The Prometheus text exposition of every family.
+    pub fn render(&self) -> Vec<u8> {
+        // Read when asked rather than kept up to date: the runtime counts its tasks anyway.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.tasks_alive
+                .set(i64::try_from(runtime.metrics().num_alive_tasks()).unwrap_or(i64::MAX));
+        }
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}
+
+/// Every value of the `reason` label of `kube_ws_proxy_auth_rejections_total` (besides
+/// `other`, which no caller should cause).
+pub const AUTH_REJECTION_REASONS: [&str; 5] = [
+    "unauthenticated",
+    "impersonation_headers",
+    "authentication_unavailable",
+    "ambiguous_client_certificate",
+    "token_review_rate_limited",
+];
+
+/// Status codes that keep their own `code` label value: those Kubernetes and the proxy
+/// answer with, and `0` (no HTTP answer at all).
+const NAMED_CODES: [(u16, &str); 31] = [
+    (0, "0"),
+    (101, "101"),
+    (200, "200"),
+    (201, "201"),
+    (202, "202"),
+    (204, "204"),
+    (206, "206"),
+    (301, "301"),
+    (302, "302"),
+    (304, "304"),
+    (307, "307"),
+    (308, "308"),
+    (400, "400"),
+    (401, "401"),
+    (403, "403"),
+    (404, "404"),
+    (405, "405"),
+    (406, "406"),
+    (409, "409"),
+    (410, "410"),
+    (413, "413"),
+    (415, "415"),
+    (422, "422"),
+    (429, "429"),
+    (431, "431"),
+    (500, "500"),
+    (501, "501"),
+    (502, "502"),
+    (503, "503"),
+    (504, "504"),
+    (505, "505"),
+];
+
+/// The `code` label of a status: a known code as itself, any other by its class (`1xx` …
+/// `5xx`), and what is no HTTP status at all (600–999, which hyper accepts from an upstream)
+/// `other`. An upstream can then add at most a handful of series, not one per number.
+pub fn code_label(code: u16) -> &'static str {
+    if let Some((_, label)) = NAMED_CODES.iter().find(|(known, _)| *known == code) {
+        return label;
+    }
+    match code {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    }
+}
+
+/// Standard methods keep their name; anything else is `other` (a bounded label set).
+fn method_label(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        http::Method::HEAD => "HEAD",
+        http::Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// A running session's place in the metrics.
+#[derive(Debug)]
+pub struct SessionGuard {
+    metrics: Metrics,
+    kind: SessionKind,
+    started: Instant,
+    finished: bool,
+}
+
+impl SessionGuard {
+    /// Records the finished session: outcome, bytes each way, duration.
+    pub fn finish(mut self, outcome: SessionOutcome, bytes_up: u64, bytes_down: u64) {
+        let m = &self.metrics;
+        let kind = self.kind.label();
+        m.sessions_total
+            .with_label_values(&[kind, outcome.label()])
+            .inc();
+        m.session_bytes
+            .with_label_values(&[kind, "up"])
+            .inc_by(bytes_up);
+        m.session_bytes
+            .with_label_values(&[kind, "down"])
+            .inc_by(bytes_down);
+        m.session_duration
+            .with_label_values(&[kind])
+            .observe(self.started.elapsed().as_secs_f64());
+        self.finished = true;
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.metrics
+            .sessions_active
+            .with_label_values(&[self.kind.label()])
+            .dec();
+        if !self.finished {
+            // Ended without an outcome: an early upstream failure (or a panic): still counted.
+            self.metrics
+                .sessions_total
+                .with_label_values(&[self.kind.label(), SessionOutcome::UpstreamError.label()])
+                .inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    #[test]
+    fn a_status_code_label_is_one_of_a_few_dozen_whatever_the_number() {
+        let labels: BTreeSet<&str> = (0..=1000).chain([u16::MAX]).map(code_label).collect();
+        let mut fixed: BTreeSet<&str> = NAMED_CODES.iter().map(|(_, l)| *l).collect();
+        fixed.extend(["1xx", "2xx", "3xx", "4xx", "5xx", "other"]);
+        assert_eq!(labels, fixed);
+        assert!(labels.len() <= 40, "{labels:?}");
+        for (code, label) in NAMED_CODES {
+            assert_eq!(label, code.to_string());
+            assert_eq!(code_label(code), label);
+        }
+        assert_eq!(code_label(418), "4xx");
+        assert_eq!(code_label(599), "5xx");
+        assert_eq!(code_label(600), "other");
+        assert_eq!(code_label(999), "other");
+        assert_eq!(code_label(42), "other");
+    }
+
+    /// Every label value in the rendered text, by label name (histograms' `le` left out).
+    fn label_values(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((_, rest)) = line.split_once('{') else {
+                continue;
+            };
+            let (labels, _) = rest.split_once('}').expect("closed label set");
+            for pair in labels.split(',') {
+                let (name, value) = pair.split_once('=').expect("name=value");
+                if name != "le" {
+                    seen.entry(name.to_owned())
+                        .or_default()
+                        .insert(value.trim_matches('"').to_owned());
+                }
+            }
+        }
+        seen
+    }
+
+    /// Drives every way a label can be set with every value its source can take (all status
+    /// codes 0–1000, odd methods, unknown reasons) and checks each label stays in its set.
+    #[test]
+    fn every_label_comes_from_a_fixed_set() {
+        let m = Metrics::new();
+        let kinds = [
+            SessionKind::Exec,
+            SessionKind::Attach,
+            SessionKind::PortForwardTunnel,
+            SessionKind::WebSocketRelay,
+            SessionKind::SpdyRelay,
+            SessionKind::PassThrough,
+        ];
+        let outcomes = [
+            SessionOutcome::Success,
+            SessionOutcome::NonZeroExit,
+            SessionOutcome::UpstreamError,
+            SessionOutcome::ClientGone,
+            SessionOutcome::ClientUnresponsive,
+            SessionOutcome::UpstreamUnresponsive,
+            SessionOutcome::IdleTimeout,
+            SessionOutcome::RecordingFailed,
+            SessionOutcome::Drained,
+        ];
+        for kind in kinds {
+            for outcome in outcomes {
+                m.session(kind).finish(outcome, 1, 1);
+            }
+        }
+        for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
+            m.session_admitted(form);
+        }
+        for reason in [
+            HandshakeRejection::BadRequest,
+            HandshakeRejection::TooManySessions,
+            HandshakeRejection::Draining,
+        ] {
+            m.handshake_rejected(reason);
+        }
+        for reason in [
+            ConnectionShed::RequestHeaderTimeout,
+            ConnectionShed::IdleTimeout,
+            ConnectionShed::TlsHandshakeFailed,
+            ConnectionShed::AdminConnectionLimit,
+        ] {
+            m.connection_shed(reason);
+        }
+        for reason in AUTH_REJECTION_REASONS.iter().copied().chain(["made_up"]) {
+            m.auth_rejected(reason);
+        }
+        let methods = [
+            "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "BREW", "X",
+        ]
+        .map(|m| http::Method::from_bytes(m.as_bytes()).unwrap());
+        for code in 0..=1000 {
+            m.upstream_upgrade_failure(code);
+            for method in &methods {
+                m.request(method, code, Duration::from_millis(1));
+            }
+        }
+        let text = String::from_utf8(m.render()).unwrap();
+        let seen = label_values(&text);
+
+        let set = |values: &[&str]| {
+            values
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<BTreeSet<_>>()
+        };
+        let mut codes: Vec<&str> = NAMED_CODES.iter().map(|(_, l)| *l).collect();
+        codes.extend(["1xx", "2xx", "3xx", "4xx", "5xx", "other"]);
+        let mut reasons = vec![
+            "bad_request",
+            "too_many_sessions",
+            "draining",
+            "request_header_timeout",
+            "idle_timeout",
+            "tls_handshake_failed",
+            "admin_connection_limit",
+            "other",
+        ];
+        reasons.extend(AUTH_REJECTION_REASONS);
+        let allowed: BTreeMap<String, BTreeSet<String>> = [
+            ("kind", set(&kinds.map(SessionKind::label))),
+            ("outcome", set(&outcomes.map(SessionOutcome::label))),
+            ("direction", set(&["up", "down"])),
+            ("http_version", set(&["1.1", "2"])),
+            ("reason", set(&reasons)),
+            ("code", set(&codes)),
+            (
+                "method",
+                set(&[
+                    "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "other",
+                ]),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, values)| (name.to_owned(), values))
+        .collect();
+        // Every label the families use is one this test knows, and stays within its set.
+        assert_eq!(
+            seen.keys().collect::<Vec<_>>(),
+            allowed.keys().collect::<Vec<_>>(),
+            "a label this test does not know: give it a fixed set and list it here"
+        );
+        for (name, values) in &seen {
+            assert!(
+                values.is_subset(&allowed[name]),
+                "label {name}: {:?} outside the fixed set",
+                values.difference(&allowed[name]).collect::<Vec<_>>()
+            );
+        }
+        // 1,001 status codes times 9 methods make at most a few hundred series.
+        let series = text.lines().filter(|l| !l.starts_with('#')).count();
+        assert!(series < 1500, "{series} series");
+    }
+
+    #[test]
+    fn families_render_and_move() {
+        let m = Metrics::new();
+        let g = m.session(SessionKind::Exec);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            text.contains(r#"kube_ws_proxy_sessions_active{kind="exec"} 1"#),
+            "{text}"
+        );
+        g.finish(SessionOutcome::NonZeroExit, 5, 7);
+        m.upstream_upgrade_failure(403);
+        m.session_admitted(HandshakeForm::ExtendedConnect);
+        m.handshake_rejected(HandshakeRejection::TooManySessions);
+        m.request(&http::Method::GET, 200, Duration::from_millis(3));
+        m.request(
+            &http::Method::from_bytes(b"BREW").unwrap(),
+            404,
+            Duration::from_millis(3),
+        );
+        let text = String::from_utf8(m.render()).unwrap();
+        for want in [
+            r#"kube_ws_proxy_sessions_active{kind="exec"} 0"#,
+            r#"kube_ws_proxy_sessions_total{kind="exec",outcome="non_zero_exit"} 1"#,
+            r#"kube_ws_proxy_session_bytes_total{direction="up",kind="exec"} 5"#,
+            r#"kube_ws_proxy_session_bytes_total{direction="down",kind="exec"} 7"#,
+            r#"kube_ws_proxy_upstream_upgrade_failures_total{code="403"} 1"#,
+            r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 1"#,
+            r#"kube_ws_proxy_handshake_rejections_total{reason="too_many_sessions"} 1"#,
+            r#"kube_ws_proxy_http_requests_total{code="200",method="GET"} 1"#,
+            r#"kube_ws_proxy_http_requests_total{code="404",method="other"} 1"#,
+            r#"kube_ws_proxy_session_duration_seconds_count{kind="exec"} 1"#,
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+    }
+}

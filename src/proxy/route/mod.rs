@@ -1,0 +1,11 @@
+//! Routing: what a request is and where it goes, decided once per request.
+//!
+//! - [`classify`]: a request's class (translated exec, tunnel, relay, reverse, plain forward)
+//!   from its method, target and headers.
+//!
+//! One proxy in front of many clusters picks the upstream here too: the route names the
+//! upstream (with its credentials, auth mode and streaming mode) a request goes to.
+//! Decisions only: route never runs a session. May use `auth`, `upstream` and `wire`; used by
+//! `sessions` and `listen`.
+
+pub mod classify;

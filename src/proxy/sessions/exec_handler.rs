@@ -1,0 +1,392 @@
+//! `pods/{name}/exec` and `/attach` WebSockets offering `v5.channel.k8s.io`: dial the upstream
+//! first, then accept the client's WebSocket and translate (PROTOCOL.md §4.7). Under
+//! `--upstream-streaming auto` the dial ([`dial`]) is made by the caller, which decides on its
+//! answer before handing it over ([`Prepared`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use tracing::{info, warn, Instrument};
+
+use super::registry::{next_session_id, SessionSlot};
+use super::session_audit::{self, SessionClient};
+use super::state::ProxyState;
+use crate::audit::recording::RecordPolicy;
+use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
+use crate::proxy::auth::Caller;
+use crate::proxy::client::request_layers;
+use crate::proxy::client::upgrade_request::UpgradeRequest;
+use crate::proxy::client::websocket::{upgraded, validate_handshake};
+use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
+use crate::proxy::upstream::spdy_dial::{dial_spdy, upstream_headers, DialError};
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::status_response::failure;
+use crate::spdy::proto::{Config as SpdyConfig, Connection};
+use crate::spdy::upgrade::UpgradeError;
+use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
+use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
+pub use crate::translate::remote_command::ExecStreams;
+use crate::translate::remote_command::{self, Outcome, SessionEndKind, SessionRecording};
+use crate::translate::status::Status;
+use crate::translate::status_mapping::from_upgrade_refusal;
+
+/// Where a translated session's upstream stands when [`handle`] is called.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Not asked yet: dial it with SPDY.
+    Dial,
+    /// Asked already (`auto`, [`dial`]): the SPDY session, or why there is none.
+    Dialled(Result<ExecStreams, SetupError>),
+    /// A pass-through the upstream did not take: this Status is what the client hears inside
+    /// its WebSocket, and the audit names the pass-through.
+    Refused(Status),
+}
+
+/// Why the SPDY session of a translated exec/attach could not be set up.
+#[derive(Debug)]
+pub enum SetupError {
+    /// The upstream answered the SPDY upgrade with something other than 101 (body capped).
+    Refused {
+        status: StatusCode,
+        headers: Box<HeaderMap>,
+        body: Bytes,
+    },
+    /// No answer: dial, TLS or timeout.
+    Unanswered(DialError),
+    /// The upgrade was taken but the exec streams did not open: the Status to report (boxed:
+    /// it is large and rare).
+    Streams(Box<Status>),
+}
+
+impl SetupError {
+    /// What the client is told, inside its WebSocket.
+    pub fn into_status(self) -> Status {
+        match self {
+            SetupError::Refused {
+                status,
+                headers,
+                body,
+            } => {
+                let content_type = headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok());
+                from_upgrade_refusal(status.as_u16(), content_type, &body)
+            }
+            SetupError::Unanswered(e) => Status::internal_error(&e.to_string()),
+            SetupError::Streams(status) => *status,
+        }
+    }
+}
+
+/// Asks the upstream for the SPDY session of a translated exec/attach of `req`, as [`handle`]
+/// would, without committing the client to it: `auto` decides on the answer first.
+pub async fn dial(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+) -> Result<ExecStreams, SetupError> {
+    let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
+    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
+    state.auth.apply(caller, &mut headers);
+    dial_streams(state, &req.path_and_query(), headers, &options).await
+}
+
+/// Handles a request the classifier marked for translation; `slot` is its admission and
+/// `prepared` says whether the upstream was asked already.
+pub async fn handle(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    subresource: Subresource,
+    slot: SessionSlot,
+    prepared: Prepared,
+) -> Response<ProxyBody> {
+    let client = req.client;
+    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
+        Ok(answer) => answer,
+        Err(e) => {
+            if let Prepared::Dialled(Ok(streams)) = prepared {
+                streams.conn.close().await;
+            }
+            return failure(e.status(), "BadRequest", e.to_string());
+        }
+    };
+    let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
+    let path_and_query = req.path_and_query();
+    let audit_id = request_layers::audit_id(&req.parts.headers);
+    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
+    state.auth.apply(&caller, &mut headers);
+    let on_upgrade = req.on_upgrade;
+
+    // A pass-through the upstream refused counts where the session was headed.
+    let kind = match (subresource, &prepared) {
+        (_, Prepared::Refused(_)) => SessionKind::PassThrough,
+        (Subresource::Attach, _) => SessionKind::Attach,
+        _ => SessionKind::Exec,
+    };
+    let guard = state.metrics.session(kind);
+    let session_id = next_session_id();
+    let target = parse_pod_subresource(path_without_query(&path_and_query));
+
+    // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
+    // Who the caller is (for the audit) is found out meanwhile.
+    let credentials = headers.get(http::header::AUTHORIZATION).cloned();
+    let protocol_path = match prepared {
+        Prepared::Refused(_) => ProtocolPath::PassThrough,
+        _ => ProtocolPath::Translated,
+    };
+    let setup = async {
+        let dialled = match prepared {
+            Prepared::Refused(status) => return Err(status),
+            Prepared::Dialled(dialled) => dialled,
+            Prepared::Dial => dial_streams(&state, &path_and_query, headers, &options).await,
+        };
+        dialled.map_err(|e| {
+            match &e {
+                SetupError::Refused { status, .. } => {
+                    state.metrics.upstream_upgrade_failure(status.as_u16())
+                }
+                SetupError::Unanswered(e) => {
+                    state.metrics.upstream_upgrade_failure(e.upstream_status())
+                }
+                SetupError::Streams(_) => {}
+            }
+            e.into_status()
+        })
+    };
+    let (mut setup, identity) =
+        tokio::join!(setup, session_audit::identify(&state, &caller, credentials),);
+    // The recording starts once the session is real (its streams are open).
+    let mut recording_error = None;
+    let recording = match (&state.recordings, &setup) {
+        (Some(recordings), Ok(_)) => {
+            let title = match (&target, &options.container) {
+                (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
+                (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
+                (None, _) => String::new(),
+            };
+            let id = crate::audit::instance::session_id(session_id);
+            match recordings.open(&id, &options.command, title).await {
+                Ok(recorder) => Some(SessionRecording {
+                    recorder,
+                    required: recordings.policy() == RecordPolicy::Required,
+                }),
+                Err(e) => {
+                    warn!(session = session_id, error = %e, "the session's recording could not start");
+                    if recordings.policy() == RecordPolicy::Required {
+                        let refusal = Status::failure(
+                            503,
+                            "ServiceUnavailable",
+                            format!(
+                                "kube-ws-proxy cannot record this session and recordings are \
+                                 required (--record=required): {e}"
+                            ),
+                        );
+                        if let Ok(streams) = std::mem::replace(&mut setup, Err(refusal)) {
+                            streams.conn.close().await;
+                        }
+                    }
+                    recording_error = Some(e.to_string());
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let refused_for_recording = recording_error.is_some() && setup.is_err();
+    let mut info = session_audit::session_info(
+        session_id,
+        &path_and_query,
+        SessionClient::new(peer, client.form),
+        identity,
+        protocol_path,
+        Some(ChannelProtocol::V5.name().to_owned()),
+        audit_id,
+    );
+    if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
+        info.recording = Some(r.recorder.path().display().to_string());
+    }
+    let audit = session_audit::start(&state, info);
+    let ready = options.ready_channel();
+    let tty = options.tty;
+    let mut limits = state.session_limits.clone();
+    limits.idle_timeout = state.stream_idle_timeout;
+    let ws_config = state.client_socket_config();
+    let handshake_timeout = state.handshake_timeout;
+    let user = caller.user().map(str::to_owned);
+    tokio::spawn(
+        async move {
+            let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
+                Ok(ws) => ws,
+                Err(e) => {
+                    warn!(error = %e, "client upgrade failed");
+                    if let Ok(streams) = setup {
+                        streams.conn.close().await;
+                    }
+                    session_audit::end_unstarted(
+                        audit,
+                        SessionOutcome::ClientGone,
+                        session_audit::CLIENT_UPGRADE_FAILED,
+                        None,
+                        recording_error,
+                    );
+                    guard.finish(SessionOutcome::ClientGone, 0, 0);
+                    return;
+                }
+            };
+            let outcome = match setup {
+                Ok(streams) => {
+                    let stop = slot.stop_token();
+                    remote_command::run(ws, streams, ready, tty, &limits, stop, recording.as_ref())
+                        .await
+                }
+                Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
+            };
+            let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
+            let result = if refused_for_recording {
+                SessionOutcome::RecordingFailed
+            } else {
+                metrics_outcome(&outcome)
+            };
+            let recording_error =
+                recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
+            // The recording is complete once its recorder is gone.
+            drop(recording);
+            // Before the slot goes: a drained proxy exits once every slot is back.
+            if let Some(audit) = audit {
+                audit.end(AuditEnd {
+                    bytes_in: outcome.bytes_in,
+                    bytes_out: outcome.bytes_out,
+                    duration_ms: outcome.duration.as_millis() as u64,
+                    exit_code: exit_code.map(i32::from),
+                    status: outcome.status.as_ref().map(|s| s.summary()),
+                    outcome: result.label(),
+                    ended_by: outcome.end.describe(),
+                    recording_error,
+                    ..Default::default()
+                });
+            }
+            drop(slot);
+            guard.finish(result, outcome.bytes_in, outcome.bytes_out);
+            info!(
+                session = session_id,
+                verb = kind.label(),
+                user = user.as_deref().unwrap_or(""),
+                http_version = client.form.http_version(),
+                connection = client.connection.0,
+                namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
+                pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
+                container = options.container.as_deref().unwrap_or(""),
+                tty,
+                bytes_in = outcome.bytes_in,
+                bytes_out = outcome.bytes_out,
+                duration_ms = outcome.duration.as_millis() as u64,
+                exit_code = exit_code.map(i64::from).unwrap_or(-1),
+                status = outcome
+                    .status
+                    .as_ref()
+                    .map(|s| s.summary())
+                    .unwrap_or_default(),
+                close_reason = outcome.end.describe(),
+                "exec session finished"
+            );
+        }
+        // The session's log lines name the request they came from (its audit id).
+        .in_current_span(),
+    );
+    answer.response(Some(ChannelProtocol::V5.name()))
+}
+
+/// Dials, upgrades and opens the streams.
+async fn dial_streams(
+    state: &ProxyState,
+    path_and_query: &str,
+    headers: http::HeaderMap,
+    options: &ExecOptions,
+) -> Result<ExecStreams, SetupError> {
+    let offered = UpstreamVersion::offer_list()
+        .iter()
+        .map(|v| v.name().to_owned())
+        .collect();
+    let upgraded = match dial_spdy(
+        &state.upstream,
+        path_and_query,
+        headers,
+        offered,
+        state.handshake_timeout,
+    )
+    .await
+    {
+        Ok(upgraded) => upgraded,
+        Err(DialError::Upgrade(UpgradeError::Refused {
+            status,
+            headers,
+            body,
+        })) => {
+            return Err(SetupError::Refused {
+                status,
+                headers,
+                body,
+            })
+        }
+        Err(e) => return Err(SetupError::Unanswered(e)),
+    };
+    let version = UpstreamVersion::from_negotiated(upgraded.protocol.as_deref());
+    let spdy_config = SpdyConfig {
+        ping_interval: state.upstream_ping_interval,
+        ping_timeout: state.upstream_ping_timeout,
+        ..SpdyConfig::default()
+    };
+    let conn = Connection::client(upgraded.io, upgraded.leftover, spdy_config);
+    // Each stream waits for the upstream's SYN_REPLY: bounded like the rest of the handshake.
+    let opened = tokio::time::timeout(
+        state.handshake_timeout,
+        remote_command::open_streams(conn.clone(), version, options),
+    )
+    .await;
+    match opened {
+        Ok(Ok(streams)) => Ok(streams),
+        Ok(Err(e)) => {
+            conn.close().await;
+            Err(SetupError::Streams(Box::new(Status::internal_error(
+                &format!("error creating upstream streams: {e}"),
+            ))))
+        }
+        Err(_) => {
+            conn.close().await;
+            Err(SetupError::Streams(Box::new(Status::internal_error(
+                &format!(
+                    "the upstream did not open the exec streams within {:?}",
+                    state.handshake_timeout
+                ),
+            ))))
+        }
+    }
+}
+
+/// How a finished session counts in the metrics.
+fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
+    match outcome.end {
+        SessionEndKind::Completed => match outcome.status.as_ref() {
+            Some(s) if s.exit_code() == Some(0) => SessionOutcome::Success,
+            Some(s) if s.exit_code().is_some() => SessionOutcome::NonZeroExit,
+            _ => SessionOutcome::UpstreamError,
+        },
+        SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
+        SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
+        SessionEndKind::Drained => SessionOutcome::Drained,
+        SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
+        SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
+        SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
+        SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
+    }
+}
+
+/// The path without the query, which may carry commands with secrets in them.
+fn path_without_query(pq: &str) -> &str {
+    pq.split('?').next().unwrap_or(pq)
+}

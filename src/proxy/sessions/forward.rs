@@ -1,0 +1,77 @@
+//! The streaming reverse proxy for requests that do not upgrade: bodies flow through as they
+//! come (watches, `logs -f`), nothing is buffered.
+
+use std::net::SocketAddr;
+
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tracing::debug;
+
+use super::state::ProxyState;
+use crate::proxy::auth::Caller;
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
+use crate::proxy::wire::status_response::failure;
+
+/// Forwards one request and streams the answer back.
+pub async fn forward(
+    state: &ProxyState,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    caller: &Caller,
+) -> Response<ProxyBody> {
+    let upstream = &state.upstream;
+    let client = state.client.get();
+    let (mut parts, body) = req.into_parts();
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| "/".to_owned());
+    parts.uri = match upstream.uri(&pq) {
+        Ok(uri) => uri,
+        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+    };
+    // The upstream connection is HTTP/1.1 whatever the client spoke.
+    parts.version = http::Version::HTTP_11;
+    remove_hop_by_hop(&mut parts.headers);
+    set_forwarding_headers(&mut parts.headers, peer.ip(), state.trust_forwarded_for);
+    state.auth.apply(caller, &mut parts.headers);
+    if let Ok(host) = HeaderValue::from_str(&upstream.authority()) {
+        parts.headers.insert(header::HOST, host);
+    }
+    let req = Request::from_parts(parts, body.boxed());
+    match client.request(req).await {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            remove_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.boxed())
+        }
+        Err(e) => {
+            let cause = error_chain(&e);
+            debug!(error = %cause, "upstream request failed");
+            failure(
+                StatusCode::BAD_GATEWAY,
+                "ServiceUnavailable",
+                format!("error trying to reach the upstream API server: {cause}"),
+            )
+        }
+    }
+}
+
+/// An error with its causes (`client error (Connect): TLS handshake … failed: invalid peer
+/// certificate: UnknownIssuer`): the pooled client's own message alone names no cause.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}

@@ -1,0 +1,38 @@
+//! Sessions: one runner per way a routed request is served, and what they share.
+//!
+//! The runners:
+//! - [`exec_handler`]: v5 exec/attach WebSockets translated to SPDY upstream.
+//! - [`tunnel_handler`]: the port-forward tunnel (`SPDY/3.1+portforward.k8s.io` over
+//!   WebSocket) to a SPDY upstream.
+//! - [`reverse_handler`]: SPDY clients (kubectl ≤ 1.30) to a WebSocket-only upstream.
+//! - [`pass_through`]: v5 and the tunnel passed upstream unchanged
+//!   (`--upstream-streaming websocket|auto`).
+//! - [`spdy_auto`]: SPDY clients under `auto`: relayed, or translated where SPDY is refused.
+//! - [`relay`]: byte-for-byte relays of upgrades the upstream serves natively, with
+//!   [`relay_answer`] (what the client is told), [`relay_pings`] (keepalive pings into a
+//!   relayed WebSocket) and [`relay_recording`] (recording a relayed exec/attach).
+//! - [`forward`]: the plain reverse proxy for requests that do not upgrade.
+//!
+//! What they share:
+//! - [`state`]: what every runner is given (the upstream, limits, metrics, audit).
+//! - [`session_audit`]: the audit hooks every streaming session calls at its start and end.
+//! - [`registry`]: admission (`--max-sessions`) and draining of running sessions; the
+//!   registry of live sessions that operators list, follow and end grows here, every session
+//!   kind registering the same way.
+//!
+//! May use `route`, `auth`, `upstream`, `client`, `observability` and `wire`; used only by
+//! `listen`.
+
+pub mod exec_handler;
+pub mod forward;
+pub mod pass_through;
+pub mod registry;
+pub mod relay;
+pub mod relay_answer;
+pub mod relay_pings;
+pub mod relay_recording;
+pub mod reverse_handler;
+pub mod session_audit;
+pub mod spdy_auto;
+pub mod state;
+pub mod tunnel_handler;

@@ -1,0 +1,608 @@
+//! v5 exec/attach and the port-forward tunnel under `--upstream-streaming websocket|auto`: the
+//! client's WebSocket upgrade goes upstream unchanged (its bearer subprotocol entry turned into
+//! credentials as `--auth-mode` says), and on the upstream's 101 the bytes are copied both ways
+//! by the relay (src/proxy/sessions/relay.rs), which also applies the session limit, idle timeout,
+//! drain, metrics, logs, audit and recording. No framing work is done on the way.
+//!
+//! Under `auto` a refusal that is not the cluster's Status (see [`after_refusal`]: an old
+//! cluster's kubelet, a gateway) makes the SPDY translation ask once for this session; only an
+//! upstream's 101 is remembered, so later sessions go to the path that last worked without
+//! asking again for a while (src/proxy/upstream/streaming.rs).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::exec_handler::{ExecStreams, Prepared, SetupError};
+use super::registry::{next_session_id, SessionSlot};
+use super::relay::{self, RelayError};
+use super::session_audit::{self, AuditIdentity, SessionClient};
+use super::state::ProxyState;
+use super::{exec_handler, tunnel_handler};
+use crate::audit::ProtocolPath;
+use crate::proxy::auth::Caller;
+use crate::proxy::client::request_layers;
+use crate::proxy::client::upgrade_request::UpgradeRequest;
+use crate::proxy::client::websocket::is_valid_key;
+use crate::proxy::observability::metrics::SessionKind;
+use crate::proxy::upstream::refusal_body::{HeldRefusal, MAX_STATUS_BODY};
+use crate::proxy::upstream::spdy_dial::DialError;
+use crate::proxy::upstream::streaming::{
+    after_first, after_refusal, after_second, log_decision, log_forgotten, AfterFirst, AfterSecond,
+    Answer, ClientProtocol, RefusalAnswer, StreamFamily, UpstreamPath, UpstreamStreaming,
+};
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::status_response::failure;
+use crate::spdy::upgrade::UpgradeError;
+use crate::translate::exec_options::Subresource;
+use crate::translate::protocol::{ChannelProtocol, TUNNEL_PREFIX};
+use crate::translate::status::Status;
+use crate::translate::status_mapping::from_upgrade_refusal;
+use crate::translate::subprotocol::BEARER_PREFIX;
+
+/// A streaming request that may be passed through.
+#[derive(Debug)]
+pub enum Streamed {
+    /// exec/attach offering `v5.channel.k8s.io`.
+    RemoteCommand(Subresource),
+    /// The port-forward tunnel; the de-prefixed SPDY protocols.
+    Tunnel(Vec<String>),
+}
+
+impl Streamed {
+    /// The client's offered subprotocols the upstream is offered: `v5.channel.k8s.io` alone
+    /// for exec/attach, the `SPDY/3.1+…k8s.io` entries for the tunnel (never the bearer entry).
+    fn upstream_offer(&self, client: &HeaderMap) -> Vec<String> {
+        client
+            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|p| !p.starts_with(BEARER_PREFIX))
+            .filter(|p| match self {
+                Streamed::RemoteCommand(_) => *p == ChannelProtocol::V5.name(),
+                Streamed::Tunnel(_) => p.starts_with(TUNNEL_PREFIX) && p.ends_with(".k8s.io"),
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn family(&self) -> StreamFamily {
+        match self {
+            Streamed::RemoteCommand(_) => StreamFamily::RemoteCommand,
+            Streamed::Tunnel(_) => StreamFamily::PortForward,
+        }
+    }
+}
+
+/// The upstream's answer to the client's upgrade.
+enum Asked {
+    /// 101 with a subprotocol the client offered.
+    Accepted(Response<Incoming>),
+    /// Any other answer, the beginning of its body read.
+    Refused(HeldRefusal),
+    /// A 101 the client could not use (no or another subprotocol, not a WebSocket).
+    Unusable(String),
+    /// No answer.
+    Failed(RelayError),
+}
+
+impl Asked {
+    /// How `auto` judges it.
+    fn answer(&self) -> Answer {
+        match self {
+            Asked::Accepted(_) => Answer::Accepted,
+            Asked::Refused(held) => held.answer().into(),
+            Asked::Unusable(_) => Answer::Unrecognised,
+            Asked::Failed(_) => Answer::NoAnswer,
+        }
+    }
+
+    /// What the client hears when this refusal is its answer under `auto`.
+    fn into_delivered(self) -> Delivered {
+        match self {
+            Asked::Refused(held) => Delivered::Replay(held),
+            Asked::Unusable(why) => Delivered::BadGateway(why),
+            Asked::Failed(e) => Delivered::Failed(e),
+            Asked::Accepted(_) => Delivered::BadGateway("the upstream's 101 was not used".into()),
+        }
+    }
+}
+
+/// The SPDY translation's upstream, asked before the client is committed to it (`auto`).
+enum Dialled {
+    Exec(Result<ExecStreams, SetupError>),
+    Tunnel(tunnel_handler::Dialled),
+}
+
+impl Dialled {
+    /// How `auto` judges it: a 101 (streams that then failed to open included) is an accepted
+    /// upgrade.
+    fn answer(&self) -> Answer {
+        let refused = |status: &StatusCode, headers: &HeaderMap, body: &[u8]| {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            Answer::from(after_refusal(status.as_u16(), content_type, body))
+        };
+        match self {
+            Dialled::Exec(Ok(_)) | Dialled::Exec(Err(SetupError::Streams(_))) => Answer::Accepted,
+            Dialled::Tunnel(Ok(_)) => Answer::Accepted,
+            Dialled::Exec(Err(SetupError::Refused {
+                status,
+                headers,
+                body,
+            }))
+            | Dialled::Tunnel(Err(DialError::Upgrade(UpgradeError::Refused {
+                status,
+                headers,
+                body,
+            }))) => refused(status, headers, body),
+            Dialled::Exec(Err(SetupError::Unanswered(_))) | Dialled::Tunnel(Err(_)) => {
+                Answer::NoAnswer
+            }
+        }
+    }
+
+    /// Lets go of it unused (the SPDY session is closed, the tunnel's connection dropped).
+    async fn discard(self) {
+        if let Dialled::Exec(Ok(streams)) = self {
+            streams.conn.close().await;
+        }
+    }
+}
+
+/// Handles a v5 exec/attach or tunnel request as `--upstream-streaming` says.
+pub async fn handle(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    streamed: Streamed,
+    slot: SessionSlot,
+) -> Response<ProxyBody> {
+    let setting = state.upstream_streaming;
+    if setting == UpstreamStreaming::Spdy {
+        return translate(state, req, peer, caller, streamed, slot, None).await;
+    }
+    if !req
+        .parts
+        .headers
+        .get(header::SEC_WEBSOCKET_KEY)
+        .is_some_and(|k| is_valid_key(k.as_bytes()))
+    {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "missing or invalid Sec-WebSocket-Key",
+        );
+    }
+    let family = streamed.family();
+    let remembered = state.streaming_memory.recall(
+        &state.upstream.authority(),
+        family,
+        ClientProtocol::WebSocket,
+        Instant::now(),
+    );
+    if setting == UpstreamStreaming::Auto && remembered == Some(UpstreamPath::Spdy) {
+        return remembered_translation(state, req, peer, caller, streamed, slot).await;
+    }
+    let (asked, identity) = match ask(&state, &req, peer, &caller, &streamed).await {
+        Ok(asked) => asked,
+        Err(refused) => return refused,
+    };
+    if setting == UpstreamStreaming::Auto {
+        return auto_after_pass_through(state, req, peer, caller, streamed, slot, asked, identity)
+            .await;
+    }
+    let delivered = match asked {
+        Asked::Accepted(resp) => {
+            return carry(&state, req, peer, &caller, slot, resp, identity).await;
+        }
+        Asked::Refused(held) if held.answer() == RefusalAnswer::Deliver => Delivered::Replay(held),
+        Asked::Refused(held) => Delivered::Unsupported {
+            why: format!(
+                "the upstream answered {} to the {} WebSocket upgrade",
+                held.status.as_u16(),
+                family.label()
+            ),
+            upstream_status: held.status.as_u16(),
+        },
+        Asked::Unusable(why) => Delivered::Unsupported {
+            why,
+            upstream_status: 101,
+        },
+        Asked::Failed(e) => Delivered::Failed(e),
+    };
+    deliver(
+        state, req, peer, caller, streamed, slot, delivered, identity,
+    )
+    .await
+}
+
+/// Asks the upstream with the client's WebSocket upgrade (offering only what the translation
+/// would speak), finding out who the caller is for the audit meanwhile.
+async fn ask(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    streamed: &Streamed,
+) -> Result<(Asked, AuditIdentity), Response<ProxyBody>> {
+    let mut upstream_req =
+        relay::upstream_request(state, &req.parts, req.body.clone(), peer, caller)
+            .map_err(|e| e.response())?;
+    // Only what the translation would speak is offered: a client that also offers v4 must not
+    // end up with a v4 session on an old cluster (which picks v4, and starts the command, where
+    // the translation would have given it v5).
+    let offer = streamed.upstream_offer(&req.parts.headers);
+    match HeaderValue::from_str(&offer.join(", ")) {
+        Ok(v) if !offer.is_empty() => {
+            upstream_req
+                .headers_mut()
+                .insert(header::SEC_WEBSOCKET_PROTOCOL, v);
+        }
+        _ => {
+            return Err(failure(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "no WebSocket subprotocol to offer upstream",
+            ))
+        }
+    }
+    let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
+    let (answer, identity) = tokio::join!(
+        relay::ask_upstream(state, upstream_req),
+        session_audit::identify(state, caller, credentials),
+    );
+    let asked = match answer {
+        Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            match unusable(&offer, &resp) {
+                Some(why) => Asked::Unusable(why),
+                None => Asked::Accepted(resp),
+            }
+        }
+        Ok(resp) => Asked::Refused(HeldRefusal::hold(resp, state.handshake_timeout).await),
+        Err(e) => Asked::Failed(e),
+    };
+    Ok((asked, identity))
+}
+
+/// `auto`, the pass-through asked first: a 101 is served and learned; the cluster's Status is
+/// delivered; anything else makes the translation ask once, which is learned only if its
+/// upstream takes it. When both refuse, the client gets the cluster's Status if the
+/// translation's answer is one, else the pass-through's refusal as it came.
+// One argument per thing the session needs; bundling them would only rename them.
+#[allow(clippy::too_many_arguments)]
+async fn auto_after_pass_through(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    streamed: Streamed,
+    slot: SessionSlot,
+    asked: Asked,
+    identity: AuditIdentity,
+) -> Response<ProxyBody> {
+    let family = streamed.family();
+    match (after_first(false, asked.answer()), asked) {
+        (AfterFirst::Serve, Asked::Accepted(resp)) => {
+            learn(&state, family, UpstreamPath::PassThrough);
+            carry(&state, req, peer, &caller, slot, resp, identity).await
+        }
+        (AfterFirst::TryOther { .. }, asked) => {
+            let dialled = dial_translation(&state, &req, peer, &caller, &streamed).await;
+            match after_second(dialled.answer()) {
+                AfterSecond::Serve => {
+                    learn(&state, family, UpstreamPath::Spdy);
+                    translate(state, req, peer, caller, streamed, slot, Some(dialled)).await
+                }
+                AfterSecond::DeliverSecond => {
+                    translate(state, req, peer, caller, streamed, slot, Some(dialled)).await
+                }
+                AfterSecond::DeliverFirst => {
+                    dialled.discard().await;
+                    let delivered = asked.into_delivered();
+                    deliver(
+                        state, req, peer, caller, streamed, slot, delivered, identity,
+                    )
+                    .await
+                }
+            }
+        }
+        (_, asked) => {
+            let delivered = asked.into_delivered();
+            deliver(
+                state, req, peer, caller, streamed, slot, delivered, identity,
+            )
+            .await
+        }
+    }
+}
+
+/// `auto`, the translation remembered: asked first. A 101 is served (and keeps the memory
+/// fresh), the cluster's Status delivered; an unrecognised refusal forgets the memory and asks
+/// the pass-through once, which is learned if its upstream takes it. When both refuse, the
+/// client gets the pass-through's Status if it is one, else the translation's refusal.
+async fn remembered_translation(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    streamed: Streamed,
+    slot: SessionSlot,
+) -> Response<ProxyBody> {
+    let family = streamed.family();
+    let dialled = dial_translation(&state, &req, peer, &caller, &streamed).await;
+    match after_first(true, dialled.answer()) {
+        AfterFirst::Serve => {
+            learn(&state, family, UpstreamPath::Spdy);
+            return translate(state, req, peer, caller, streamed, slot, Some(dialled)).await;
+        }
+        AfterFirst::Deliver => {
+            return translate(state, req, peer, caller, streamed, slot, Some(dialled)).await;
+        }
+        AfterFirst::TryOther { .. } => {}
+    }
+    let upstream = state.upstream.authority();
+    if state
+        .streaming_memory
+        .forget(&upstream, family, UpstreamPath::Spdy)
+    {
+        log_forgotten(&upstream, family, UpstreamPath::Spdy);
+    }
+    let (asked, identity) = match ask(&state, &req, peer, &caller, &streamed).await {
+        Ok(asked) => asked,
+        Err(refused) => {
+            dialled.discard().await;
+            return refused;
+        }
+    };
+    match (after_second(asked.answer()), asked) {
+        (AfterSecond::Serve, Asked::Accepted(resp)) => {
+            dialled.discard().await;
+            learn(&state, family, UpstreamPath::PassThrough);
+            carry(&state, req, peer, &caller, slot, resp, identity).await
+        }
+        (AfterSecond::DeliverSecond, asked) => {
+            dialled.discard().await;
+            let delivered = asked.into_delivered();
+            deliver(
+                state, req, peer, caller, streamed, slot, delivered, identity,
+            )
+            .await
+        }
+        // The translation's own refusal, as the translation reports it.
+        _ => translate(state, req, peer, caller, streamed, slot, Some(dialled)).await,
+    }
+}
+
+/// Notes (under `auto`) that `path`'s upstream answered 101; logs a change of mind once.
+fn learn(state: &ProxyState, family: StreamFamily, path: UpstreamPath) {
+    let upstream = state.upstream.authority();
+    if state
+        .streaming_memory
+        .learn(&upstream, family, path, Instant::now())
+    {
+        log_decision(&upstream, family, path);
+    }
+}
+
+/// Asks the upstream for the SPDY translation's session, as the handlers would.
+async fn dial_translation(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    streamed: &Streamed,
+) -> Dialled {
+    match streamed {
+        Streamed::RemoteCommand(_) => {
+            Dialled::Exec(exec_handler::dial(state, req, peer, caller).await)
+        }
+        Streamed::Tunnel(protocols) => {
+            Dialled::Tunnel(tunnel_handler::dial(state, req, peer, caller, protocols.clone()).await)
+        }
+    }
+}
+
+/// Why a 101 cannot be passed to the client, if it cannot: it must be a WebSocket with a
+/// subprotocol that was offered (kubectl rejects anything else).
+fn unusable(offer: &[String], resp: &Response<Incoming>) -> Option<String> {
+    let h = resp.headers();
+    let websocket = h
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|u| u.trim().eq_ignore_ascii_case("websocket"));
+    if !websocket {
+        return Some("the upstream's 101 is not a WebSocket".to_owned());
+    }
+    let chosen = h
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .unwrap_or("");
+    let offered = offer.iter().any(|p| p == chosen);
+    (!offered).then(|| {
+        format!("the upstream chose subprotocol {chosen:?}, which the client did not offer")
+    })
+}
+
+/// The SPDY translation, as under `--upstream-streaming spdy`; with `dialled`, its upstream
+/// was asked already.
+async fn translate(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    streamed: Streamed,
+    slot: SessionSlot,
+    dialled: Option<Dialled>,
+) -> Response<ProxyBody> {
+    match (streamed, dialled) {
+        (Streamed::RemoteCommand(subresource), dialled) => {
+            let prepared = match dialled {
+                Some(Dialled::Exec(dialled)) => Prepared::Dialled(dialled),
+                _ => Prepared::Dial,
+            };
+            exec_handler::handle(state, req, peer, caller, subresource, slot, prepared).await
+        }
+        (Streamed::Tunnel(protocols), dialled) => {
+            let dialled = match dialled {
+                Some(Dialled::Tunnel(dialled)) => Some(dialled),
+                _ => None,
+            };
+            tunnel_handler::handle(state, req, peer, caller, protocols, slot, dialled).await
+        }
+    }
+}
+
+/// A pass-through that did not start, as the client will hear it.
+enum Delivered {
+    /// The upstream's answer, passed on: the cluster's Status, or (`auto`, when the other path
+    /// refused too) an answer that is not one.
+    Replay(HeldRefusal),
+    /// `websocket` against an upstream that does not serve the protocol.
+    Unsupported { why: String, upstream_status: u16 },
+    /// `auto`: a 101 the client could not use, and the translation did not work either.
+    BadGateway(String),
+    /// The upstream was not reached.
+    Failed(RelayError),
+}
+
+impl Delivered {
+    /// The upstream's status for the upgrade-failure metric (0: no answer).
+    fn upstream_status(&self) -> u16 {
+        match self {
+            Delivered::Replay(held) => held.status.as_u16(),
+            Delivered::Unsupported {
+                upstream_status, ..
+            } => *upstream_status,
+            Delivered::BadGateway(_) => 101,
+            Delivered::Failed(_) => 0,
+        }
+    }
+
+    /// One line for the audit log.
+    fn summary(&self) -> String {
+        match self {
+            Delivered::Replay(held) => format!("upstream answered {}", held.status.as_u16()),
+            Delivered::Unsupported { why, .. } | Delivered::BadGateway(why) => why.clone(),
+            Delivered::Failed(e) => e.to_string(),
+        }
+    }
+}
+
+/// The text of a `websocket` setting's refusal: what to change.
+fn unsupported(why: &str) -> String {
+    format!(
+        "{why}: it does not serve this protocol itself (Kubernetes 1.31+ with \
+         TranslateStreamCloseWebsocketRequests and PortForwardWebsockets does), and \
+         kube-ws-proxy runs with --upstream-streaming=websocket; use auto or spdy for this \
+         cluster"
+    )
+}
+
+/// The Status an exec/attach client hears inside its WebSocket for a refusal.
+async fn refusal_status(delivered: Delivered, timeout: std::time::Duration) -> Status {
+    match delivered {
+        Delivered::Replay(held) => {
+            let code = held.status.as_u16();
+            let content_type = held.content_type().map(str::to_owned);
+            match held.whole_body(timeout).await {
+                Some(body) => from_upgrade_refusal(code, content_type.as_deref(), &body),
+                None => Status::failure(
+                    code,
+                    "InternalError",
+                    format!(
+                        "the upstream refused the upgrade with HTTP {code} and a body larger \
+                         than {MAX_STATUS_BODY} bytes or slower than {timeout:?}"
+                    ),
+                ),
+            }
+        }
+        Delivered::Unsupported { why, .. } => Status::failure(502, "BadGateway", unsupported(&why)),
+        Delivered::BadGateway(why) => Status::failure(502, "BadGateway", why),
+        Delivered::Failed(e) => Status::internal_error(&e.to_string()),
+    }
+}
+
+/// Tells the client why the pass-through did not start: exec/attach inside the accepted
+/// WebSocket (a Status on channel 3, as the translation does, so that kubectl does not fall back
+/// to a SPDY its gateway drops), the tunnel as an HTTP answer (kube-apiserver replays it too,
+/// whole: the body streams through).
+// One argument per thing the two ways of telling need; bundling them would only rename them.
+#[allow(clippy::too_many_arguments)]
+async fn deliver(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: Caller,
+    streamed: Streamed,
+    slot: SessionSlot,
+    delivered: Delivered,
+    identity: AuditIdentity,
+) -> Response<ProxyBody> {
+    state
+        .metrics
+        .upstream_upgrade_failure(delivered.upstream_status());
+    match streamed {
+        Streamed::RemoteCommand(subresource) => {
+            let status = refusal_status(delivered, state.handshake_timeout).await;
+            let prepared = Prepared::Refused(status);
+            exec_handler::handle(state, req, peer, caller, subresource, slot, prepared).await
+        }
+        Streamed::Tunnel(_) => {
+            drop(slot);
+            let info = session_audit::session_info(
+                next_session_id(),
+                &req.path_and_query(),
+                SessionClient::new(peer, req.client.form),
+                identity,
+                ProtocolPath::PassThrough,
+                None,
+                request_layers::audit_id(&req.parts.headers),
+            );
+            let summary = delivered.summary();
+            session_audit::end_upstream_refused(session_audit::start(&state, info), summary);
+            match delivered {
+                Delivered::Replay(held) => held.into_response(),
+                Delivered::Unsupported { why, .. } => {
+                    failure(StatusCode::BAD_GATEWAY, "BadGateway", unsupported(&why))
+                }
+                Delivered::BadGateway(why) => failure(StatusCode::BAD_GATEWAY, "BadGateway", why),
+                Delivered::Failed(e) => e.response(),
+            }
+        }
+    }
+}
+
+/// Starts the pass-through on the upstream's 101: the relay copies the bytes; exec/attach are
+/// recorded by following the v5 channels as it does for relayed v4.
+async fn carry(
+    state: &ProxyState,
+    req: UpgradeRequest,
+    peer: SocketAddr,
+    caller: &Caller,
+    slot: SessionSlot,
+    resp: Response<Incoming>,
+    identity: AuditIdentity,
+) -> Response<ProxyBody> {
+    let resp = Ok(resp.map(BodyExt::boxed));
+    relay::relay_answered(
+        state,
+        req,
+        peer,
+        SessionKind::PassThrough,
+        slot,
+        caller,
+        resp,
+        identity,
+    )
+    .await
+}

@@ -1,0 +1,168 @@
+//! Admission and draining of streaming sessions: `--max-sessions` slots, and the signals a
+//! graceful shutdown sends to every running session.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::proxy::client::connection_deadline::RequestInFlight;
+
+/// Session ids for log lines, unique within one process.
+static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh session id for a log line.
+pub fn next_session_id() -> u64 {
+    NEXT_SESSION_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Counts running sessions, refuses new ones above the limit, and carries the drain signals.
+#[derive(Debug)]
+pub struct Sessions {
+    max: Option<usize>,
+    active: AtomicUsize,
+    idle: Notify,
+    draining: AtomicBool,
+    stop: CancellationToken,
+}
+
+/// Why a session was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `--max-sessions` sessions are running.
+    Full,
+    /// The proxy is shutting down.
+    Draining,
+}
+
+impl Sessions {
+    /// No more than `max` concurrent sessions (`None`: no limit).
+    pub fn new(max: Option<usize>) -> Arc<Sessions> {
+        Arc::new(Sessions {
+            max,
+            active: AtomicUsize::new(0),
+            idle: Notify::new(),
+            draining: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// Takes a slot for a new session, released when the returned guard drops.
+    pub fn admit(self: &Arc<Self>) -> Result<SessionSlot, Refusal> {
+        if self.is_draining() {
+            return Err(Refusal::Draining);
+        }
+        let mut current = self.active.load(Ordering::Acquire);
+        loop {
+            if self.max.is_some_and(|max| current >= max) {
+                return Err(Refusal::Full);
+            }
+            match self.active.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Ok(SessionSlot {
+                        sessions: self.clone(),
+                        connection_hold: None,
+                    })
+                }
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// Sessions running now.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Whether a drain has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Begins a drain: readiness turns off and no new session is admitted.
+    pub fn start_drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Tells every running session to end now.
+    pub fn stop_all(&self) {
+        self.stop.cancel();
+    }
+
+    /// Resolves once no session is running.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.active() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One admitted session; dropping it frees the slot.
+#[derive(Debug)]
+pub struct SessionSlot {
+    sessions: Arc<Sessions>,
+    /// An HTTP/2 session is a stream of a connection that stays open for it: the connection
+    /// counts it as a request in flight (its idle clock stopped) for as long as it runs.
+    connection_hold: Option<RequestInFlight>,
+}
+
+impl SessionSlot {
+    /// The slot, keeping `hold` (the session's place on its client connection) until it
+    /// drops.
+    pub fn holding(mut self, hold: Option<RequestInFlight>) -> SessionSlot {
+        self.connection_hold = hold;
+        self
+    }
+
+    /// Fires when the session must end now because of a shutdown.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.sessions.stop.clone()
+    }
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        if self.sessions.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.sessions.idle.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn limit_drain_and_idle() {
+        let s = Sessions::new(Some(2));
+        let a = s.admit().unwrap();
+        let b = s.admit().unwrap();
+        assert_eq!(s.admit().unwrap_err(), Refusal::Full);
+        drop(a);
+        let c = s.admit().unwrap();
+        s.start_drain();
+        assert_eq!(s.admit().unwrap_err(), Refusal::Draining);
+        let waiter = tokio::spawn({
+            let s = s.clone();
+            async move { s.wait_idle().await }
+        });
+        drop(b);
+        assert!(!waiter.is_finished());
+        drop(c);
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.active(), 0);
+    }
+}

@@ -1,0 +1,395 @@
+//! Audit events for the proxy's streaming sessions (`--audit-log`): what the request names
+//! (pod, container, command, ports), who the caller is, and the start of its trail. Every
+//! streaming path (translated, tunnel, relays, followed logs over plain HTTP) goes through
+//! here, so their events say the same things the same way.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
+
+use super::state::ProxyState;
+use crate::audit::{
+    HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionAudit, SessionEnd,
+    SessionInfo, Verb,
+};
+use crate::proxy::auth::Caller;
+use crate::proxy::observability::metrics::SessionOutcome;
+use crate::proxy::wire::body::ProxyBody;
+use crate::request::go_url::{parse_query, slice_to_bool};
+use crate::request::target::RequestTarget;
+use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
+
+/// Longest wait for a passthrough caller's SelfSubjectReview.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Who the caller is, as an audit event says it.
+#[derive(Debug, Clone)]
+pub struct AuditIdentity {
+    pub user: Option<String>,
+    pub groups: Vec<String>,
+    pub source: IdentitySource,
+    /// Whom the caller asks to act as (`Impersonate-*`, passthrough and front-proxy modes).
+    pub impersonated: Option<ImpersonatedUser>,
+}
+
+/// Who `caller` is: the authenticated identity, or in passthrough mode (with an audit log) the
+/// upstream's answer for `credentials`, the `Authorization` value sent upstream; and whom it
+/// asks to impersonate.
+pub async fn identify(
+    state: &ProxyState,
+    caller: &Caller,
+    credentials: Option<HeaderValue>,
+) -> AuditIdentity {
+    AuditIdentity {
+        impersonated: caller.impersonating().cloned(),
+        ..caller_identity(state, caller, credentials).await
+    }
+}
+
+/// Who `caller` itself is (its impersonation aside).
+async fn caller_identity(
+    state: &ProxyState,
+    caller: &Caller,
+    credentials: Option<HeaderValue>,
+) -> AuditIdentity {
+    match caller {
+        Caller::Identified { identity: id, .. } => AuditIdentity {
+            user: Some(id.user().to_owned()),
+            groups: id.groups().to_vec(),
+            source: IdentitySource::Authenticated,
+            impersonated: None,
+        },
+        Caller::Passthrough { .. } if state.audit.is_some() => {
+            let timeout = state.handshake_timeout.min(REVIEW_TIMEOUT);
+            match state
+                .self_reviews
+                .who(&state.client, &state.upstream, credentials, timeout)
+                .await
+            {
+                Some(reviewed) => AuditIdentity {
+                    user: Some(reviewed.user),
+                    groups: reviewed.groups,
+                    source: IdentitySource::SelfSubjectReview,
+                    impersonated: None,
+                },
+                None => unknown(),
+            }
+        }
+        Caller::Passthrough { .. } => unknown(),
+    }
+}
+
+fn unknown() -> AuditIdentity {
+    AuditIdentity {
+        user: None,
+        groups: Vec::new(),
+        source: IdentitySource::Unknown,
+        impersonated: None,
+    }
+}
+
+/// Where a session's client is, as its events say it: its address and how it came.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionClient {
+    /// The caller's address as the proxy saw it.
+    pub address: SocketAddr,
+    /// The HTTP version of the request that opened the session.
+    pub http_version: HttpVersion,
+}
+
+impl SessionClient {
+    /// The client at `address` whose request came in `http_version`.
+    pub fn new(address: SocketAddr, http_version: impl Into<HttpVersion>) -> SessionClient {
+        SessionClient {
+            address,
+            http_version: http_version.into(),
+        }
+    }
+}
+
+/// What a session's events say about it, from its request; `None` for a path that is not a
+/// pod's streaming subresource (nothing to audit).
+pub fn session_info(
+    session: u64,
+    path_and_query: &str,
+    client: SessionClient,
+    identity: AuditIdentity,
+    protocol_path: ProtocolPath,
+    protocol: Option<String>,
+    audit_id: Option<String>,
+) -> Option<SessionInfo> {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    let target = parse_pod_subresource(path)?;
+    let options = ExecOptions::from_query(query);
+    let verb = match target.subresource {
+        Subresource::Exec => Verb::Exec,
+        Subresource::Attach => Verb::Attach,
+        Subresource::PortForward => Verb::PortForward,
+        Subresource::Log => Verb::Log,
+    };
+    Some(SessionInfo {
+        session_id: crate::audit::instance::session_id(session),
+        verb,
+        namespace: target.namespace,
+        pod: target.pod,
+        container: options.container,
+        command: options.command,
+        tty: options.tty,
+        stdin: options.stdin,
+        ports: ports(query),
+        user: identity.user,
+        groups: identity.groups,
+        identity_source: identity.source,
+        impersonated_user: identity.impersonated,
+        client_address: client.address.to_string(),
+        http_version: client.http_version,
+        protocol_path,
+        protocol,
+        recording: None,
+        audit_id,
+    })
+}
+
+/// Ends the trail (if any) of a session that never carried a byte.
+pub fn end_unstarted(
+    audit: Option<SessionAudit>,
+    outcome: SessionOutcome,
+    ended_by: &'static str,
+    status: Option<String>,
+    recording_error: Option<String>,
+) {
+    if let Some(audit) = audit {
+        audit.end_unstarted(outcome.label(), ended_by, status, recording_error);
+    }
+}
+
+/// Ends the trail of a session the upstream refused (or never answered) before it started;
+/// `why` is what the event's status says.
+pub fn end_upstream_refused(audit: Option<SessionAudit>, why: String) {
+    end_unstarted(
+        audit,
+        SessionOutcome::UpstreamError,
+        "upstream refused",
+        Some(why),
+        None,
+    );
+}
+
+/// What the trail says of a client whose upgrade never completed.
+pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
+
+/// Starts the trail of a session (its `started` event); `None` when there is nothing to audit.
+pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAudit> {
+    let log = state.audit.clone()?;
+    Some(SessionAudit::start(log, info?))
+}
+
+/// Whether a plain request is a followed pod log (`kubectl logs -f`): a streaming session over
+/// plain HTTP, audited like the others. `follow` is read as the API server reads it: its first
+/// value, true unless `0` or `false`.
+pub fn is_followed_log(method: &http::Method, target: &RequestTarget) -> bool {
+    method == http::Method::GET
+        && parse_pod_subresource(target.path()).is_some_and(|t| t.subresource == Subresource::Log)
+        && slice_to_bool(target.first("follow"))
+}
+
+/// A followed log's response body: counts what it carries and ends the trail when the log
+/// ends, fails, or the client goes away (the body is dropped).
+pub struct AuditedBody {
+    inner: ProxyBody,
+    audit: Option<SessionAudit>,
+    status: u16,
+    bytes: u64,
+}
+
+impl AuditedBody {
+    /// Wraps `resp`'s body; the trail was started when the request came.
+    pub fn wrap(resp: Response<ProxyBody>, audit: Option<SessionAudit>) -> Response<ProxyBody> {
+        if audit.is_none() {
+            return resp;
+        }
+        let status = resp.status().as_u16();
+        resp.map(|inner| {
+            AuditedBody {
+                inner,
+                audit,
+                status,
+                bytes: 0,
+            }
+            .boxed()
+        })
+    }
+
+    fn finish(&mut self, ended_by: &'static str) {
+        if let Some(audit) = self.audit.take() {
+            let success = (200..300).contains(&self.status);
+            let duration_ms = audit.elapsed_ms();
+            audit.end(SessionEnd {
+                bytes_in: 0,
+                bytes_out: self.bytes,
+                duration_ms,
+                exit_code: None,
+                status: (!success).then(|| format!("upstream answered {}", self.status)),
+                outcome: if success { "success" } else { "upstream_error" },
+                ended_by,
+                recording_error: None,
+                ..Default::default()
+            });
+        }
+    }
+}
+
+impl Body for AuditedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.finish("upstream error"),
+            Poll::Ready(None) => self.finish("completed"),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for AuditedBody {
+    fn drop(&mut self) {
+        self.finish("client gone");
+    }
+}
+
+/// The ports a port-forward request names (`ports=8080&ports=9090` or `ports=8080,9090`).
+fn ports(query: &str) -> Vec<u16> {
+    parse_query(query)
+        .into_iter()
+        .filter(|(k, _)| k == b"ports")
+        .flat_map(|(_, v)| {
+            String::from_utf8_lossy(&v)
+                .split(',')
+                .filter_map(|p| p.trim().parse().ok())
+                .collect::<Vec<u16>>()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::wire::client_stream::HandshakeForm;
+
+    fn who() -> AuditIdentity {
+        AuditIdentity {
+            user: Some("tina".into()),
+            groups: vec!["dev".into()],
+            source: IdentitySource::Authenticated,
+            impersonated: None,
+        }
+    }
+
+    #[test]
+    fn exec_requests_name_pod_container_and_command() {
+        let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let info = session_info(
+            7,
+            "/api/v1/namespaces/team/pods/web/exec?command=tar&command=cf&command=-&container=main&stdin=true&tty=false",
+            SessionClient::new(peer, HandshakeForm::ExtendedConnect),
+            who(),
+            ProtocolPath::Translated,
+            Some("v5.channel.k8s.io".into()),
+            Some("0a1b".into()),
+        )
+        .unwrap();
+        assert_eq!(info.audit_id.as_deref(), Some("0a1b"));
+        assert_eq!(info.verb, Verb::Exec);
+        assert_eq!(info.namespace, "team");
+        assert_eq!(info.pod, "web");
+        assert_eq!(info.container.as_deref(), Some("main"));
+        assert_eq!(info.command, ["tar", "cf", "-"]);
+        assert!(info.stdin && !info.tty);
+        assert_eq!(info.user.as_deref(), Some("tina"));
+        assert_eq!(info.client_address, "127.0.0.1:40000");
+        assert_eq!(info.http_version, HttpVersion::Http2);
+        assert!(info.session_id.ends_with("-7"));
+    }
+
+    #[test]
+    fn followed_logs_are_told_apart() {
+        let get = http::Method::GET;
+        let target = |pq: &str| RequestTarget::parse_path_and_query(pq).unwrap();
+        let follows = |pq: &str| is_followed_log(&get, &target(pq));
+        assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=true"));
+        assert!(follows(
+            "/api/v1/namespaces/a/pods/p/log?container=c&follow=1"
+        ));
+        assert!(!follows("/api/v1/namespaces/a/pods/p/log"));
+        assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=false"));
+        assert!(!follows("/api/v1/namespaces/a/pods?follow=true"));
+        // As the API server reads `follow`: the first value, true unless 0 or false.
+        assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=yes"));
+        assert!(follows(
+            "/api/v1/namespaces/a/pods/p/%6Cog?follow=&follow=false"
+        ));
+        assert!(!follows(
+            "/api/v1/namespaces/a/pods/p/log?follow=0&follow=true"
+        ));
+        assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=true;x"));
+        assert!(!is_followed_log(
+            &http::Method::POST,
+            &target("/api/v1/namespaces/a/pods/p/log?follow=true")
+        ));
+    }
+
+    #[test]
+    fn port_forward_ports_and_non_pod_paths() {
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let info = session_info(
+            1,
+            "/api/v1/namespaces/default/pods/db/portforward?ports=5432&ports=8080,9090",
+            SessionClient::new(peer, HandshakeForm::Http1Upgrade),
+            who(),
+            ProtocolPath::RelayWebsocket,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(info.verb, Verb::PortForward);
+        assert_eq!(info.ports, [5432, 8080, 9090]);
+        assert_eq!(info.http_version, HttpVersion::Http11);
+        assert!(session_info(
+            1,
+            "/api/v1/namespaces/default/services/x/proxy",
+            SessionClient::new(peer, http::Version::HTTP_11),
+            who(),
+            ProtocolPath::RelayWebsocket,
+            None,
+            None,
+        )
+        .is_none());
+    }
+}

@@ -1,0 +1,132 @@
+//! What every request handler shares: the upstream, the pooled client and the limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::registry::Sessions;
+use crate::audit::recording::Recordings;
+use crate::audit::AuditLog;
+use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
+use crate::proxy::auth::Authenticator;
+use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
+use crate::proxy::observability::metrics::Metrics;
+use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
+use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
+use crate::translate::remote_command::SessionLimits;
+use crate::translate::ws::{Config, Keepalive};
+
+/// Shared, read-only proxy state.
+pub struct ProxyState {
+    pub upstream: Upstream,
+    /// Pooled client for plain (non-upgrade) requests.
+    pub client: PooledClient,
+    pub session_limits: SessionLimits,
+    /// Largest WebSocket message accepted from a client.
+    pub max_message_size: usize,
+    /// How often translated sessions ping the upstream (keeps middleboxes from cutting them).
+    pub upstream_ping_interval: Option<Duration>,
+    /// How long after a ping was due a translated session's upstream may stay silent.
+    pub upstream_ping_timeout: Option<Duration>,
+    /// Pings to the clients of WebSocket sessions (translated, tunnels, relayed), and how long
+    /// they may stay silent.
+    pub client_keepalive: Option<Keepalive>,
+    /// How long a streaming session may carry no data either way.
+    pub stream_idle_timeout: Option<Duration>,
+    /// TCP keepalive idle time on accepted client connections.
+    pub tcp_keepalive: Option<Duration>,
+    /// Longest wait for the upstream's answer to an upgrade, and for a client's upgrade to
+    /// complete.
+    pub handshake_timeout: Duration,
+    /// Longest time from a client's accept (TLS handshake included) to its first complete
+    /// request head, and for every later request head.
+    pub request_header_timeout: Duration,
+    /// How long a client connection with no request in flight stays open.
+    pub idle_connection_timeout: Duration,
+    /// Whether the proxy sits behind a proxy it trusts to set `X-Forwarded-For`: the caller's
+    /// value is then kept and extended; otherwise it is replaced by the caller's address.
+    pub trust_forwarded_for: bool,
+    /// Largest request head accepted from a client.
+    pub max_request_header_bytes: usize,
+    /// Bytes of upgrade request bodies held at once, all callers together
+    /// (`--upgrade-body-budget`).
+    pub upgrade_body_budget: UpgradeBodyBudget,
+    /// Whether HTTP/2 clients may open WebSockets as streams (RFC 8441 extended CONNECT,
+    /// `--http2-websockets`).
+    pub http2_websockets: bool,
+    /// TLS for the main listener; plain HTTP when absent.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Prometheus metrics served on the admin listener.
+    pub metrics: Metrics,
+    /// Running streaming sessions: admission (`--max-sessions`) and drain signals.
+    pub sessions: Arc<Sessions>,
+    /// Who callers are and what the upstream is told (`--auth-mode`).
+    pub auth: Authenticator,
+    /// Where session audit events go (`--audit-log`); `None`: no audit.
+    pub audit: Option<Arc<AuditLog>>,
+    /// Recordings of exec and attach sessions (`--record`); `None`: off.
+    pub recordings: Option<Arc<Recordings>>,
+    /// Passthrough callers' identities, for audit events.
+    pub self_reviews: SelfSubjectReviews,
+    /// Whether v5 exec/attach and the tunnel are translated to SPDY or passed through
+    /// (`--upstream-streaming`).
+    pub upstream_streaming: UpstreamStreaming,
+    /// What `auto` learned about the upstream.
+    pub streaming_memory: StreamingMemory,
+}
+
+impl ProxyState {
+    /// State with default limits for `upstream`.
+    pub fn new(upstream: Upstream) -> Self {
+        let client = upstream.pooled_client();
+        ProxyState {
+            upstream,
+            client,
+            session_limits: SessionLimits::default(),
+            max_message_size: 32 * 1024 * 1024,
+            upstream_ping_interval: Some(Duration::from_secs(5)),
+            upstream_ping_timeout: Some(Duration::from_secs(30)),
+            client_keepalive: Some(Keepalive {
+                interval: Duration::from_secs(30),
+                timeout: Some(Duration::from_secs(30)),
+            }),
+            stream_idle_timeout: Some(Duration::from_secs(4 * 3600)),
+            tcp_keepalive: Some(Duration::from_secs(30)),
+            handshake_timeout: Duration::from_secs(30),
+            request_header_timeout: Duration::from_secs(30),
+            idle_connection_timeout: Duration::from_secs(90),
+            trust_forwarded_for: false,
+            max_request_header_bytes: 64 * 1024,
+            upgrade_body_budget: UpgradeBodyBudget::new(16 * 1024 * 1024),
+            http2_websockets: true,
+            tls: None,
+            metrics: Metrics::new(),
+            sessions: Sessions::new(None),
+            auth: Authenticator::passthrough(),
+            audit: None,
+            recordings: None,
+            self_reviews: SelfSubjectReviews::default(),
+            upstream_streaming: UpstreamStreaming::default(),
+            streaming_memory: StreamingMemory::default(),
+        }
+    }
+}
+
+impl ProxyState {
+    /// WebSocket settings for client connections (buffers size themselves to the traffic).
+    pub fn client_socket_config(&self) -> Config {
+        Config {
+            max_message_size: self.max_message_size,
+            keepalive: self.client_keepalive,
+        }
+    }
+}
+
+impl std::fmt::Debug for ProxyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyState")
+            .field("upstream", &self.upstream)
+            .field("tls", &self.tls.is_some())
+            .field("sessions", &self.sessions)
+            .finish_non_exhaustive()
+    }
+}
