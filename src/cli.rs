@@ -12,6 +12,9 @@ pub use crate::proxy::auth::AuthMode;
 use crate::proxy::upstream_source::UpstreamFlags;
 pub use crate::proxy::upstream_streaming::UpstreamStreaming;
 
+#[cfg(test)]
+pub(crate) mod surface;
+
 /// kube-ws-proxy gives every Kubernetes cluster WebSocket streaming: it terminates kubectl's
 /// WebSocket exec/attach (v5.channel.k8s.io) and port-forward (SPDY/3.1+portforward.k8s.io)
 /// connections and re-originates them as SPDY/3.1 towards API servers that only speak SPDY.
