@@ -188,45 +188,54 @@ mod tests {
                     upstream-insecure-skip-tls-verify: true\n";
         let cli = with_file(yaml, &["--listen", "127.0.0.1:9000"]).unwrap();
         let s = cli.serve;
-        assert_eq!(s.upstream.as_deref(), Some("https://10.0.0.1:6443"));
-        assert_eq!(s.listen.to_string(), "127.0.0.1:9000");
-        assert_eq!(s.drain_timeout, Duration::from_secs(45));
-        assert_eq!(s.max_sessions, Some(100));
-        assert_eq!(s.auth_mode, AuthMode::Impersonate);
-        assert!(s.upstream_insecure_skip_tls_verify);
+        assert_eq!(
+            s.upstream.upstream.as_deref(),
+            Some("https://10.0.0.1:6443")
+        );
+        assert_eq!(s.listeners.listen.to_string(), "127.0.0.1:9000");
+        assert_eq!(s.process.drain_timeout, Duration::from_secs(45));
+        assert_eq!(s.limits.max_sessions, Some(100));
+        assert_eq!(s.auth.auth_mode, AuthMode::Impersonate);
+        assert!(s.upstream.upstream_insecure_skip_tls_verify);
     }
 
     #[test]
     fn a_switch_that_defaults_on_is_turned_off_by_the_file() {
         let on = with_file("upstream: https://10.0.0.1:6443\n", &[]).unwrap();
-        assert!(on.serve.http2_websockets);
+        assert!(on.serve.listeners.http2_websockets);
         let off = with_file(
             "upstream: https://10.0.0.1:6443\nhttp2-websockets: false\n",
             &[],
         )
         .unwrap();
-        assert!(!off.serve.http2_websockets);
+        assert!(!off.serve.listeners.http2_websockets);
         let cli = with_file(
             "upstream: https://10.0.0.1:6443\nhttp2-websockets: false\n",
             &["--http2-websockets=true"],
         )
         .unwrap();
-        assert!(cli.serve.http2_websockets, "the command line wins");
+        assert!(
+            cli.serve.listeners.http2_websockets,
+            "the command line wins"
+        );
     }
 
     #[test]
     fn conflicting_file_value_gives_way() {
         let cli = with_file("upstream: https://a:6443\n", &["--kubeconfig", "/tmp/kc"]).unwrap();
-        assert_eq!(cli.serve.upstream, None);
-        assert_eq!(cli.serve.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(cli.serve.upstream.upstream, None);
+        assert_eq!(
+            cli.serve.upstream.kubeconfig,
+            Some(PathBuf::from("/tmp/kc"))
+        );
     }
 
     #[test]
     fn false_switch_and_empty_file() {
         let cli = with_file("in-cluster: false\nupstream: http://a\n", &[]).unwrap();
-        assert!(!cli.serve.in_cluster);
+        assert!(!cli.serve.upstream.in_cluster);
         let cli = with_file("", &["--upstream", "http://b"]).unwrap();
-        assert_eq!(cli.serve.upstream.as_deref(), Some("http://b"));
+        assert_eq!(cli.serve.upstream.upstream.as_deref(), Some("http://b"));
     }
 
     #[test]
@@ -314,7 +323,9 @@ mod tests {
             let mut ids = with_requirements(&cmd, id);
             let conflicts = cmd.get_arg_conflicts_with(arg);
             // Some upstream must be named; `--upstream` unless this flag excludes it.
-            if !ids.iter().any(|i| i == "upstream" || i == "kubeconfig" || i == "in_cluster")
+            if !ids
+                .iter()
+                .any(|i| i == "upstream" || i == "kubeconfig" || i == "in_cluster")
                 && !conflicts.iter().any(|c| c.get_id() == "upstream")
             {
                 ids.push("upstream".into());
@@ -327,7 +338,9 @@ mod tests {
                 })
                 .collect();
             let path = Path::new("config.yaml");
-            let none = Cli::command().try_get_matches_from(["kube-ws-proxy"]).unwrap();
+            let none = Cli::command()
+                .try_get_matches_from(["kube-ws-proxy"])
+                .unwrap();
             let extra = file_args(path, &yaml, &none).unwrap_or_else(|e| panic!("{id}: {e}"));
             let argv = std::iter::once(OsString::from("kube-ws-proxy")).chain(extra);
             let matches = Cli::command()
