@@ -15,6 +15,7 @@ use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
 use crate::proxy::listen::{admin, server};
 use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::upstream::endpoint::{Pem, Upstream, UpstreamTls};
+use crate::proxy::upstream::source;
 use crate::translate::ws::Keepalive;
 
 /// Why the proxy could not start.
@@ -102,12 +103,11 @@ impl RunningProxy {
 /// front-proxy certificate in front-proxy mode; in passthrough mode the proxy adds nothing.
 /// TokenReviews always use the proxy's own credentials.
 pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator), StartError> {
-    let source =
-        crate::proxy::upstream::source::resolve(&args.upstream_flags()).map_err(|e| match e {
-            crate::proxy::upstream::source::SourceError::Missing => StartError::NoUpstream,
-            other => StartError::Upstream(other.to_string()),
-        })?;
-    let mode = args.auth_mode;
+    let source = source::resolve(&args.upstream_flags()).map_err(|e| match e {
+        source::SourceError::Missing => StartError::NoUpstream,
+        other => StartError::Upstream(other.to_string()),
+    })?;
+    let mode = args.auth.auth_mode;
     let build = |client_cert: Option<(Pem, Pem)>| {
         let tls = UpstreamTls {
             client_cert,
@@ -115,8 +115,8 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         };
         Upstream::from_url(&source.url, tls)
             .map(|u| {
-                u.with_dial_timeout(args.upstream_dial_timeout)
-                    .with_tcp_keepalive(nonzero(args.tcp_keepalive))
+                u.with_dial_timeout(args.limits.upstream_dial_timeout)
+                    .with_tcp_keepalive(nonzero(args.keepalive.tcp_keepalive))
             })
             .map_err(|e| StartError::Upstream(e.to_string()))
     };
@@ -139,8 +139,8 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         }
         AuthMode::FrontProxy => {
             let (Some(cert), Some(key)) = (
-                &args.front_proxy_client_cert_file,
-                &args.front_proxy_client_key_file,
+                &args.auth.front_proxy_client_cert_file,
+                &args.auth.front_proxy_client_key_file,
             ) else {
                 return Err(StartError::Auth(
                     "front-proxy mode needs --front-proxy-client-cert-file and --front-proxy-client-key-file".into(),
@@ -162,12 +162,12 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
                 Some(TokenReviewer::new(
                     build(source.client_cert.clone())?,
                     source.token.clone(),
-                    args.authentication_cache_ttl,
-                    args.handshake_timeout,
+                    args.auth.authentication_cache_ttl,
+                    args.limits.handshake_timeout,
                     ReviewLimits {
-                        per_second: args.token_review_rate,
-                        burst: args.token_review_burst,
-                        in_flight: args.token_review_max_in_flight,
+                        per_second: args.auth.token_review_rate,
+                        burst: args.auth.token_review_burst,
+                        in_flight: args.auth.token_review_max_in_flight,
                     },
                 ))
             } else {
@@ -175,9 +175,13 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
                 None
             };
             let front_proxy = FrontProxyHeaders {
-                user: args.front_proxy_username_header.clone(),
-                group: args.front_proxy_group_header.clone(),
-                extra_prefix: args.front_proxy_extra_header_prefix.as_str().to_owned(),
+                user: args.auth.front_proxy_username_header.clone(),
+                group: args.auth.front_proxy_group_header.clone(),
+                extra_prefix: args
+                    .auth
+                    .front_proxy_extra_header_prefix
+                    .as_str()
+                    .to_owned(),
             };
             Authenticator::new(mode, reviewer, source.token.clone(), front_proxy)
         }
@@ -190,39 +194,43 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     let (upstream, auth) = upstream_from_args(args)?;
     let mut state = ProxyState::new(upstream);
     state.auth = auth;
-    state.upstream_streaming = args.upstream_streaming;
-    state.max_message_size = args.max_message_size;
-    state.upstream_ping_interval = nonzero(args.upstream_ping_interval);
-    state.upstream_ping_timeout = nonzero(args.upstream_ping_timeout);
-    state.client_keepalive = nonzero(args.client_ping_interval).map(|interval| Keepalive {
-        interval,
-        timeout: nonzero(args.client_ping_timeout),
-    });
-    state.stream_idle_timeout = nonzero(args.stream_idle_timeout);
-    state.tcp_keepalive = nonzero(args.tcp_keepalive);
-    state.session_limits.close_drain_timeout = args.close_drain_timeout;
-    state.sessions = crate::proxy::sessions::registry::Sessions::new(args.max_sessions);
-    state.handshake_timeout = args.handshake_timeout;
-    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
+    state.upstream_streaming = args.streaming.upstream_streaming;
+    state.max_message_size = args.streaming.max_message_size;
+    state.upstream_ping_interval = nonzero(args.keepalive.upstream_ping_interval);
+    state.upstream_ping_timeout = nonzero(args.keepalive.upstream_ping_timeout);
+    state.client_keepalive =
+        nonzero(args.keepalive.client_ping_interval).map(|interval| Keepalive {
+            interval,
+            timeout: nonzero(args.keepalive.client_ping_timeout),
+        });
+    state.stream_idle_timeout = nonzero(args.streaming.stream_idle_timeout);
+    state.tcp_keepalive = nonzero(args.keepalive.tcp_keepalive);
+    state.session_limits.close_drain_timeout = args.streaming.close_drain_timeout;
+    state.sessions = crate::proxy::sessions::registry::Sessions::new(args.limits.max_sessions);
+    state.handshake_timeout = args.limits.handshake_timeout;
+    if let (Some(cert), Some(key)) = (
+        &args.listeners.tls_cert_file,
+        &args.listeners.tls_private_key_file,
+    ) {
         state.tls = Some(crate::proxy::listen::tls::acceptor(
             crate::proxy::listen::tls::ListenerTlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
-                client_ca: args.client_ca_file.clone(),
+                client_ca: args.listeners.client_ca_file.clone(),
             },
         )?);
     }
-    state.request_header_timeout = args.request_header_timeout;
-    state.idle_connection_timeout = args.idle_connection_timeout;
-    state.trust_forwarded_for = args.trust_x_forwarded_for;
-    state.http2_websockets = args.http2_websockets;
-    state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
-    state.upgrade_body_budget = UpgradeBodyBudget::new(args.upgrade_body_budget);
-    if let Some(path) = &args.audit_log {
+    state.request_header_timeout = args.limits.request_header_timeout;
+    state.idle_connection_timeout = args.limits.idle_connection_timeout;
+    state.trust_forwarded_for = args.listeners.trust_x_forwarded_for;
+    state.http2_websockets = args.listeners.http2_websockets;
+    state.max_request_header_bytes = args.limits.max_request_header_bytes.max(8192);
+    state.upgrade_body_budget = UpgradeBodyBudget::new(args.limits.upgrade_body_budget);
+    if let Some(path) = &args.audit.audit_log {
         let config = AuditLogConfig {
             target: AuditTarget::parse(path),
-            max_size: args.audit_log_max_size,
-            max_backups: args.audit_log_max_backups,
+            max_size: args.audit.audit_log_max_size,
+            max_backups: args.audit.audit_log_max_backups,
         };
         let log = AuditLog::open(config, state.metrics.audit_counters()).map_err(|source| {
             StartError::AuditLog {
@@ -232,15 +240,15 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         })?;
         state.audit = Some(Arc::new(log));
     }
-    match (args.record, &args.record_dir) {
+    match (args.audit.record, &args.audit.record_dir) {
         (RecordPolicy::Off, _) => {}
         (_, None) => return Err(StartError::Recording("--record needs --record-dir".into())),
         (policy, Some(dir)) => {
             let config = RecordingConfig {
                 dir: dir.clone(),
                 policy,
-                record_stdin: args.record_stdin,
-                min_free: args.record_min_free,
+                record_stdin: args.audit.record_stdin,
+                min_free: args.audit.record_min_free,
             };
             let recordings = Recordings::start(config, state.metrics.recording_counters())
                 .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
@@ -254,22 +262,22 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             .await
             .map_err(|source| StartError::Bind { addr, source })
     };
-    let main = bind(args.listen).await?;
-    let admin_listener = bind(args.admin_listen).await?;
+    let main = bind(args.listeners.listen).await?;
+    let admin_listener = bind(args.listeners.admin_listen).await?;
     let addr = main.local_addr().map_err(|source| StartError::Bind {
-        addr: args.listen,
+        addr: args.listeners.listen,
         source,
     })?;
     let admin_addr = admin_listener
         .local_addr()
         .map_err(|source| StartError::Bind {
-            addr: args.admin_listen,
+            addr: args.listeners.admin_listen,
             source,
         })?;
     let (stop, stop_rx) = watch::channel(false);
     // The admin listener outlives the main one: probes and scrapes keep working while draining.
     let admin_limits = admin::AdminLimits {
-        max_connections: usize::try_from(args.admin_max_connections).unwrap_or(usize::MAX),
+        max_connections: usize::try_from(args.limits.admin_max_connections).unwrap_or(usize::MAX),
     };
     tokio::spawn(admin::serve(admin_listener, state.clone(), admin_limits));
     let task = tokio::spawn({
@@ -278,15 +286,17 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             let _ = server::serve(main, state, stop_rx).await;
         }
     });
-    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth_mode, upstream_streaming = ?args.upstream_streaming, "kube-ws-proxy ready");
+    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth.auth_mode, upstream_streaming = ?args.streaming.upstream_streaming, "kube-ws-proxy ready");
     Ok(RunningProxy {
         addr,
         admin_addr,
         stop,
         task,
         state,
-        drain_timeout: args.drain_timeout,
-        _memory_trim: crate::memory_trim::MemoryTrim::start(nonzero(args.memory_trim_interval)),
+        drain_timeout: args.process.drain_timeout,
+        _memory_trim: crate::memory_trim::MemoryTrim::start(nonzero(
+            args.process.memory_trim_interval,
+        )),
     })
 }
 

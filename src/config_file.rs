@@ -188,45 +188,54 @@ mod tests {
                     upstream-insecure-skip-tls-verify: true\n";
         let cli = with_file(yaml, &["--listen", "127.0.0.1:9000"]).unwrap();
         let s = cli.serve;
-        assert_eq!(s.upstream.as_deref(), Some("https://10.0.0.1:6443"));
-        assert_eq!(s.listen.to_string(), "127.0.0.1:9000");
-        assert_eq!(s.drain_timeout, Duration::from_secs(45));
-        assert_eq!(s.max_sessions, Some(100));
-        assert_eq!(s.auth_mode, AuthMode::Impersonate);
-        assert!(s.upstream_insecure_skip_tls_verify);
+        assert_eq!(
+            s.upstream.upstream.as_deref(),
+            Some("https://10.0.0.1:6443")
+        );
+        assert_eq!(s.listeners.listen.to_string(), "127.0.0.1:9000");
+        assert_eq!(s.process.drain_timeout, Duration::from_secs(45));
+        assert_eq!(s.limits.max_sessions, Some(100));
+        assert_eq!(s.auth.auth_mode, AuthMode::Impersonate);
+        assert!(s.upstream.upstream_insecure_skip_tls_verify);
     }
 
     #[test]
     fn a_switch_that_defaults_on_is_turned_off_by_the_file() {
         let on = with_file("upstream: https://10.0.0.1:6443\n", &[]).unwrap();
-        assert!(on.serve.http2_websockets);
+        assert!(on.serve.listeners.http2_websockets);
         let off = with_file(
             "upstream: https://10.0.0.1:6443\nhttp2-websockets: false\n",
             &[],
         )
         .unwrap();
-        assert!(!off.serve.http2_websockets);
+        assert!(!off.serve.listeners.http2_websockets);
         let cli = with_file(
             "upstream: https://10.0.0.1:6443\nhttp2-websockets: false\n",
             &["--http2-websockets=true"],
         )
         .unwrap();
-        assert!(cli.serve.http2_websockets, "the command line wins");
+        assert!(
+            cli.serve.listeners.http2_websockets,
+            "the command line wins"
+        );
     }
 
     #[test]
     fn conflicting_file_value_gives_way() {
         let cli = with_file("upstream: https://a:6443\n", &["--kubeconfig", "/tmp/kc"]).unwrap();
-        assert_eq!(cli.serve.upstream, None);
-        assert_eq!(cli.serve.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(cli.serve.upstream.upstream, None);
+        assert_eq!(
+            cli.serve.upstream.kubeconfig,
+            Some(PathBuf::from("/tmp/kc"))
+        );
     }
 
     #[test]
     fn false_switch_and_empty_file() {
         let cli = with_file("in-cluster: false\nupstream: http://a\n", &[]).unwrap();
-        assert!(!cli.serve.in_cluster);
+        assert!(!cli.serve.upstream.in_cluster);
         let cli = with_file("", &["--upstream", "http://b"]).unwrap();
-        assert_eq!(cli.serve.upstream.as_deref(), Some("http://b"));
+        assert_eq!(cli.serve.upstream.upstream.as_deref(), Some("http://b"));
     }
 
     #[test]
@@ -256,6 +265,96 @@ mod tests {
             parse_args(["kube-ws-proxy", "--config", "/nonexistent.yaml"]),
             Err(ConfigError::Read { .. })
         ));
+    }
+
+    /// A value the file can give `arg`: its default where it has one, else a made-up one.
+    fn sample(arg: &clap::Arg) -> String {
+        let long = arg.get_long().unwrap();
+        if matches!(arg.get_action(), ArgAction::SetTrue) {
+            return "true".into();
+        }
+        if let Some(v) = arg.get_possible_values().last() {
+            return v.get_name().into();
+        }
+        if let Some(v) = arg.get_default_values().first() {
+            return v.to_string_lossy().into_owned();
+        }
+        if long.ends_with("-file") || long.ends_with("-dir") || long == "kubeconfig" {
+            return format!("/tmp/{long}");
+        }
+        match long {
+            "upstream" => "http://127.0.0.1:1".into(),
+            "context" => "other".into(),
+            "audit-log" => "-".into(),
+            "max-sessions" => "7".into(),
+            _ => panic!("give --{long} a sample value for the config-file test"),
+        }
+    }
+
+    /// The flags `id` needs beside it: itself and what it requires, transitively.
+    fn with_requirements(cmd: &clap::Command, id: &str) -> Vec<String> {
+        let mut ids = vec![id.to_owned()];
+        let mut i = 0;
+        while i < ids.len() {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == ids[i].as_str());
+            for required in crate::cli::surface::required_ids(arg.unwrap()) {
+                if !ids.contains(&required) {
+                    ids.push(required);
+                }
+            }
+            i += 1;
+        }
+        ids
+    }
+
+    #[test]
+    fn every_flag_is_a_config_key() {
+        let cmd = Cli::command();
+        let long_of = |id: &str| {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+            (arg.get_long().unwrap().to_owned(), sample(arg))
+        };
+        let mut checked = 0;
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "config" | "help" | "version") {
+                continue;
+            }
+            let mut ids = with_requirements(&cmd, id);
+            let conflicts = cmd.get_arg_conflicts_with(arg);
+            // Some upstream must be named; `--upstream` unless this flag excludes it.
+            if !ids
+                .iter()
+                .any(|i| i == "upstream" || i == "kubeconfig" || i == "in_cluster")
+                && !conflicts.iter().any(|c| c.get_id() == "upstream")
+            {
+                ids.push("upstream".into());
+            }
+            let yaml: String = ids
+                .iter()
+                .map(|i| {
+                    let (long, value) = long_of(i);
+                    format!("{long}: \"{value}\"\n").replace("\"true\"", "true")
+                })
+                .collect();
+            let path = Path::new("config.yaml");
+            let none = Cli::command()
+                .try_get_matches_from(["kube-ws-proxy"])
+                .unwrap();
+            let extra = file_args(path, &yaml, &none).unwrap_or_else(|e| panic!("{id}: {e}"));
+            let argv = std::iter::once(OsString::from("kube-ws-proxy")).chain(extra);
+            let matches = Cli::command()
+                .try_get_matches_from(argv)
+                .unwrap_or_else(|e| panic!("{yaml}: {e}"));
+            assert_eq!(
+                matches.value_source(id),
+                Some(ValueSource::CommandLine),
+                "{yaml}"
+            );
+            with_file(&yaml, &[]).unwrap_or_else(|e| panic!("{yaml}: {e}"));
+            checked += 1;
+        }
+        assert!(checked >= 50, "only {checked} flags seen");
     }
 
     #[test]

@@ -30,7 +30,7 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    init_logging(cli.serve.log_format);
+    init_logging(cli.serve.process.log_format);
     let result = match cli.command {
         None => serve(cli.serve).await,
         Some(Command::Demo(args)) => kube_ws_proxy::demo::run(args).await,

@@ -458,7 +458,7 @@ fn effective_settings(
     let argv = || std::iter::once("kube-ws-proxy".to_owned()).chain(args.iter().cloned());
     let flags_only = Cli::try_parse_from(argv())
         .unwrap_or_else(|e| panic!("{}: {args:?} do not parse: {e}", k.dir));
-    let Some(config) = flags_only.serve.config else {
+    let Some(config) = flags_only.serve.process.config else {
         return kube_ws_proxy::config_file::parse_args(argv())
             .unwrap()
             .serve;
@@ -525,21 +525,21 @@ fn rendered_pods_match_what_the_binary_reads() {
                 let s = effective_settings(k, pod, container, objects, scratch.path());
 
                 let files = [
-                    &s.kubeconfig,
-                    &s.upstream_ca_file,
-                    &s.upstream_token_file,
-                    &s.upstream_client_cert_file,
-                    &s.upstream_client_key_file,
-                    &s.front_proxy_client_cert_file,
-                    &s.front_proxy_client_key_file,
-                    &s.tls_cert_file,
-                    &s.tls_private_key_file,
-                    &s.client_ca_file,
+                    &s.upstream.kubeconfig,
+                    &s.upstream.upstream_ca_file,
+                    &s.upstream.upstream_token_file,
+                    &s.upstream.upstream_client_cert_file,
+                    &s.upstream.upstream_client_key_file,
+                    &s.auth.front_proxy_client_cert_file,
+                    &s.auth.front_proxy_client_key_file,
+                    &s.listeners.tls_cert_file,
+                    &s.listeners.tls_private_key_file,
+                    &s.listeners.client_ca_file,
                 ];
                 let mut paths: Vec<PathBuf> = files.into_iter().flatten().cloned().collect();
-                if s.in_cluster {
-                    paths.push(s.service_account_dir.join("token"));
-                    paths.push(s.service_account_dir.join("ca.crt"));
+                if s.upstream.in_cluster {
+                    paths.push(s.upstream.service_account_dir.join("token"));
+                    paths.push(s.upstream.service_account_dir.join("ca.crt"));
                 }
                 for path in paths {
                     if let Err(e) = provided(pod, container, path.to_str().unwrap(), objects) {
@@ -547,16 +547,22 @@ fn rendered_pods_match_what_the_binary_reads() {
                     }
                 }
 
-                check_ports(&where_, pod, container, s.listen, s.admin_listen);
-                if s.auth_mode == AuthMode::FrontProxy {
+                check_ports(
+                    &where_,
+                    pod,
+                    container,
+                    s.listeners.listen,
+                    s.listeners.admin_listen,
+                );
+                if s.auth.auth_mode == AuthMode::FrontProxy {
                     check_api_server_trusts(&where_, pod, &s);
                 }
                 let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
                 assert!(
-                    grace > s.drain_timeout.as_secs(),
+                    grace > s.process.drain_timeout.as_secs(),
                     "{where_}: terminationGracePeriodSeconds {grace} does not outlast \
                      drain-timeout {:?}",
-                    s.drain_timeout
+                    s.process.drain_timeout
                 );
             }
         }
@@ -680,12 +686,15 @@ fn check_api_server_trusts(where_: &str, pod: &Value, s: &ServeArgs) {
     for (name, header) in [
         (
             "requestheader-username-headers",
-            &s.front_proxy_username_header,
+            &s.auth.front_proxy_username_header,
         ),
-        ("requestheader-group-headers", &s.front_proxy_group_header),
+        (
+            "requestheader-group-headers",
+            &s.auth.front_proxy_group_header,
+        ),
         (
             "requestheader-extra-headers-prefix",
-            &s.front_proxy_extra_header_prefix,
+            &s.auth.front_proxy_extra_header_prefix,
         ),
     ] {
         assert!(

@@ -1,0 +1,69 @@
+//! The audit log of streaming sessions and the recordings of exec and attach.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::values::{parse_bytes, parse_bytes_or_zero};
+use crate::audit::recording::RecordPolicy;
+
+/// Audit and recording.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Audit and recording")]
+pub struct AuditArgs {
+    /// Audit log of streaming sessions: a file, or `-` for stdout. Off by default.
+    ///
+    /// One JSON line when each session starts and one when it ends: exec, attach, cp,
+    /// port-forward and followed logs, on every path.
+    #[arg(long, env = "KUBE_WS_PROXY_AUDIT_LOG", value_name = "PATH")]
+    pub audit_log: Option<String>,
+
+    /// Rotate the audit log file before it grows past this size (suffixes Ki, Mi, Gi).
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_AUDIT_LOG_MAX_SIZE",
+        default_value = "100Mi",
+        value_parser = parse_bytes,
+        value_name = "BYTES"
+    )]
+    pub audit_log_max_size: u64,
+
+    /// Rotated audit log files to keep.
+    ///
+    /// `PATH.1` is the newest; 0: the file is emptied instead.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_AUDIT_LOG_MAX_BACKUPS",
+        default_value_t = 5,
+        value_name = "COUNT"
+    )]
+    pub audit_log_max_backups: usize,
+
+    /// Record exec and attach sessions as asciicast v2 files in `--record-dir`.
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD", value_enum, default_value_t = RecordPolicy::Off)]
+    pub record: RecordPolicy,
+
+    /// Where recordings go, one file per session (`<UTC start>_<session id>.cast`).
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD_DIR", value_name = "DIR")]
+    pub record_dir: Option<PathBuf>,
+
+    /// Record what clients type too (input events).
+    ///
+    /// Off by default: stdin can hold passwords.
+    #[arg(long, env = "KUBE_WS_PROXY_RECORD_STDIN")]
+    pub record_stdin: bool,
+
+    /// Free space `--record-dir`'s filesystem must keep for a recording to start (0: no check).
+    ///
+    /// A session whose recording would start below it is refused under `--record=required`
+    /// and goes on unrecorded under `best-effort`, so a nearly full disk is found before a
+    /// session starts rather than in its middle. Suffixes Ki, Mi, Gi.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_RECORD_MIN_FREE",
+        default_value = "64Mi",
+        value_parser = parse_bytes_or_zero,
+        value_name = "BYTES"
+    )]
+    pub record_min_free: u64,
+}

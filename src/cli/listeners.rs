@@ -1,0 +1,92 @@
+//! Where the proxy listens and how clients reach it: addresses, TLS, HTTP/2 WebSockets, and
+//! what it believes of the network in front of it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// Listeners and TLS.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Listeners and TLS")]
+pub struct ListenerArgs {
+    /// Address of the main listener: the Kubernetes API as clients see it.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_LISTEN",
+        default_value = "127.0.0.1:8080",
+        value_name = "ADDR"
+    )]
+    pub listen: SocketAddr,
+
+    /// Address of the admin listener: /healthz, /readyz and /metrics.
+    ///
+    /// Separate from the main listener because /healthz there belongs to the upstream API
+    /// server.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_ADMIN_LISTEN",
+        default_value = "127.0.0.1:8081",
+        value_name = "ADDR"
+    )]
+    pub admin_listen: SocketAddr,
+
+    /// PEM certificate chain: serve TLS on the main listener.
+    ///
+    /// Re-read when the file changes (rotation without restart). Without it the main listener
+    /// speaks plain HTTP.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_TLS_CERT_FILE",
+        requires = "tls_private_key_file",
+        value_name = "FILE"
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of `--tls-cert-file`.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_TLS_PRIVATE_KEY_FILE",
+        requires = "tls_cert_file",
+        value_name = "FILE"
+    )]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// PEM CA bundle: accept client certificates it signs on the TLS listener.
+    ///
+    /// A client certificate identifies the caller in impersonate and front-proxy modes (CN is
+    /// the user, O the groups). Connections without a client certificate are still accepted;
+    /// ones with an untrusted certificate are not.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_CLIENT_CA_FILE",
+        requires = "tls_cert_file",
+        value_name = "FILE"
+    )]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Let HTTP/2 clients open WebSockets as streams of one TLS connection (RFC 8441).
+    ///
+    /// Extended CONNECT, advertised in the HTTP/2 SETTINGS, on the same paths, subprotocols,
+    /// authentication and limits as HTTP/1.1 upgrades; each session counts against
+    /// `--max-sessions`. `false`: HTTP/2 clients open their WebSockets over HTTP/1.1
+    /// connections.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_HTTP2_WEBSOCKETS",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub http2_websockets: bool,
+
+    /// Trust the `X-Forwarded-For` set by a proxy or load balancer in front of this one.
+    ///
+    /// Keeps the client's `X-Forwarded-For` and appends the peer's address to it, keeps its
+    /// `X-Real-Ip` and `Forwarded`, and charges TokenReviews to the last address in
+    /// `X-Forwarded-For`. Without it (the default), a caller's own `X-Forwarded-For` is
+    /// replaced by its address and its `X-Real-Ip` and `Forwarded` are removed, so it cannot
+    /// choose what the API server records as the request's source.
+    #[arg(long, env = "KUBE_WS_PROXY_TRUST_X_FORWARDED_FOR")]
+    pub trust_x_forwarded_for: bool,
+}
