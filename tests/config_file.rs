@@ -1,7 +1,7 @@
 //! `--config` with the real binary: a file value applies unless the environment or the
 //! command line sets the same flag (command line > environment > file > default).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! itself refuses (the OCI runtime cannot set up the container) is reported as NOT RUN with
 //! podman's own words; the build-and-inspect test does not depend on it.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};

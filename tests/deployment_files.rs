@@ -120,7 +120,7 @@ fn dockerfile_dependency_stage_is_a_package_cargo_accepts() {
 
 // ---- kustomize: deploy/base and the overlays for the three deployments of config/ ----
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

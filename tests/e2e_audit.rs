@@ -11,7 +11,7 @@
 //! kubectl sends a kubeconfig token only over TLS, so the proxy listens with TLS here and
 //! kubectl talks to it directly; each event's `protocol_path` shows which path was taken.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};

@@ -10,7 +10,7 @@
 //! The browser goes through the SPDY-dropping gateway, and the cluster demands the token on
 //! every request.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

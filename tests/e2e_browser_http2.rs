@@ -4,7 +4,7 @@
 //! bearer subprotocol entry, as a web dashboard sends it. The proxy's logs and metrics show
 //! every session as HTTP/2 and all on one connection.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

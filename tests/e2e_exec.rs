@@ -4,7 +4,7 @@
 //! translation can pass; kubectl 1.28 (an SPDY client) goes straight to the proxy and exercises
 //! the relay path.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

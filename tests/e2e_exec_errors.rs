@@ -2,7 +2,7 @@
 //! clients that leave, and protocol violations. Each gets a clear answer, and a concurrent
 //! healthy session is never disturbed.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

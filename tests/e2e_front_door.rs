@@ -5,7 +5,7 @@
 //! from `--kubeconfig`; and bad input: unauthenticated callers, caller impersonation headers,
 //! untrusted and expired client certificates, a wrong upstream CA.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};

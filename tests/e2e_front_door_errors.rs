@@ -3,7 +3,7 @@
 //! path — translated exec, port-forward tunnel, relayed log — with `400` and a Kubernetes
 //! Status, no upgrade, and nothing sent upstream on their behalf.
 
-mod common;
+use crate::common;
 
 use common::bearer::{self, Carrier};
 use common::harness::Harness;

@@ -9,7 +9,7 @@
 //! and relayed sessions saying `HTTP/2`; and the proxy's pings ending a session whose client
 //! stream stopped answering, not its sibling.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@
 //! client is a kubectl stopped with SIGSTOP (its kernel still acknowledges every byte), or the
 //! gateway frozen.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

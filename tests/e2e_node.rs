@@ -4,7 +4,7 @@
 //! with only `v4.channel.k8s.io` (relayed). The client sees stdout, stderr and the non-zero
 //! exit code in both; the cluster demands the kubeconfig's token on every request.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Operating the proxy: `/metrics`, `/readyz`, graceful drain on SIGTERM, `--max-sessions`
 //! and the JSON session log, all against the real binary.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

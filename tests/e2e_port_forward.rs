@@ -4,7 +4,7 @@
 //! the SPDY-dropping middlebox, so only a working tunnel passes (a fallback to plain SPDY is
 //! dropped and counted). The "pod" services are local TCP servers (tests/common/pod_server.rs).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! WebSocket port-forward (both relayed). It goes through the SPDY-dropping gateway like every
 //! other WebSocket client.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

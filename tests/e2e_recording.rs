@@ -6,7 +6,7 @@
 //! `--record=required` refuses what it cannot record. The audit event names each session's
 //! recording and, for relayed sessions too, its exit code.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

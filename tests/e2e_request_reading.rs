@@ -6,7 +6,7 @@
 //! stack: it acts on Go's reading of each request and says what it read. Every exec that runs
 //! must be audited and recorded, with the command and container Go read.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -15,7 +15,7 @@
 //! - WebSocket keys that are not 16 bytes of base64;
 //! - log flooding: a flood past the TokenReview rate limit, a 50 KB `Audit-ID`.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

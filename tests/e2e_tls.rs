@@ -2,7 +2,7 @@
 //! translated), ALPN h2 and http/1.1, and certificate rotation without a restart while a session
 //! started before the rotation keeps running.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! upgrade arrives as an InternalError Status), `websocket` against an old cluster (a
 //! BadGateway Status naming the setting).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

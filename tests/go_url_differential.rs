@@ -6,7 +6,7 @@
 //!
 //! Without `go` the test is skipped with a note, unless `CI` is set, where that is a failure.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

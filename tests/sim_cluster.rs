@@ -1,7 +1,7 @@
 //! The simulated cluster on its own: it really is SPDY-only (so tests through the proxy prove
 //! translation), serves discovery and reads, and refuses to listen anywhere but loopback.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! SelfSubjectReview; the identity reaches exec'd processes over SPDY and WebSocket on TLS;
 //! kubectl 1.33 `auth whoami` and `exec` against it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

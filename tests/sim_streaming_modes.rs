@@ -3,7 +3,7 @@
 //! the SPDY-dropping gateway; a `WebSocketOnly` cluster refuses SPDY; raw v5 sessions follow
 //! kube-apiserver's translator (CLOSE signal, status, resize, refusal inside the WebSocket).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
