@@ -21,6 +21,8 @@ pub mod readiness;
 pub mod refusal_body;
 pub mod relay;
 pub mod relay_answer;
+pub mod relay_ending;
+pub mod relay_frames;
 pub mod relay_pings;
 pub mod relay_recording;
 pub mod request_layers;
