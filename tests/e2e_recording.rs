@@ -589,8 +589,8 @@ async fn a_disk_that_fills_up_ends_required_sessions_and_not_best_effort_ones() 
     assert_within_the_bound(&stdout(&o), &kept, "translated");
     std::fs::remove_file(&recording).unwrap();
 
-    // Relayed SPDY (kubectl 1.28): the relay can only close both connections; the audit
-    // event says why.
+    // Relayed SPDY (kubectl 1.28): the relay ends the session at a frame boundary with a
+    // Status on the error stream; kubectl prints it and fails, the audit event says why.
     let started = std::time::Instant::now();
     let mut c = r.kubectl(&k28);
     c.args([
@@ -608,6 +608,8 @@ async fn a_disk_that_fills_up_ends_required_sessions_and_not_best_effort_ones() 
         "ran until the command's end: {}",
         stderr(&o)
     );
+    assert!(!o.status.success(), "kubectl 1.28 exited 0");
+    assert_told_why(&stderr(&o), "kubectl 1.28 (relayed SPDY)");
     let ended = r.ended("relayed-full-disk").await;
     assert_eq!(ended["outcome"], "recording_failed", "{ended}");
     assert_eq!(ended["protocol_path"], "relay_spdy", "{ended}");
@@ -618,9 +620,6 @@ async fn a_disk_that_fills_up_ends_required_sessions_and_not_best_effort_ones() 
         "{ended}"
     );
     let recording = PathBuf::from(ended["recording"].as_str().unwrap());
-    // kubectl 1.28 takes a SPDY connection that simply ends for a finished command (it may
-    // exit 0): the relay cannot yet put a Status on the error stream it only follows. What it
-    // was shown stays within the bound of the recording; the audit event says why it ended.
     assert_within_the_bound(
         &stdout(&o),
         &valid_up_to_the_cut(&recording),
@@ -668,6 +667,16 @@ fn assert_within_the_bound(shown: &str, kept: &str, path: &str) {
     );
 }
 
+/// What a client printed for a session its recording ended: the proxy's Status message.
+fn assert_told_why(printed: &str, client: &str) {
+    assert!(
+        printed.contains("kube-ws-proxy ended the session: its recording failed")
+            && printed.contains("No space left")
+            && printed.contains("--record=required"),
+        "{client}: {printed}"
+    );
+}
+
 /// The `ended` event of a session its full disk ended: why, and on which path.
 fn assert_ended_by_the_disk(ended: &Value, path: &str) {
     assert_eq!(ended["outcome"], "recording_failed", "{ended}");
@@ -694,8 +703,16 @@ async fn relayed_websocket_sessions_stay_within_the_bound_of_a_disk_that_fills_u
         started.elapsed() < Duration::from_secs(50),
         "ran until the command's end"
     );
-    // The relay cannot speak inside the stream: it closes both connections, no exit status.
-    assert!(status.is_empty(), "{}", String::from_utf8_lossy(&status));
+    // The relay ends the session between two frames with the Status kube-apiserver sends
+    // for a failed stream, on the error channel.
+    let status: Value = serde_json::from_slice(&status)
+        .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&status)));
+    assert_eq!(status["kind"], "Status", "{status}");
+    assert_eq!(status["apiVersion"], "v1", "{status}");
+    assert_eq!(status["status"], "Failure", "{status}");
+    assert_eq!(status["reason"], "InternalError", "{status}");
+    assert_eq!(status["code"], 500, "{status}");
+    assert_told_why(status["message"].as_str().unwrap_or_default(), "raw v4");
     let ended = r.ended("v4-full-disk").await;
     assert_ended_by_the_disk(&ended, "relay_websocket");
     let recording = PathBuf::from(ended["recording"].as_str().unwrap());
@@ -725,6 +742,7 @@ async fn passed_through_v5_sessions_stay_within_the_bound_of_a_disk_that_fills_u
         started.elapsed() < Duration::from_secs(50),
         "ran until the command's end"
     );
+    assert_told_why(&stderr(&o), "kubectl 1.33 (passed-through v5)");
     let ended = r.ended("v5-full-disk").await;
     assert_ended_by_the_disk(&ended, "pass_through");
     let recording = PathBuf::from(ended["recording"].as_str().unwrap());

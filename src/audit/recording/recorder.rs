@@ -514,6 +514,46 @@ impl Drop for Recorder {
     }
 }
 
+/// What a test tells a [`Recorder::held`] recorder's writer did.
+#[cfg(test)]
+pub(crate) struct HeldWriter(Arc<RecordingState>);
+
+#[cfg(test)]
+impl HeldWriter {
+    /// The writer wrote `len` more bytes.
+    pub(crate) fn written(&self, len: u64) {
+        self.0.written(len);
+    }
+
+    /// A write failed.
+    pub(crate) fn fail(&self, error: &str) {
+        self.0.fail(error.to_owned());
+    }
+}
+
+#[cfg(test)]
+impl Recorder {
+    /// A recorder whose writer never writes by itself: the test says what it wrote, and when
+    /// a write failed.
+    pub(crate) fn held(required: bool) -> (Recorder, HeldWriter) {
+        let (tx, rx) = unbounded_channel();
+        // The messages (and their budget) stay queued for as long as the test runs.
+        std::mem::forget(rx);
+        let state = Arc::new(RecordingState::new());
+        let rec = Recorder {
+            id: 1,
+            tx,
+            budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
+            state: state.clone(),
+            record_stdin: false,
+            required,
+            path: "held".into(),
+        };
+        (rec, HeldWriter(state))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -845,21 +885,8 @@ mod tests {
 
     /// A recorder whose writer is the test: nothing is written until it says so.
     fn held_recorder(required: bool) -> (Recorder, Arc<RecordingState>) {
-        let (tx, rx) = unbounded_channel();
-        // The messages (and their budget) stay queued for as long as the test runs.
-        std::mem::forget(rx);
-        let state = Arc::new(RecordingState::new());
-        let rec = Recorder {
-            id: 1,
-            tx,
-            budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
-            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
-            state: state.clone(),
-            record_stdin: false,
-            required,
-            path: "held".into(),
-        };
-        (rec, state)
+        let (rec, state) = Recorder::held(required);
+        (rec, state.0)
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::relay_answer;
+use super::relay_ending;
 use super::relay_pings::PingInjector;
 use super::relay_recording::RelayTap;
 use super::session_audit::{self, AuditIdentity, SessionClient};
@@ -299,7 +300,11 @@ pub(super) async fn carry(
     if let (Some(recorder), Ok(resp)) = (recorder, &answer) {
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             match observer_for(resp, Scope::Everything) {
-                Some(observer) => tap = Some(RelayTap::new(recorder, observer, required)),
+                Some(observer) => {
+                    let (upgrade, protocol) = agreed(resp);
+                    let ending = relay_ending::Ending::for_protocol(upgrade, protocol);
+                    tap = Some(RelayTap::new(recorder, observer, required).ending_with(ending))
+                }
                 None => {
                     let e = format!(
                         "cannot follow the relayed protocol {}",
@@ -491,21 +496,34 @@ pub(super) async fn carry(
             }),
             linger: Some(linger),
         };
+        let mut relay = Box::pin(pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, hooks));
         let outcome = tokio::select! {
-            () = pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, hooks) => SessionOutcome::Success,
+            () = &mut relay => SessionOutcome::Success,
             silent = liveness.lost() => {
                 info!(session = session_id, silent_ms = silent.as_millis() as u64, "relayed session ended: the client stopped answering pings");
                 SessionOutcome::ClientUnresponsive
             }
             _ = slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
             _ = idle => SessionOutcome::IdleTimeout,
-            // A relay has no way to tell either end why: closing both connections (dropping
-            // the pump) is all it can do.
             e = must_end => {
                 warn!(session = session_id, error = %e, "relayed session ended: its recording failed and recordings are required");
                 recording_failure = Some(e);
                 SessionOutcome::RecordingFailed
             }
+        };
+        if outcome == SessionOutcome::RecordingFailed {
+            // The relay ends it itself: the frame the client has begun, the Status, and the
+            // client's own close, within the close drain timeout; then both are cut.
+            let _ = tokio::time::timeout(linger, &mut relay).await;
+        }
+        drop(relay);
+        // A relay that ended the session itself before the select saw why.
+        let outcome = match tap.as_ref().and_then(RelayTap::must_have_ended) {
+            Some(e) if outcome == SessionOutcome::Success => {
+                recording_failure = Some(e);
+                SessionOutcome::RecordingFailed
+            }
+            _ => outcome,
         };
         let stats = counters.stats();
         let tap_end = tap.map(RelayTap::finish).unwrap_or_default();
@@ -692,8 +710,12 @@ pub async fn pump<C, U>(
             pings,
             liveness: None,
         };
-        copy(&mut ur, &mut cw, activity, side).await;
-        let _ = cw.shutdown().await;
+        let copied = copy(&mut ur, &mut cw, activity, side).await;
+        // After the proxy's own last frames on SPDY the client closes: a spdystream that
+        // reads the connection's end drops the frames it has not handled yet.
+        if copied != (Copied::MustEnd { half_close: false }) {
+            let _ = cw.shutdown().await;
+        }
     };
     let up = async {
         let side = Side {
@@ -703,8 +725,14 @@ pub async fn pump<C, U>(
             pings: None,
             liveness: liveness.as_ref(),
         };
-        copy(&mut cr, &mut uw, activity, side).await;
+        let copied = copy(&mut cr, &mut uw, activity, side).await;
         let _ = uw.shutdown().await;
+        if let Copied::MustEnd { .. } = copied {
+            // The session is over, nothing more goes upstream; the client is read (and what it
+            // sends dropped) until it closes, so that it reads the end the proxy gave it
+            // instead of meeting a reset.
+            discard(&mut cr).await;
+        }
     };
     // Stream protocols close both ways at once; a peer that keeps its half open after the other
     // ended (an HTTP/2 client that never ends its stream, a client that never closes its
@@ -742,55 +770,184 @@ struct Side<'a> {
     liveness: Option<&'a Liveness>,
 }
 
+/// How one direction's copy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Copied {
+    /// End of stream or an error, on either side.
+    Ended,
+    /// The tap ended the session (`--record=required`). Towards the client, whether the
+    /// connection may be half-closed now: `false` once the proxy's last frames went on SPDY.
+    MustEnd { half_close: bool },
+}
+
+/// What waiting for the next read gave.
+enum Next {
+    Read(usize),
+    Ended,
+    MustEnd,
+}
+
 /// Copies until EOF or an error, with one bounded buffer, adding what was copied to the side's
-/// total; stops early when the tap says the session must end.
-async fn copy<R, W>(r: &mut R, w: &mut W, activity: &ActivityClock, mut side: Side<'_>)
+/// total; stops early when the tap says the session must end. Towards the client a tap may
+/// pass on less than a read (the start of a frame head waits at the buffer's front for the
+/// rest of it), and a session that must end is ended between two frames with the proxy's
+/// Status ([`end_down`]).
+async fn copy<R, W>(r: &mut R, w: &mut W, activity: &ActivityClock, mut side: Side<'_>) -> Copied
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; 32 * 1024];
+    // Bytes at the front of `buf` kept back from the last read.
+    let mut kept = 0;
     loop {
-        let read = match side.pings.as_mut() {
-            None => {
-                let _listening = side.liveness.map(Liveness::listen);
-                r.read(&mut buf).await
-            }
-            Some(pings) => tokio::select! {
-                read = r.read(&mut buf) => read,
-                () = pings.due() => {
-                    if pings.send(w).await.is_err() {
-                        return;
-                    }
-                    continue;
+        let n = match next_read(r, w, &mut buf[kept..], &mut side).await {
+            Next::Read(n) => n,
+            Next::Ended => {
+                // The start of a head the upstream never finished: passed on as it came.
+                if kept > 0 && w.write_all(&buf[..kept]).await.is_ok() {
+                    side.total.fetch_add(kept as u64, Ordering::Relaxed);
                 }
-            },
-        };
-        let n = match read {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+                return Copied::Ended;
+            }
+            Next::MustEnd => return end_down(r, w, &mut buf, kept, &side).await,
         };
         activity.touch();
         if let Some(liveness) = side.liveness {
             liveness.heard();
         }
-        if let Some((tap, direction)) = side.tap {
-            if !tap.relayed(direction, &buf[..n]).await {
-                return;
+        let have = kept + n;
+        let pass = match side.tap {
+            Some((tap, Direction::UpstreamToClient)) => match tap.pass_down(&buf[..have]).await {
+                Some(pass) => pass,
+                None => return end_down(r, w, &mut buf, have, &side).await,
+            },
+            Some((tap, direction)) => {
+                if !tap.relayed(direction, &buf[..have]).await {
+                    return Copied::MustEnd { half_close: true };
+                }
+                have
             }
-        }
+            None => have,
+        };
         if let Some((watch, direction)) = side.watch {
-            watch.relayed(direction, &buf[..n]);
+            watch.relayed(direction, &buf[..pass]);
         }
         let written = match side.pings.as_mut() {
-            Some(pings) => pings.write_through(w, &buf[..n]).await,
-            None => w.write_all(&buf[..n]).await,
+            Some(pings) => pings.write_through(w, &buf[..pass]).await,
+            None => w.write_all(&buf[..pass]).await,
         };
         if written.is_err() {
-            return;
+            return Copied::Ended;
         }
-        side.total.fetch_add(n as u64, Ordering::Relaxed);
+        side.total.fetch_add(pass as u64, Ordering::Relaxed);
+        buf.copy_within(pass..have, 0);
+        kept = have - pass;
     }
+}
+
+/// Waits for the next read into `buf`, sending the client's pings as they fall due; towards
+/// the client, gives up waiting once the tap says the session must end.
+async fn next_read<R, W>(r: &mut R, w: &mut W, buf: &mut [u8], side: &mut Side<'_>) -> Next
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let ender = match side.tap {
+        Some((tap, Direction::UpstreamToClient)) => Some(tap),
+        _ => None,
+    };
+    loop {
+        let must_end = async {
+            match ender {
+                Some(tap) => {
+                    tap.must_end().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let read = match side.pings.as_mut() {
+            None => {
+                let _listening = side.liveness.map(Liveness::listen);
+                tokio::select! {
+                    read = r.read(buf) => read,
+                    () = must_end => return Next::MustEnd,
+                }
+            }
+            Some(pings) => tokio::select! {
+                read = r.read(buf) => read,
+                () = must_end => return Next::MustEnd,
+                () = pings.due() => {
+                    if pings.send(w).await.is_err() {
+                        return Next::Ended;
+                    }
+                    continue;
+                }
+            },
+        };
+        return match read {
+            Ok(0) | Err(_) => Next::Ended,
+            Ok(n) => Next::Read(n),
+        };
+    }
+}
+
+/// Ends a session that must end, towards the client: the frame the client has begun is
+/// completed (the first bytes of `buf[..have]`, then what more the upstream sends of it),
+/// and the proxy's last frames follow, with the Status saying why. Where none can go (the
+/// upstream began closing, a stream not understood, the upstream ends inside the frame), the
+/// connection is just closed.
+async fn end_down<R, W>(
+    r: &mut R,
+    w: &mut W,
+    buf: &mut [u8],
+    mut have: usize,
+    side: &Side<'_>,
+) -> Copied
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let closed = Copied::MustEnd { half_close: true };
+    let Some((tap, Direction::UpstreamToClient)) = side.tap else {
+        return closed;
+    };
+    tap.note_ended();
+    if !tap.ends_with_status() {
+        return closed;
+    }
+    let why = tap.must_end().await;
+    loop {
+        let done = tap.complete(&buf[..have]);
+        if done > 0 {
+            if w.write_all(&buf[..done]).await.is_err() {
+                return closed;
+            }
+            side.total.fetch_add(done as u64, Ordering::Relaxed);
+        }
+        if tap.owed() == 0 {
+            break;
+        }
+        have = match r.read(buf).await {
+            Ok(0) | Err(_) => return closed,
+            Ok(n) => n,
+        };
+    }
+    let Some(end) = tap.end_frames(&why) else {
+        return closed;
+    };
+    if w.write_all(&end.bytes).await.is_err() || w.flush().await.is_err() {
+        return closed;
+    }
+    Copied::MustEnd {
+        half_close: end.half_close,
+    }
+}
+
+/// Reads and drops until the end of the stream.
+async fn discard<R: tokio::io::AsyncRead + Unpin>(r: &mut R) {
+    let mut buf = [0u8; 4096];
+    while matches!(r.read(&mut buf).await, Ok(n) if n > 0) {}
 }
 
 /// The protocol a relayed upgrade agreed on, from the upstream's 101: the WebSocket
@@ -840,13 +997,20 @@ fn port_forward_watch<B>(resp: &Response<B>) -> Option<PortForwardWatch> {
 /// The observer of a relayed session the upstream accepted, looking at as much as `scope`
 /// says, if its protocol can be followed.
 fn observer_for<B>(resp: &Response<B>, scope: Scope) -> Option<Observer> {
+    let (upgrade, sub) = agreed(resp);
+    Observer::with_scope(upgrade, sub, scope)
+}
+
+/// What a relayed upgrade's 101 agreed on: its `Upgrade`, and its `Sec-WebSocket-Protocol`
+/// (WebSocket) or `X-Stream-Protocol-Version` (SPDY).
+fn agreed<B>(resp: &Response<B>) -> (Option<&str>, Option<&str>) {
     let h = resp.headers();
     let upgrade = h.get(header::UPGRADE).and_then(|v| v.to_str().ok());
     let sub = h
         .get(header::SEC_WEBSOCKET_PROTOCOL)
         .or_else(|| h.get("x-stream-protocol-version"))
         .and_then(|v| v.to_str().ok());
-    Observer::with_scope(upgrade, sub, scope)
+    (upgrade, sub)
 }
 
 /// The command and title of a session's recording, from its request: `ns/pod`, with the

@@ -4,13 +4,16 @@
 //! on the wire are never changed; the tap only reads them (and, by awaiting the recorder,
 //! slows the relay down when recordings fall behind, as the translated path does).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::relay_ending::{recording_failed, EndFrames, Ending};
+use super::relay_frames::FrameCursor;
 use crate::audit::recording::{Recordable, Recorded, Recorder};
-use crate::translate::observe::{Direction, ErrorStream, Observed, Observer};
+use crate::translate::observe::{Direction, ErrorStream, Observed, Observer, RemoteCommandStreams};
 
 /// What the two directions of one relay share. Both run in one task, so the lock is never
 /// contended; it is a `Mutex` rather than a `RefCell` only because that task may move between
@@ -21,6 +24,11 @@ struct Shared {
     errors: ErrorStream,
     /// Why observing stopped, if it did.
     failure: Option<String>,
+    /// Under `--record=required`: the upstream's frames as far as the client has been sent
+    /// them, so that the session can be ended between two of them.
+    cursor: Option<FrameCursor>,
+    /// SPDY: the streams the upstream writes on, as last seen (kept should the observer stop).
+    streams: RemoteCommandStreams,
 }
 
 /// The recording of one relayed session, or (without a recording) only what its audit event
@@ -34,6 +42,10 @@ pub struct RelayTap {
     shared: Mutex<Shared>,
     /// Cancelled once observing failed under `--record=required`.
     unobservable: CancellationToken,
+    /// How the session is ended with a Status when it must end (`--record=required`).
+    ending: Option<Ending>,
+    /// Set once the relay stopped passing bytes on because the session must end.
+    ended: AtomicBool,
 }
 
 /// How a recorded relay ended, for its audit event.
@@ -67,9 +79,28 @@ impl RelayTap {
                 observer,
                 errors: ErrorStream::default(),
                 failure: None,
+                cursor: None,
+                streams: RemoteCommandStreams::default(),
             }),
             unobservable: CancellationToken::new(),
+            ending: None,
+            ended: AtomicBool::new(false),
         }
+    }
+
+    /// Under `--record=required`, a session that must end is ended as `ending` says, between
+    /// two of the upstream's frames: from here on the upstream's frames are followed, and the
+    /// whole declared length of a frame whose head has been passed on counts against the
+    /// bound (see [`RelayTap::pass_down`]). Without `required`, nothing changes.
+    pub fn ending_with(mut self, ending: Option<Ending>) -> RelayTap {
+        if let (true, Some(_), Some(ending)) = (self.required, &self.recorder, ending) {
+            self.ending = Some(ending);
+            self.shared
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .cursor = Some(FrameCursor::new(ending.framing()));
+        }
+        self
     }
 
     /// The recording's file, if it records.
@@ -81,30 +112,49 @@ impl RelayTap {
     /// carried. Returns `false` when the session must end instead (observing failed under
     /// `--record=required`): those bytes are then not passed on.
     pub async fn relayed(&self, direction: Direction, bytes: &[u8]) -> bool {
+        self.follow(direction, bytes).await.is_some()
+    }
+
+    /// Follows bytes read from the upstream and records what they carried; returns how many
+    /// of them may go to the client now, or `None` when the session must end instead (none of
+    /// them then go).
+    ///
+    /// Under `--record=required` with an ending, a read is never passed on to its end when
+    /// that is inside a frame head (the start of the head waits for the rest of it), and the
+    /// bytes go only once all but [`AHEAD_BYTES`](crate::audit::recording::AHEAD_BYTES) of
+    /// what the session recorded is written, counting as not yet recorded the whole declared
+    /// length of the frame left unfinished (its message's earlier fragments too). A frame
+    /// longer than the bound by itself goes only once everything before it is written.
+    pub async fn pass_down(&self, bytes: &[u8]) -> Option<usize> {
+        self.follow(Direction::UpstreamToClient, bytes).await
+    }
+
+    async fn follow(&self, direction: Direction, bytes: &[u8]) -> Option<usize> {
         let mut events = Vec::new();
-        let held;
-        {
+        let (pass, unrecorded, next) = {
             let mut shared = self.lock();
             if shared.failure.is_some() {
                 // It cannot follow the stream any further: the bytes still go on unless the
                 // session has to end for it.
-                return !self.required;
-            }
-            if let Err(e) = shared.observer.feed(direction, bytes, &mut events) {
-                match &self.recorder {
-                    Some(recorder) => warn!(
-                        recording = %recorder.path().display(),
-                        error = %e,
-                        "stopped recording a relayed session"
-                    ),
-                    None => {
-                        warn!(error = %e, "stopped following a relayed session for its exit code")
-                    }
+                if self.required {
+                    self.note_ended();
+                    return None;
                 }
+                return Some(bytes.len());
+            }
+            // The upstream's frames as the client will have them once these bytes went.
+            let mut next = match direction {
+                Direction::UpstreamToClient => shared.cursor.clone(),
+                Direction::ClientToUpstream => None,
+            };
+            let pass = next.as_mut().map_or(bytes.len(), |c| c.follow(bytes));
+            if let Err(e) = shared.observer.feed(direction, &bytes[..pass], &mut events) {
+                self.stopped(&e.to_string());
                 shared.failure = Some(e.to_string());
                 if self.required {
                     self.unobservable.cancel();
-                    return false;
+                    self.note_ended();
+                    return None;
                 }
             }
             for event in &events {
@@ -112,20 +162,89 @@ impl RelayTap {
                     shared.errors.push(data);
                 }
             }
-            // The start of an unfinished frame towards the client has been passed on already
-            // (a WebSocket client can read it before the frame's end).
-            held = match direction {
-                Direction::UpstreamToClient => shared.observer.held(direction),
+            if direction == Direction::ClientToUpstream && shared.cursor.is_some() {
+                if let Some(streams) = shared.observer.spdy_streams() {
+                    shared.streams = streams;
+                }
+            }
+            // What the client is sent ahead of the observer's events: the unfinished frame's
+            // start (a WebSocket client can read it before the frame's end) and, with a
+            // cursor, the rest of its declared length, which goes on even after a failure.
+            let unrecorded = match direction {
+                Direction::UpstreamToClient => {
+                    shared.observer.held(direction) as u64 + next.as_ref().map_or(0, |c| c.owed())
+                }
                 Direction::ClientToUpstream => 0,
             };
-        }
+            (pass, unrecorded, next)
+        };
         let Some(recorder) = &self.recorder else {
-            return true;
+            return Some(pass);
         };
         // What one read carried waits for the recording budget once; under
         // `--record=required` it goes on only within the bound of what is written, and never
         // once the recording failed (must_end then ends the session).
-        recorder.record_within(&events, held as u64).await
+        if !recorder.record_within(&events, unrecorded).await {
+            self.note_ended();
+            return None;
+        }
+        if let Some(next) = next {
+            self.lock().cursor = Some(next);
+        }
+        Some(pass)
+    }
+
+    fn stopped(&self, error: &str) {
+        match &self.recorder {
+            Some(recorder) => warn!(
+                recording = %recorder.path().display(),
+                error = %error,
+                "stopped recording a relayed session"
+            ),
+            None => warn!(error = %error, "stopped following a relayed session for its exit code"),
+        }
+    }
+
+    /// Whether a session that must end is ended with a Status of the proxy's (see
+    /// [`RelayTap::ending_with`]).
+    pub fn ends_with_status(&self) -> bool {
+        self.ending.is_some()
+    }
+
+    /// Bytes of the frame the client has the head of and not the rest yet.
+    pub fn owed(&self) -> u64 {
+        self.lock().cursor.as_ref().map_or(0, FrameCursor::owed)
+    }
+
+    /// Follows the part of `bytes` (read from the upstream after the session had to end)
+    /// that completes the frame the client has begun; its length. It is within the bound:
+    /// counted when the frame's head went.
+    pub fn complete(&self, bytes: &[u8]) -> usize {
+        self.lock().cursor.as_mut().map_or(0, |c| c.complete(bytes))
+    }
+
+    /// The frames that end the session with a Status saying its recording failed (`why`),
+    /// where the client stands now; `None` where none can go.
+    pub fn end_frames(&self, why: &str) -> Option<EndFrames> {
+        let ending = self.ending?;
+        let shared = self.lock();
+        let cursor = shared.cursor.as_ref()?;
+        let streams = shared.observer.spdy_streams().unwrap_or(shared.streams);
+        ending.frames(&recording_failed(why), cursor, streams)
+    }
+
+    /// Notes that the relay stopped passing bytes on because the session must end.
+    pub fn note_ended(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
+    /// Why the relay ended the session for its recording (`--record=required`), if it did.
+    pub fn must_have_ended(&self) -> Option<String> {
+        if !self.ended.load(Ordering::Relaxed) {
+            return None;
+        }
+        let recorder = self.recorder.as_ref()?;
+        self.lock().failure.clone().or_else(|| recorder.error())
     }
 
     /// Resolves, with the reason, once the session can no longer be recorded and recordings
@@ -198,6 +317,7 @@ mod tests {
     use crate::activity_clock::ActivityClock;
     use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
     use crate::proxy::sessions::relay::{pump, RelayCounters, RelayHooks};
+    use crate::proxy::sessions::relay_ending::{recording_failed, Ending};
     use crate::spdy::codec::FrameEncoder;
     use crate::spdy::frame::{Data, Frame, HeaderBlock, StreamId, SynStream};
 
@@ -343,6 +463,168 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "{text:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    const V4: &str = "v4.channel.k8s.io";
+
+    /// A required v4 tap that ends its session with a Status, and what its writer did.
+    fn v4_tap() -> (RelayTap, crate::audit::recording::recorder::HeldWriter) {
+        let (recorder, writer) = Recorder::held(true);
+        let observer = Observer::for_protocol(Some("websocket"), Some(V4)).unwrap();
+        let ending = Ending::for_protocol(Some("websocket"), Some(V4));
+        (
+            RelayTap::new(recorder, observer, true).ending_with(ending),
+            writer,
+        )
+    }
+
+    /// A binary message on stdout with `len` bytes of output.
+    fn stdout_message(len: usize) -> Vec<u8> {
+        let mut m = vec![0x82, 126];
+        m.extend_from_slice(&((len + 1) as u16).to_be_bytes());
+        m.push(1);
+        m.extend(std::iter::repeat_n(b'a', len));
+        m
+    }
+
+    /// Option (a) of the bound: the moment a frame's head goes, its whole declared length
+    /// counts as not yet recorded, so that finishing it after a failure stays within the bound.
+    #[tokio::test]
+    async fn a_frame_head_goes_only_once_its_whole_length_fits_in_the_bound() {
+        let quick = Duration::from_millis(50);
+        let (tap, writer) = v4_tap();
+        // 60,000 bytes of output recorded and not written yet: within the 64 KiB.
+        let first = stdout_message(60_000);
+        assert_eq!(tap.pass_down(&first).await, Some(first.len()));
+        // A read that ends inside the next head passes nothing of it.
+        let second = stdout_message(9_999);
+        assert_eq!(tap.pass_down(&second[..3]).await, Some(0));
+        // Its head and 10 bytes: 10,004 bytes declared (head included), so it may go only
+        // once no more than 65,536 - 10,004 = 55,532 bytes are unwritten.
+        let waiting = tap.pass_down(&second[..14]);
+        tokio::pin!(waiting);
+        assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
+        writer.written(4_000);
+        assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
+        writer.written(1_000);
+        assert_eq!(
+            tokio::time::timeout(quick, waiting).await.unwrap(),
+            Some(14)
+        );
+        assert_eq!(tap.owed(), 9_990);
+    }
+
+    /// A v4 relay whose recording fails while a message is half passed on: the client gets the
+    /// rest of that message (counted in the bound when its head went), then the Status on
+    /// channel 3 and a Close, and nothing the upstream sent after it.
+    #[tokio::test]
+    async fn a_required_relay_ends_a_frame_begun_then_sends_the_status() {
+        let (tap, writer) = v4_tap();
+        let frame = stdout_message(9_999);
+        let next = [0x82, 2, 1, b'b'];
+        let (client_near, mut client_far) = tokio::io::duplex(64 * 1024);
+        let (upstream_near, mut upstream_far) = tokio::io::duplex(64 * 1024);
+        let counters = RelayCounters::default();
+        let activity = ActivityClock::new();
+        let peers = async {
+            upstream_far.write_all(&frame[..1004]).await.unwrap();
+            let mut got = vec![0; 1004];
+            client_far.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, frame[..1004]);
+            writer.fail("No space left on device");
+            upstream_far.write_all(&frame[1004..]).await.unwrap();
+            upstream_far.write_all(&next).await.unwrap();
+            let status = recording_failed("No space left on device").to_json_bytes();
+            let mut expected = frame[1004..].to_vec();
+            let len = status.len() + 1;
+            expected.extend_from_slice(&[0x82, 126, (len >> 8) as u8, len as u8, 3]);
+            expected.extend_from_slice(&status);
+            expected.extend_from_slice(&[0x88, 2, 0x03, 0xe8]);
+            let mut got = Vec::new();
+            client_far.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, expected);
+            // The client goes; the relay then ends.
+            drop(client_far);
+            upstream_far
+        };
+        let (_, upstream_far) = tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::join!(
+                pump(
+                    client_near,
+                    upstream_near,
+                    &counters,
+                    &activity,
+                    RelayHooks {
+                        tap: Some(&tap),
+                        ..RelayHooks::default()
+                    }
+                ),
+                peers
+            )
+        })
+        .await
+        .unwrap();
+        drop(upstream_far);
+        assert_eq!(
+            tap.must_have_ended().as_deref(),
+            Some("No space left on device")
+        );
+    }
+
+    /// SPDY: the Status goes on the error stream the client opened, with FIN, and stdout and
+    /// stderr are ended; the client's streams come from its own SYN_STREAMs.
+    #[tokio::test]
+    async fn a_required_spdy_relay_ends_on_the_error_stream() {
+        let (recorder, writer) = Recorder::held(true);
+        let observer = Observer::for_protocol(Some("SPDY/3.1"), Some(V4)).unwrap();
+        let tap = RelayTap::new(recorder, observer, true)
+            .ending_with(Ending::for_protocol(Some("SPDY/3.1"), Some(V4)));
+        let mut client_enc = FrameEncoder::new();
+        let mut up = BytesMut::new();
+        for (id, ty) in [(1, "error"), (3, "stdout"), (5, "stderr")] {
+            let mut headers = HeaderBlock::new();
+            headers.push("streamtype", ty);
+            client_enc
+                .encode(
+                    &Frame::SynStream(SynStream {
+                        stream_id: StreamId::new(id),
+                        associated_stream_id: StreamId::ZERO,
+                        priority: 0,
+                        slot: 0,
+                        fin: false,
+                        unidirectional: false,
+                        headers,
+                    }),
+                    &mut up,
+                )
+                .unwrap();
+        }
+        assert!(tap.relayed(Direction::ClientToUpstream, &up).await);
+        // Half of a stdout DATA frame of 100 bytes has gone when the recording fails.
+        let mut data = vec![0, 0, 0, 3, 0, 0, 0, 100];
+        data.extend_from_slice(&[b'o'; 100]);
+        assert_eq!(tap.pass_down(&data[..58]).await, Some(58));
+        writer.fail("No space left on device");
+        assert_eq!(tap.pass_down(&data[58..]).await, None);
+        assert_eq!(tap.owed(), 50);
+        assert!(tap.end_frames("x").is_none(), "not inside the frame");
+        assert_eq!(tap.complete(&data[58..]), 50);
+        let end = tap.end_frames("No space left on device").unwrap();
+        let status = recording_failed("No space left on device").to_json_bytes();
+        let mut expected = vec![
+            0,
+            0,
+            0,
+            1,
+            0x01,
+            0,
+            (status.len() >> 8) as u8,
+            status.len() as u8,
+        ];
+        expected.extend_from_slice(&status);
+        expected.extend_from_slice(&[0, 0, 0, 3, 0x01, 0, 0, 0, 0, 0, 0, 5, 0x01, 0, 0, 0]);
+        assert_eq!(end.bytes, expected);
+        assert!(!end.half_close);
     }
 
     #[tokio::test]

@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 pub use port_forward::MAX_CONNECTIONS;
-pub use spdy::SpdyObserver;
+pub use spdy::{RemoteCommandStreams, SpdyObserver};
 pub use tunnel::TunnelObserver;
 pub use websocket::{WebSocketFraming, WebSocketObserver};
 
@@ -188,6 +188,14 @@ impl Observer {
             Some(Protocol::Spdy(o)) => o.held(direction),
             Some(Protocol::WebSocket(o)) => o.held(direction),
             Some(Protocol::Tunnel(_)) | None => 0,
+        }
+    }
+
+    /// SPDY remote command: the streams the upstream writes on, as far as seen.
+    pub fn spdy_streams(&self) -> Option<RemoteCommandStreams> {
+        match &self.protocol {
+            Some(Protocol::Spdy(o)) => Some(o.remote_command_streams()),
+            _ => None,
         }
     }
 

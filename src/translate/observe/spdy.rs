@@ -77,6 +77,15 @@ impl Side {
     }
 }
 
+/// The streams of a remote-command session the upstream writes on, by id, as the client opened
+/// them: what the proxy needs to end the session itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteCommandStreams {
+    pub error: Option<u32>,
+    pub stdout: Option<u32>,
+    pub stderr: Option<u32>,
+}
+
 /// Follows both directions of a relayed SPDY/3.1 session.
 #[derive(Debug)]
 pub struct SpdyObserver {
@@ -103,6 +112,24 @@ impl SpdyObserver {
             Direction::ClientToUpstream => self.client.buf.len(),
             Direction::UpstreamToClient => self.upstream.buf.len(),
         }
+    }
+
+    /// The error, stdout and stderr streams the client has opened (and not reset).
+    pub fn remote_command_streams(&self) -> RemoteCommandStreams {
+        let mut found = RemoteCommandStreams::default();
+        for (&id, &ty) in &self.streams {
+            let slot = match ty {
+                StreamType::Error => &mut found.error,
+                StreamType::Stdout => &mut found.stdout,
+                StreamType::Stderr => &mut found.stderr,
+                _ => continue,
+            };
+            // A client that reopens a stream type: the newest one is the one in use.
+            if slot.is_none_or(|old| old < id) {
+                *slot = Some(id);
+            }
+        }
+        found
     }
 
     /// An observer of a session that has not sent a frame yet.
