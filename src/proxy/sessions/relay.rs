@@ -709,6 +709,7 @@ pub async fn pump<C, U>(
             watch: hooks.watch.map(|w| (w, Direction::UpstreamToClient)),
             pings,
             liveness: None,
+            held: liveness.as_ref(),
         };
         let copied = copy(&mut ur, &mut cw, activity, side).await;
         // After the proxy's own last frames on SPDY the client closes: a spdystream that
@@ -724,6 +725,7 @@ pub async fn pump<C, U>(
             watch: hooks.watch.map(|w| (w, Direction::ClientToUpstream)),
             pings: None,
             liveness: liveness.as_ref(),
+            held: None,
         };
         let copied = copy(&mut cr, &mut uw, activity, side).await;
         let _ = uw.shutdown().await;
@@ -768,6 +770,9 @@ struct Side<'a> {
     pings: Option<PingInjector>,
     /// From the client: its reads are what proves it is there.
     liveness: Option<&'a Liveness>,
+    /// Towards the client: its liveness, held while the tap keeps the output back (no ping can
+    /// go out then, so the client's silence is not its fault).
+    held: Option<&'a Liveness>,
 }
 
 /// How one direction's copy ended.
@@ -818,10 +823,12 @@ where
         }
         let have = kept + n;
         let pass = match side.tap {
-            Some((tap, Direction::UpstreamToClient)) => match tap.pass_down(&buf[..have]).await {
-                Some(pass) => pass,
-                None => return end_down(r, w, &mut buf, have, &side).await,
-            },
+            Some((tap, Direction::UpstreamToClient)) => {
+                match held_meanwhile(side.held, tap.pass_down(&buf[..have])).await {
+                    Some(pass) => pass,
+                    None => return end_down(r, w, &mut buf, have, &side).await,
+                }
+            }
             Some((tap, direction)) => {
                 if !tap.relayed(direction, &buf[..have]).await {
                     return Copied::MustEnd { half_close: true };
@@ -844,6 +851,14 @@ where
         buf.copy_within(pass..have, 0);
         kept = have - pass;
     }
+}
+
+/// Waits for `fut` (the tap, which may wait for the recording) with the client's liveness
+/// held: a relay cannot ping inside a frame, so while its output is held back the client has
+/// nothing to answer and its silence must not end the session as unresponsive.
+async fn held_meanwhile<F: std::future::Future>(client: Option<&Liveness>, fut: F) -> F::Output {
+    let _held = client.map(Liveness::hold);
+    fut.await
 }
 
 /// Waits for the next read into `buf`, sending the client's pings as they fall due; towards

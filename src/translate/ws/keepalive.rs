@@ -11,9 +11,11 @@
 //!
 //! Silence only counts while the reader is listening: a session that stopped reading the
 //! client (its stdin queue is full because the upstream is slow) cannot hear the client's pongs
-//! behind the data it has not read, and must not blame the client for it.
+//! behind the data it has not read, and must not blame the client for it. Nor while the proxy
+//! itself holds the client's output back ([`Liveness::hold`]: a relay waiting for its
+//! recording cannot slip a ping in, so the client has nothing to answer).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +46,8 @@ struct Heard {
     clock: ActivityClock,
     /// Whether the reader is waiting for the client's bytes.
     listening: AtomicBool,
+    /// How many holds of the client's output are in force ([`Liveness::hold`]).
+    held: AtomicUsize,
 }
 
 /// Whether the client is still there; cheap to clone.
@@ -82,12 +86,33 @@ impl Liveness {
         };
         loop {
             let silent = self.heard.clock.quiet_for(allowed).await;
-            if self.heard.listening.load(Ordering::Relaxed) {
+            if self.heard.listening.load(Ordering::Relaxed)
+                && self.heard.held.load(Ordering::Relaxed) == 0
+            {
                 return silent;
             }
-            // Not listening: the client's answers may be waiting behind unread data.
+            // Not listening: the client's answers may be waiting behind unread data. Held: the
+            // client was sent nothing it could answer.
             self.heard.clock.touch();
         }
+    }
+
+    /// The proxy holds the client's output back until the guard is dropped (a relay waiting for
+    /// its recording, unable to ping between frames): the client's silence meanwhile, and for
+    /// the allowed silence after, is not held against it.
+    pub fn hold(&self) -> Held {
+        self.heard.held.fetch_add(1, Ordering::Relaxed);
+        Held(self.heard.clone())
+    }
+}
+
+/// While it lives, the client's output is held back by the proxy.
+pub struct Held(Arc<Heard>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.clock.touch();
+        self.0.held.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -157,5 +182,24 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_while_the_proxy_holds_the_output_back_does_not_count() {
+        let l = Liveness::new(Some(K));
+        let _listening = l.listen();
+        let watcher = l.clone();
+        let lost = tokio::spawn(async move { watcher.lost().await });
+        // A relay waits a minute for its recording: nothing went to the client to answer.
+        let held = l.hold();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!lost.is_finished());
+        // Released and still silent: lost after the allowed silence, counted from the release.
+        let start = tokio::time::Instant::now();
+        drop(held);
+        let silent = lost.await.unwrap();
+        let allowed = K.silence_allowed().unwrap();
+        assert_eq!(silent, allowed);
+        assert_eq!(start.elapsed(), allowed);
     }
 }

@@ -22,7 +22,7 @@ mod writer;
 
 pub use close::{CloseCode, CloseFrame};
 pub use frame_boundaries::{FrameBoundaries, SERVER_PING};
-pub use keepalive::{Keepalive, Listening, Liveness};
+pub use keepalive::{Held, Keepalive, Listening, Liveness};
 pub use reader::{Incoming, WsReader};
 pub use writer::WsWriter;
 
