@@ -218,6 +218,9 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.http2_websockets = args.http2_websockets;
     state.max_request_header_bytes = args.max_request_header_bytes.max(8192);
     state.upgrade_body_budget = UpgradeBodyBudget::new(args.upgrade_body_budget);
+    state.waiting_connections = crate::proxy::waiting_connections::WaitingConnections::new(
+        usize::try_from(args.max_pending_connections).unwrap_or(usize::MAX),
+    );
     if let Some(path) = &args.audit_log {
         let config = AuditLogConfig {
             target: AuditTarget::parse(path),

@@ -379,6 +379,18 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBE_WS_PROXY_UPGRADE_BODY_BUDGET", default_value_t = 16 * 1024 * 1024)]
     pub upgrade_body_budget: usize,
 
+    /// Most client connections waiting for a request head at once: from the accept (TLS
+    /// handshake included) to the first complete head, and while idle between requests. Each
+    /// may hold an unfinished head of up to `--max-request-header-bytes` before anyone knows
+    /// who sent it; beyond the cap the connection that has waited longest is closed.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_MAX_PENDING_CONNECTIONS",
+        default_value_t = crate::proxy::waiting_connections::DEFAULT_MAX_PENDING,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_pending_connections: u32,
+
     /// Log format.
     #[arg(long, env = "KUBE_WS_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

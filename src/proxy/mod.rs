@@ -41,5 +41,6 @@ pub mod upstream_client_cert;
 pub mod upstream_error;
 pub mod upstream_source;
 pub mod upstream_streaming;
+pub mod waiting_connections;
 pub mod websocket;
 pub mod websocket_dial;
