@@ -226,6 +226,9 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     state.http2_websockets = args.listeners.http2_websockets;
     state.max_request_header_bytes = args.limits.max_request_header_bytes.max(8192);
     state.upgrade_body_budget = UpgradeBodyBudget::new(args.limits.upgrade_body_budget);
+    state.waiting_connections = crate::proxy::client::waiting_connections::WaitingConnections::new(
+        usize::try_from(args.limits.max_pending_connections).unwrap_or(usize::MAX),
+    );
     if let Some(path) = &args.audit.audit_log {
         let config = AuditLogConfig {
             target: AuditTarget::parse(path),

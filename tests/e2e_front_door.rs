@@ -623,6 +623,83 @@ async fn front_proxy_mode_asserts_the_caller_with_request_headers() {
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
 }
 
+/// The `ended` audit event of the session whose command starts with `first`, once written.
+async fn ended_by_command(log: &Path, first: &str) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["stage"] == "ended" && e["command"][0] == first);
+        if let Some(e) = found {
+            return e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ended event for {first}: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn front_proxy_events_name_whom_a_kubectl_as_caller_impersonates() {
+    let Some(k33) = require_kubectl("1.33") else {
+        return;
+    };
+    let door = Door::new().await;
+    let (front_cert, front_key) = door
+        .front_ca
+        .client(FRONT_PROXY_CN, None)
+        .write(door.dir.path(), "front-proxy");
+    let audit_log = door.path("audit.log");
+    let mut args = door.upstream_args();
+    args.extend([
+        "--auth-mode".to_owned(),
+        "front-proxy".to_owned(),
+        "--front-proxy-client-cert-file".to_owned(),
+        front_cert.display().to_string(),
+        "--front-proxy-client-key-file".to_owned(),
+        front_key.display().to_string(),
+        "--audit-log".to_owned(),
+        audit_log.display().to_string(),
+    ]);
+    let proxy = door.proxy(&args, &[]);
+    let cwd = door.dir.path();
+    // A caller the cluster lets impersonate (by its client certificate), acting as someone
+    // else: the proxy asserts the caller, the cluster authorizes the impersonation against it.
+    let caller = door.cluster_ca.client(PROXY_CERT_USER, Some("admins"));
+    let kc = door.caller("impersonator", &proxy, None, Some(&caller));
+    let mut clients = vec![("1.33", k33, vec!["printenv", "SIM_USER"], "translated")];
+    if let Some(k28) = require_kubectl("1.28") {
+        clients.push((
+            "1.28",
+            k28,
+            vec!["sh", "-c", "echo $SIM_USER"],
+            "relay_spdy",
+        ));
+    }
+    for (version, k, command, path) in clients {
+        let mut argv = vec!["--as", "someone", "--as-group", "team", "exec", "web", "--"];
+        argv.extend(&command);
+        let out = ok(&k, &kc, cwd, &argv).await;
+        assert!(out.contains("someone"), "kubectl {version}: {out}");
+        let ended = ended_by_command(&audit_log, command[0]).await;
+        assert_eq!(ended["protocol_path"], path, "kubectl {version}: {ended}");
+        assert_eq!(ended["user"], PROXY_CERT_USER, "kubectl {version}: {ended}");
+        assert_eq!(ended["groups"], serde_json::json!(["admins"]), "{ended}");
+        assert_eq!(ended["identity_source"], "authenticated", "{ended}");
+        let asked =
+            serde_json::json!({"user": "someone", "uid": null, "groups": ["team"], "extra": {}});
+        assert_eq!(
+            ended["impersonated_user"], asked,
+            "kubectl {version}: {ended}"
+        );
+        assert_eq!(ended["exit_code"], 0, "kubectl {version}: {ended}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_from_in_cluster_with_token_rotation_and_from_kubeconfig() {
     let Some(k) = require_kubectl("1.33") else {

@@ -246,6 +246,24 @@ async fn a_certificate_naming_two_users_is_refused_where_kubernetes_would_read_t
     assert!(proxy
         .wait_for_log("client certificate refused", T)
         .is_some());
+    // Connection after connection with it: the warning is aggregated, not one per connection.
+    for _ in 0..40 {
+        let answer = tls_client::raw_https(
+            proxy.addr,
+            &proxy_ca.pem,
+            Some(&two_names),
+            "GET /api HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    }
+    let warnings = lines_with(&proxy, "client certificate refused");
+    assert!(
+        (1..=2).contains(&warnings.len()),
+        "{} warnings: {warnings:?}",
+        warnings.len()
+    );
     let metrics = proxy.metrics();
     assert!(
         metric(
@@ -496,6 +514,108 @@ async fn silent_connections_cannot_starve_the_proxy_of_descriptors() {
     }
 }
 
+/// A connection holding `pad` bytes of a request head that never ends (one endless header),
+/// after `first` (a whole request, whose answer's head is read, or nothing). `None` if the
+/// proxy closed it on the way.
+async fn unfinished_head(addr: SocketAddr, first: Option<&[u8]>, pad: usize) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    if let Some(first) = first {
+        s.write_all(first).await.ok()?;
+        read_head(&mut s, T).await?;
+    }
+    s.write_all(b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+        .await
+        .ok()?;
+    s.write_all(&vec![b'a'; pad]).await.ok()?;
+    Some(s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_request_heads_are_bounded_all_together() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--max-pending-connections",
+            "64",
+            "--request-header-timeout",
+            "120s",
+            "--idle-connection-timeout",
+            "120s",
+        ],
+    );
+    let (rss_before, fds_before) = proxy.footprint();
+    // 1,500 connections, each holding 60 KiB of a head that never ends (2,000 such heads held
+    // about 128 MiB before the cap); every third first asks a whole unauthenticated request,
+    // so that its unfinished head is the second on a keep-alive connection.
+    const FLOOD: usize = 1500;
+    let first = b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n".as_slice();
+    let mut held = Vec::new();
+    let mut peak = (0, 0);
+    for i in 0..FLOOD {
+        held.extend(unfinished_head(proxy.addr, (i % 3 == 0).then_some(first), 60 * 1024).await);
+        if i % 100 == 99 {
+            let (rss, fds) = proxy.footprint();
+            peak = (peak.0.max(rss), peak.1.max(fds));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss, fds) = proxy.footprint();
+    peak = (peak.0.max(rss), peak.1.max(fds));
+    eprintln!(
+        "before: {} KiB, {fds_before} fds; peak: {} KiB, {} fds",
+        rss_before / 1024,
+        peak.0 / 1024,
+        peak.1
+    );
+    // At most 64 of them are held (plus a few being closed); the memory they hold is bounded.
+    assert!(
+        peak.1 <= fds_before + 64 + 16,
+        "{} descriptors open",
+        peak.1
+    );
+    let grown = peak.0.saturating_sub(rss_before);
+    assert!(grown < 32 << 20, "RSS grew by {} KiB", grown / 1024);
+    // The oldest were shed, each counted.
+    let metrics = proxy.metrics();
+    let shed = metric(
+        &metrics,
+        "kube_ws_proxy_client_connections_closed_total",
+        "reason=\"pending_connection_limit\"",
+    );
+    assert!(shed >= (FLOOD - 64) as f64, "{metrics}");
+    // A real kubectl gets in while the flood goes on (a new unfinished head every 5 ms).
+    let flood = tokio::spawn({
+        let addr = proxy.addr;
+        async move {
+            let mut more = Vec::new();
+            loop {
+                more.extend(unfinished_head(addr, None, 60 * 1024).await);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let kc = common::clients::write_kubeconfig(dir.path(), &proxy.url(), None);
+    for _ in 0..3 {
+        let mut c = std::process::Command::new(&k);
+        c.arg("--kubeconfig")
+            .arg(&kc)
+            .args(["exec", "web", "--", "echo", "admitted"])
+            .env("HOME", dir.path())
+            .env_remove("KUBECONFIG");
+        let o = run(c, None, T).await;
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stdout(&o), "admitted\n");
+    }
+    flood.abort();
+    let (_, fds) = proxy.footprint();
+    assert!(fds <= fds_before + 64 + 16, "{fds} descriptors open");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The admin listener
 // ---------------------------------------------------------------------------------------------
@@ -742,6 +862,19 @@ async fn upgrade_bodies_held_before_a_session_starts_share_one_bounded_budget() 
     assert!(
         head.to_ascii_lowercase().contains("retry-after: 1"),
         "{head}"
+    );
+    // Counted as a busy proxy, not as a bad request.
+    let metrics = proxy.metrics();
+    let rejections = "kube_ws_proxy_handshake_rejections_total";
+    assert_eq!(
+        metric(&metrics, rejections, "reason=\"busy\""),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, rejections, "reason=\"bad_request\""),
+        0.0,
+        "{metrics}"
     );
     // A client without a body still gets in while the two holders wait.
     let dir = tempfile::tempdir().unwrap();

@@ -40,6 +40,21 @@ pub struct LimitArgs {
     )]
     pub upgrade_body_budget: usize,
 
+    /// Most client connections waiting for a request head at once.
+    ///
+    /// A connection waits from its accept (TLS handshake included) to a complete request head,
+    /// and again while idle between requests. Each may hold an unfinished head of up to
+    /// `--max-request-header-bytes` before anyone knows who sent it; beyond the cap the
+    /// connection that has waited longest is closed.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_MAX_PENDING_CONNECTIONS",
+        default_value_t = crate::proxy::client::waiting_connections::DEFAULT_MAX_PENDING,
+        value_parser = clap::value_parser!(u32).range(1..),
+        value_name = "COUNT"
+    )]
+    pub max_pending_connections: u32,
+
     /// Most connections the admin listener serves at once.
     ///
     /// Beyond it a new connection is closed as soon as it is accepted. The admin listener also

@@ -111,6 +111,25 @@ impl ProxyProcess {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory (VmRSS) and open descriptors of the process, from /proc.
+    pub fn footprint(&self) -> (u64, usize) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count();
+        (kib * 1024, fds)
+    }
+
     /// The admin listener's `/metrics` answer (status line, headers and body).
     pub fn metrics(&self) -> String {
         use std::io::{Read, Write};

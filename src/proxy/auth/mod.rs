@@ -265,6 +265,21 @@ impl Authenticator {
         }
     }
 
+    /// Logs that a connection's client certificate was refused (each of its requests then
+    /// gets 401). Anyone with such a certificate can open connection after connection, so the
+    /// warning is aggregated as the other refusals a caller can cause are.
+    pub fn log_refused_certificate(&self, why: &dyn std::fmt::Display, peer: SocketAddr) {
+        if let Verdict::Log { suppressed } = self.rejection_log.check("refused_client_certificate")
+        {
+            tracing::warn!(
+                %peer,
+                error = %why,
+                suppressed,
+                "client certificate refused: its requests get 401"
+            );
+        }
+    }
+
     /// Rewrites upstream request headers for `caller`.
     pub fn apply(&self, caller: &Caller, headers: &mut HeaderMap) {
         self.outbound.apply(caller, headers);

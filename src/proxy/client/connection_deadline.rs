@@ -16,6 +16,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::waiting_connections::Waiter;
+
 /// Which clock ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {
@@ -46,6 +48,9 @@ struct State {
 #[derive(Debug)]
 pub struct Activity {
     state: watch::Sender<State>,
+    /// The connection's place among those waiting for a request head
+    /// (`--max-pending-connections`): it waits whenever no request is in flight.
+    waiter: Option<Arc<Waiter>>,
 }
 
 impl Activity {
@@ -53,12 +58,28 @@ impl Activity {
     pub fn new() -> Arc<Activity> {
         Arc::new(Activity {
             state: watch::Sender::new(State::default()),
+            waiter: None,
+        })
+    }
+
+    /// A connection with no request yet, counted among the connections waiting for a head
+    /// whenever it has no request in flight.
+    pub fn counted(waiter: Arc<Waiter>) -> Arc<Activity> {
+        Arc::new(Activity {
+            state: watch::Sender::new(State::default()),
+            waiter: Some(waiter),
         })
     }
 
     /// Marks a request head as arrived; the request is in flight until the guard drops.
     pub fn request_started(self: &Arc<Self>) -> RequestInFlight {
         self.state.send_modify(|s| {
+            if s.in_flight == 0 {
+                // Under the state's lock, so that waiting and not follow the count in order.
+                if let Some(waiter) = &self.waiter {
+                    waiter.stop_waiting();
+                }
+            }
             s.in_flight += 1;
             s.started += 1;
         });
@@ -105,7 +126,15 @@ pub struct RequestInFlight {
 
 impl Drop for RequestInFlight {
     fn drop(&mut self) {
-        self.activity.state.send_modify(|s| s.in_flight -= 1);
+        let activity = &self.activity;
+        activity.state.send_modify(|s| {
+            s.in_flight -= 1;
+            if s.in_flight == 0 {
+                if let Some(waiter) = &activity.waiter {
+                    waiter.start_waiting();
+                }
+            }
+        });
     }
 }
 
@@ -155,6 +184,23 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for InFlightBody<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counted_connection_waits_only_while_no_request_is_in_flight() {
+        let waiting = super::super::waiting_connections::WaitingConnections::new(8);
+        let guard = waiting.join();
+        let a = Activity::counted(guard.waiter());
+        assert_eq!(waiting.len(), 1, "waiting from the accept");
+        let first = a.request_started();
+        let second = a.request_started();
+        assert_eq!(waiting.len(), 0);
+        drop(first);
+        assert_eq!(waiting.len(), 0, "one request still in flight");
+        drop(second);
+        assert_eq!(waiting.len(), 1, "idle: waiting for the next head");
+        drop(guard);
+        assert_eq!(waiting.len(), 0);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn no_first_request_expires_at_the_deadline() {

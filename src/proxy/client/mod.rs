@@ -13,4 +13,5 @@
 pub mod connection_deadline;
 pub mod request_layers;
 pub mod upgrade_request;
+pub mod waiting_connections;
 pub mod websocket;

@@ -14,7 +14,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower::service_fn;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use std::time::Instant;
 
@@ -23,7 +23,9 @@ use crate::audit::ProtocolPath;
 use crate::proxy::auth::{Caller, PeerCertificate};
 use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody};
 use crate::proxy::client::request_layers;
-use crate::proxy::client::upgrade_request::{UpgradeRequest, MAX_UPGRADE_BODY};
+use crate::proxy::client::upgrade_request::{
+    UpgradeRequest, UpgradeRequestError, MAX_UPGRADE_BODY,
+};
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::HandshakeRejection;
 use crate::proxy::route::classify::{classify, Class, RelayKind};
@@ -97,14 +99,22 @@ async fn serve_connection(
     state: Arc<ProxyState>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    // The request-header clock starts at the accept: the TLS handshake counts against it.
+    // The request-header clock starts at the accept: the TLS handshake counts against it, and
+    // the connection waits for a head (`--max-pending-connections`) from here.
     let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
+    let waiting = state.waiting_connections.join();
+    let waiter = waiting.waiter();
     let (io, certificate) = match &state.tls {
         None => (ClientIo::Plain(tcp), PeerCertificate::None),
         Some(acceptor) => {
-            match tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)).await {
+            let handshake = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp));
+            let handshake = tokio::select! {
+                handshake = handshake => handshake,
+                () = waiter.evicted() => return shed_waiting(&state, peer),
+            };
+            match handshake {
                 Ok(Ok(stream)) => {
-                    let certificate = peer_certificate(&stream, peer);
+                    let certificate = peer_certificate(&stream, peer, &state);
                     (ClientIo::Tls(Box::new(stream)), certificate)
                 }
                 Ok(Err(e)) => {
@@ -124,7 +134,7 @@ async fn serve_connection(
             }
         }
     };
-    let activity = Activity::new();
+    let activity = Activity::counted(waiter.clone());
     let conn = Arc::new(Connection {
         peer,
         certificate,
@@ -193,6 +203,7 @@ async fn serve_connection(
                 }
                 return;
             }
+            () = waiter.evicted() => return shed_waiting(&state, peer),
             expiry = activity.expired(first_request_by, state.idle_connection_timeout) => {
                 if closing {
                     // Told to close a whole idle period ago and still there: cut.
@@ -216,6 +227,15 @@ async fn serve_connection(
     }
 }
 
+/// Counts a connection shed because it had waited longest for a request head while more than
+/// `--max-pending-connections` waited; it is closed (dropped) by returning.
+fn shed_waiting(state: &ProxyState, peer: SocketAddr) {
+    debug!(%peer, "closing the client connection: --max-pending-connections reached, it had waited longest");
+    state
+        .metrics
+        .connection_shed(ConnectionShed::PendingConnectionLimit);
+}
+
 /// The client's side of a connection: plain TCP or TLS.
 pub type ClientIo = MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
 
@@ -233,10 +253,11 @@ pub struct Connection {
 }
 
 /// What the verified client certificate (`--client-ca-file`) of a connection says. A refused
-/// one is logged here, once per connection; each request on it is then refused with 401.
+/// one is logged here (aggregated with others); each request on it is then refused with 401.
 fn peer_certificate(
     stream: &tokio_rustls::server::TlsStream<TcpStream>,
     peer: SocketAddr,
+    state: &ProxyState,
 ) -> PeerCertificate {
     let Some(leaf) = stream
         .get_ref()
@@ -248,7 +269,7 @@ fn peer_certificate(
     };
     let certificate = PeerCertificate::from_leaf(leaf);
     if let PeerCertificate::Refused(why) = &certificate {
-        warn!(%peer, error = %why, "client certificate refused: its requests get 401");
+        state.auth.log_refused_certificate(why, peer);
     }
     certificate
 }
@@ -350,9 +371,10 @@ async fn route_authenticated(
     {
         Ok(req) => req,
         Err(e) => {
-            state
-                .metrics
-                .handshake_rejected(HandshakeRejection::BadRequest);
+            state.metrics.handshake_rejected(match e {
+                UpgradeRequestError::OverBudget => HandshakeRejection::Busy,
+                _ => HandshakeRejection::BadRequest,
+            });
             let (code, reason) = e.status();
             let mut resp = failure(code, reason, e.to_string());
             if code == StatusCode::SERVICE_UNAVAILABLE {

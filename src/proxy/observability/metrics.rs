@@ -82,6 +82,9 @@ pub enum HandshakeRejection {
     BadRequest,
     TooManySessions,
     Draining,
+    /// The proxy holds as many upgrade request bodies as `--upgrade-body-budget` allows (503
+    /// with `Retry-After`): the request was well-formed, the proxy busy.
+    Busy,
 }
 
 impl HandshakeRejection {
@@ -91,6 +94,7 @@ impl HandshakeRejection {
             HandshakeRejection::BadRequest => "bad_request",
             HandshakeRejection::TooManySessions => "too_many_sessions",
             HandshakeRejection::Draining => "draining",
+            HandshakeRejection::Busy => "busy",
         }
     }
 }
@@ -106,6 +110,9 @@ pub enum ConnectionShed {
     TlsHandshakeFailed,
     /// An admin connection beyond `--admin-max-connections`, closed as soon as accepted.
     AdminConnectionLimit,
+    /// The connection that had waited longest for a request head, shed to keep the waiting
+    /// ones within `--max-pending-connections`.
+    PendingConnectionLimit,
 }
 
 impl ConnectionShed {
@@ -116,6 +123,7 @@ impl ConnectionShed {
             ConnectionShed::IdleTimeout => "idle_timeout",
             ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
             ConnectionShed::AdminConnectionLimit => "admin_connection_limit",
+            ConnectionShed::PendingConnectionLimit => "pending_connection_limit",
         }
     }
 }
@@ -586,6 +594,7 @@ mod tests {
             HandshakeRejection::BadRequest,
             HandshakeRejection::TooManySessions,
             HandshakeRejection::Draining,
+            HandshakeRejection::Busy,
         ] {
             m.handshake_rejected(reason);
         }
@@ -594,6 +603,7 @@ mod tests {
             ConnectionShed::IdleTimeout,
             ConnectionShed::TlsHandshakeFailed,
             ConnectionShed::AdminConnectionLimit,
+            ConnectionShed::PendingConnectionLimit,
         ] {
             m.connection_shed(reason);
         }
@@ -625,10 +635,12 @@ mod tests {
             "bad_request",
             "too_many_sessions",
             "draining",
+            "busy",
             "request_header_timeout",
             "idle_timeout",
             "tls_handshake_failed",
             "admin_connection_limit",
+            "pending_connection_limit",
             "other",
         ];
         reasons.extend(AUTH_REJECTION_REASONS);

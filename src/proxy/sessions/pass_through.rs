@@ -298,11 +298,11 @@ async fn auto_after_pass_through(
         (AfterFirst::TryOther { .. }, asked) => {
             let dialled = dial_translation(&state, &req, peer, &caller, &streamed).await;
             match after_second(dialled.answer()) {
-                AfterSecond::Serve => {
-                    learn(&state, family, UpstreamPath::Spdy);
-                    translate(state, req, peer, caller, streamed, slot, Some(dialled)).await
-                }
-                AfterSecond::DeliverSecond => {
+                // The translation's session or its Status; only a 101 is learned.
+                second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
+                    if second == AfterSecond::Serve {
+                        learn(&state, family, UpstreamPath::Spdy);
+                    }
                     translate(state, req, peer, caller, streamed, slot, Some(dialled)).await
                 }
                 AfterSecond::DeliverFirst => {

@@ -110,19 +110,11 @@ pub async fn handle(
         AfterFirst::TryOther { .. } => {
             let dialled = reverse_handler::dial(&state, &req, peer, &caller).await;
             match after_second(reverse_answer(&dialled)) {
-                AfterSecond::Serve => {
-                    learn(&state, family, UpstreamPath::Reverse);
-                    return reverse_handler::handle_dialled(
-                        state,
-                        req,
-                        peer,
-                        caller,
-                        slot,
-                        Some(dialled),
-                    )
-                    .await;
-                }
-                AfterSecond::DeliverSecond => {
+                // The reverse translator's session or its Status; only a 101 is learned.
+                second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
+                    if second == AfterSecond::Serve {
+                        learn(&state, family, UpstreamPath::Reverse);
+                    }
                     return reverse_handler::handle_dialled(
                         state,
                         req,

@@ -9,6 +9,7 @@ use crate::audit::AuditLog;
 use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
 use crate::proxy::auth::Authenticator;
 use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
+use crate::proxy::client::waiting_connections::{WaitingConnections, DEFAULT_MAX_PENDING};
 use crate::proxy::observability::metrics::Metrics;
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
 use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
@@ -50,6 +51,9 @@ pub struct ProxyState {
     /// Bytes of upgrade request bodies held at once, all callers together
     /// (`--upgrade-body-budget`).
     pub upgrade_body_budget: UpgradeBodyBudget,
+    /// Client connections waiting for a request head, all together
+    /// (`--max-pending-connections`).
+    pub waiting_connections: Arc<WaitingConnections>,
     /// Whether HTTP/2 clients may open WebSockets as streams (RFC 8441 extended CONNECT,
     /// `--http2-websockets`).
     pub http2_websockets: bool,
@@ -97,6 +101,7 @@ impl ProxyState {
             trust_forwarded_for: false,
             max_request_header_bytes: 64 * 1024,
             upgrade_body_budget: UpgradeBodyBudget::new(16 * 1024 * 1024),
+            waiting_connections: WaitingConnections::new(DEFAULT_MAX_PENDING as usize),
             http2_websockets: true,
             tls: None,
             metrics: Metrics::new(),
