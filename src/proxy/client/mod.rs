@@ -5,6 +5,8 @@
 //! - [`request_layers`]: the layers every request passes before it is routed (panics to 500,
 //!   sensitive headers, `Audit-ID`).
 //! - [`upgrade_request`]: an upgrade request made ready before it takes a session slot.
+//! - [`waiting_connections`]: the cap on connections waiting for a request head, all
+//!   together (`--max-pending-connections`; the longest waiting is shed).
 //! - [`websocket`]: accepting the client's WebSocket ourselves (validation, the 101 or the
 //!   HTTP/2 200, the socket).
 //!
