@@ -12,8 +12,16 @@
 //! output whenever the writer is behind (tenths of a second). So each session also has an
 //! express lane of its own: a small batch goes ahead without queueing when the session has
 //! nothing else in that lane. That bounds memory per session too ([`EXPRESS_BYTES`] each, on
-//! top of the shared budget), as its other buffers are. A recording whose write fails stops; [`Recorder::failed`] tells the session, which
-//! under `--record=required` ends with a Status that says why.
+//! top of the shared budget), as its other buffers are.
+//!
+//! Waiting in turn would also make a session whose upstream cut it off (a connection reset,
+//! a kubelet gone) pass on what it still holds at its share of the writer: seconds, when the
+//! writer is behind, for a session that can only end. Such output can no longer grow, so it
+//! takes a second shared lane, the cut lane ([`CUT_BYTES`]), which only cut-off output uses
+//! and which is therefore free when a fault strikes.
+//!
+//! A recording whose write fails stops; [`Recorder::failed`] tells the session, which under
+//! `--record=required` ends with a Status that says why.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +39,9 @@ use super::writer::{self, EventKind, Message};
 
 /// Bytes of events waiting for the writer, all sessions together.
 const BUDGET_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of cut-off output waiting for the writer, all sessions together, beside
+/// [`BUDGET_BYTES`]: room for the rest of 64 sessions' full inboxes at once.
+pub const CUT_BYTES: usize = 16 * 1024 * 1024;
 /// What one session may have waiting for the writer without taking its turn for the shared
 /// budget: a screenful of output, a keystroke's echo, a resize.
 pub const EXPRESS_BYTES: usize = 8 * 1024;
@@ -130,6 +141,8 @@ pub struct Recordings {
     config: RecordingConfig,
     tx: UnboundedSender<Message>,
     budget: Arc<Semaphore>,
+    /// The lane for output its upstream cut off ([`CUT_BYTES`]).
+    cut_lane: Arc<Semaphore>,
     next_id: AtomicU64,
     failures: IntCounter,
 }
@@ -155,6 +168,7 @@ impl Recordings {
             config,
             tx,
             budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
             next_id: AtomicU64::new(0),
             failures,
         })
@@ -231,6 +245,7 @@ impl Recordings {
             id,
             tx: self.tx.clone(),
             budget: self.budget.clone(),
+            cut_lane: self.cut_lane.clone(),
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: self.config.record_stdin,
@@ -310,6 +325,8 @@ pub struct Recorder {
     id: u64,
     tx: UnboundedSender<Message>,
     budget: Arc<Semaphore>,
+    /// The lane for output its upstream cut off, shared by all sessions.
+    cut_lane: Arc<Semaphore>,
     /// This session's own small lane beside `budget`.
     express: Arc<Semaphore>,
     state: Arc<RecordingState>,
@@ -340,8 +357,19 @@ impl Recorder {
     /// Output chunks the client is sent together: they wait for the budget once (see
     /// [`Recorder::record`]); whether they may be passed on.
     pub async fn outputs(&self, chunks: &[Bytes]) -> bool {
+        self.outputs_until_cut(chunks, std::future::pending()).await
+    }
+
+    /// [`Recorder::outputs`] for output that `cut` says can no longer grow: once it resolves
+    /// (the upstream cut the stream off; it may have already), the chunks stop waiting in turn
+    /// for the shared budget and take the cut lane.
+    pub async fn outputs_until_cut(
+        &self,
+        chunks: &[Bytes],
+        cut: impl std::future::Future<Output = ()>,
+    ) -> bool {
         let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
-        if let Some(budget) = self.wait_for_budget(count, cost).await {
+        if let Some(budget) = self.wait_for_turn(count, cost, cut).await {
             self.send_reserved(budget, count, chunks.iter().map(Recorded::Output));
         }
         self.may_pass_on().await
@@ -410,6 +438,18 @@ impl Recorder {
     /// would make the session's future lose `Send` (a known limit of the compiler with
     /// higher-ranked lifetimes), so callers count first and send after.
     async fn wait_for_budget(&self, count: usize, cost: usize) -> Option<OwnedSemaphorePermit> {
+        self.wait_for_turn(count, cost, std::future::pending())
+            .await
+    }
+
+    /// [`Recorder::wait_for_budget`], leaving the shared budget's queue for the cut lane once
+    /// `cut` resolves.
+    async fn wait_for_turn(
+        &self,
+        count: usize,
+        cost: usize,
+        cut: impl std::future::Future<Output = ()>,
+    ) -> Option<OwnedSemaphorePermit> {
         if count == 0 || self.state.has_failed() {
             return None;
         }
@@ -419,7 +459,12 @@ impl Recorder {
             }
         }
         let cost = cost.min(BUDGET_BYTES) as u32;
-        self.budget.clone().acquire_many_owned(cost).await.ok()
+        tokio::select! {
+            // The budget if it is free now: the cut lane is for output that would wait.
+            biased;
+            budget = self.budget.clone().acquire_many_owned(cost) => budget.ok(),
+            () = cut => self.cut_lane.clone().acquire_many_owned(cost).await.ok(),
+        }
     }
 
     /// Queues the `count` wanted ones of `events` for the writer, sharing `budget` out.
@@ -544,6 +589,7 @@ impl Recorder {
             id: 1,
             tx,
             budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state: state.clone(),
             record_stdin: false,
@@ -570,12 +616,20 @@ mod tests {
     fn required_recordings(
         record_stdin: bool,
     ) -> (tempfile::TempDir, RecordingCounters, Recordings) {
+        recordings_with(RecordPolicy::Required, record_stdin)
+    }
+
+    /// Recordings under `policy` into a fresh directory.
+    fn recordings_with(
+        policy: RecordPolicy,
+        record_stdin: bool,
+    ) -> (tempfile::TempDir, RecordingCounters, Recordings) {
         let dir = tempfile::tempdir().unwrap();
         let c = counters();
         let recordings = Recordings::start(
             RecordingConfig {
                 dir: dir.path().to_owned(),
-                policy: RecordPolicy::Required,
+                policy,
                 record_stdin,
                 min_free: 0,
             },
@@ -776,6 +830,54 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn output_its_upstream_cut_off_takes_the_cut_lane_past_a_spent_budget() {
+        let (_dir, _c, recordings) = recordings_with(RecordPolicy::BestEffort, false);
+        let rec = recordings
+            .open("cut-1", &["tar".into()], String::new())
+            .await
+            .unwrap();
+        // Other sessions' bulk output holds the whole shared budget.
+        let held = recordings.spend_budget();
+        let rest = [
+            Bytes::from(vec![b'r'; 200 * 1024]),
+            Bytes::from_static(b"end"),
+        ];
+        // Still coming: it waits its turn.
+        let (cut_tx, cut_rx) = tokio::sync::oneshot::channel::<()>();
+        let soon = std::time::Duration::from_secs(5);
+        {
+            let waiting = rec.outputs_until_cut(&rest, async {
+                let _ = cut_rx.await;
+            });
+            tokio::pin!(waiting);
+            let quick = std::time::Duration::from_millis(50);
+            assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
+            // Cut off while it waits: it leaves the queue for the cut lane.
+            cut_tx.send(()).unwrap();
+            assert!(tokio::time::timeout(soon, &mut waiting).await.unwrap());
+        }
+        assert!(recordings.cut_lane.available_permits() < CUT_BYTES);
+        // Already cut off: it does not queue at all.
+        let more = [Bytes::from(vec![b's'; 100 * 1024])];
+        let ready = rec.outputs_until_cut(&more, std::future::ready(()));
+        assert!(tokio::time::timeout(soon, ready).await.unwrap());
+        // Everything is written and the lane given back, though the budget never was.
+        let path = rec.path().to_owned();
+        drop(rec);
+        for _ in 0..500 {
+            if recordings.cut_lane.available_permits() == CUT_BYTES {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(recordings.cut_lane.available_permits(), CUT_BYTES);
+        let lines = wait_for(&path, 4).await;
+        let shown = event_text(lines[1..].iter().map(String::as_str));
+        assert_eq!(shown.len(), 200 * 1024 + 3 + 100 * 1024);
+        drop(held);
+    }
+
+    #[tokio::test]
     async fn a_batch_larger_than_the_budget_still_passes() {
         let (_dir, c, recordings) = required_recordings(false);
         let rec = recordings
@@ -955,6 +1057,7 @@ mod tests {
             id: 9,
             tx,
             budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: false,

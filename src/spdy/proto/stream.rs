@@ -184,6 +184,31 @@ impl RecvStream {
         self.inbox.release_held();
     }
 
+    /// Whether the stream was cut off: the peer reset it, or the connection ended, before it
+    /// finished. What is queued then is all there will be.
+    pub fn is_cut(&self) -> bool {
+        matches!(self.flags.recv_end(), RecvEnd::Reset | RecvEnd::Lost)
+    }
+
+    /// Resolves once the connection has ended with this stream unfinished ([`RecvStream::is_cut`]);
+    /// never if the stream finished first. A reset of this stream alone, with the connection
+    /// alive, is seen by `is_cut` only.
+    pub async fn cut(&self) {
+        let mut end = self.shared.subscribe_end();
+        loop {
+            // The session marks its streams before it announces its end.
+            if end.borrow_and_update().is_some() {
+                if self.is_cut() {
+                    return;
+                }
+                return std::future::pending().await;
+            }
+            if end.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// Whether data is queued right now, so `recv` would return without waiting.
     pub fn has_queued(&self) -> bool {
         self.inbox.has_queued()

@@ -681,3 +681,43 @@ async fn close_against_a_peer_that_stopped_reading_releases_the_socket() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(other_end_dropped(&mut peer.io).await);
 }
+
+#[tokio::test]
+async fn a_stream_the_connection_leaves_unfinished_is_cut_off_and_says_so_at_once() {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let client = Connection::client(a, Bytes::new(), quiet());
+    let mut peer = RawPeer::new(b);
+    let open = |name: &'static str| {
+        let c = client.clone();
+        tokio::spawn(async move { c.open_stream(headers(name)).await })
+    };
+    let stdout = open("stdout");
+    let out_id = peer.accept().await;
+    let (_tx, stdout) = stdout.await.unwrap().unwrap().split();
+    let stderr = open("stderr");
+    let err_id = peer.accept().await;
+    let (_tx2, mut stderr) = stderr.await.unwrap().unwrap().split();
+    peer.write(data(out_id, b"the rest", false)).await;
+    peer.write(data(err_id, b"done", true)).await;
+    assert_eq!(&stderr.recv().await.unwrap().unwrap()[..], b"done");
+    assert!(stderr.recv().await.is_none());
+    assert!(!stdout.is_cut() && !stderr.is_cut());
+    let waiting = tokio::spawn(async move {
+        stdout.cut().await;
+        stdout
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!waiting.is_finished(), "cut before the connection ended");
+    // The connection dies (a reset, a truncation): what stdout holds is all it will get.
+    drop(peer);
+    let mut stdout = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the cut is told when the connection ends")
+        .unwrap();
+    assert!(stdout.is_cut());
+    assert_eq!(&stdout.recv().await.unwrap().unwrap()[..], b"the rest");
+    // A stream that finished first was not cut off, and is never told it was.
+    assert!(!stderr.is_cut());
+    let never = tokio::time::timeout(Duration::from_millis(20), stderr.cut());
+    assert!(never.await.is_err());
+}

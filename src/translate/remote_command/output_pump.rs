@@ -81,8 +81,11 @@ where
             // budget once, however many chunks it holds (and under `--record=required`, for
             // the writer to be within its bound). Meanwhile the client is still pinged and
             // answered: a session held back by its recording has not lost its client, and a
-            // keepalive that fell silent here would end it as "client unresponsive".
-            if !writer.answer_pings_until(recorder.outputs(&batch)).await {
+            // keepalive that fell silent here would end it as "client unresponsive". Output
+            // the upstream cut off can only be drained: it stops waiting in turn (the
+            // recorder's cut lane), so a cut session ends without waiting on everyone else's.
+            let recorded = recorder.outputs_until_cut(&batch, cut(rx.as_ref()));
+            if !writer.answer_pings_until(recorded).await {
                 batch.clear();
                 return OutputEnd::RecordingFailed;
             }
@@ -102,6 +105,14 @@ where
         if (!more || writer.queued() >= BATCH_BYTES) && writer.flush().await.is_err() {
             return OutputEnd::ClientGone;
         }
+    }
+}
+
+/// Resolves once the upstream has cut `rx` off (see [`RecvStream::cut`]).
+async fn cut(rx: Option<&RecvStream>) {
+    match rx {
+        Some(rx) => rx.cut().await,
+        None => std::future::pending().await,
     }
 }
 

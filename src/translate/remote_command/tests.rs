@@ -221,3 +221,96 @@ async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
     let pings = pings.await.unwrap();
     assert!(pings >= 10, "{pings} pings in 3 s at one per 100 ms");
 }
+
+/// A session whose upstream is cut off while its output waits for the recording budget (spent
+/// by others, as behind a busy writer) passes on what it holds and ends at once: what a cut
+/// stream holds can no longer grow, so it takes the recorder's cut lane instead of waiting a
+/// turn behind every other session. The audited soak found this: downloads cut by a reset
+/// ending seconds after it.
+#[tokio::test]
+async fn a_session_cut_off_by_its_upstream_ends_without_waiting_its_recording_turn() {
+    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    let dir = tempfile::tempdir().unwrap();
+    let recordings = Recordings::start(
+        RecordingConfig {
+            dir: dir.path().to_owned(),
+            policy: RecordPolicy::BestEffort,
+            record_stdin: false,
+            min_free: 0,
+        },
+        RecordingCounters {
+            recorded_bytes: prometheus::IntCounter::new("r", "r").unwrap(),
+            failures: prometheus::IntCounter::new("f", "f").unwrap(),
+        },
+    )
+    .unwrap();
+    let recorder = recordings
+        .open("cut-1", &["tar".into()], "default/cut".into())
+        .await
+        .unwrap();
+    let spent = recordings.spend_budget();
+
+    // The kubelet sits behind a relay the test can cut, as the soak's faulty relay does.
+    let (ours, near) = tokio::io::duplex(64 * 1024);
+    let (far, theirs) = tokio::io::duplex(64 * 1024);
+    let _kubelet = kubelet(theirs, 48 * 1024);
+    let relay = tokio::spawn(async move {
+        let (mut near, mut far) = (near, far);
+        let _ = tokio::io::copy_bidirectional(&mut near, &mut far).await;
+    });
+    let conn = Connection::client(ours, Bytes::new(), quiet());
+    let options = ExecOptions {
+        stdout: true,
+        ..ExecOptions::default()
+    };
+    let streams = open_streams(conn, UpstreamVersion::V4, &options)
+        .await
+        .unwrap();
+    let ready = options.ready_channel();
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let recording = SessionRecording {
+        recorder,
+        required: false,
+    };
+    let limits = SessionLimits::default();
+    let task = tokio::spawn(async move {
+        run(
+            socket(server),
+            streams,
+            ready,
+            false,
+            &limits,
+            CancellationToken::new(),
+            Some(&recording),
+        )
+        .await
+    });
+    let mut client =
+        tokio_tungstenite::WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+    let received = tokio::spawn(async move {
+        let mut stdout = 0;
+        while let Some(Ok(m)) = client.next().await {
+            if m.is_binary() && m.into_data().first() == Some(&1) {
+                stdout += 1;
+            }
+        }
+        stdout
+    });
+    // The output is received and waits for the budget; then the connection is cut.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!task.is_finished());
+    relay.abort();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the cut session waited for its recording turn")
+        .unwrap();
+    assert_eq!(outcome.end, SessionEndKind::Completed, "{outcome:?}");
+    assert!(
+        received.await.unwrap() > 0,
+        "what the session held was passed on"
+    );
+    drop(spent);
+}
