@@ -194,89 +194,14 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     let (upstream, auth) = upstream_from_args(args)?;
     let mut state = ProxyState::new(upstream);
     state.auth = auth;
-    state.upstream_streaming = args.streaming.upstream_streaming;
-    state.max_message_size = args.streaming.max_message_size;
-    state.upstream_ping_interval = nonzero(args.keepalive.upstream_ping_interval);
-    state.upstream_ping_timeout = nonzero(args.keepalive.upstream_ping_timeout);
-    state.client_keepalive =
-        nonzero(args.keepalive.client_ping_interval).map(|interval| Keepalive {
-            interval,
-            timeout: nonzero(args.keepalive.client_ping_timeout),
-        });
-    state.stream_idle_timeout = nonzero(args.streaming.stream_idle_timeout);
-    state.tcp_keepalive = nonzero(args.keepalive.tcp_keepalive);
-    state.session_limits.close_drain_timeout = args.streaming.close_drain_timeout;
-    state.sessions = crate::proxy::sessions::registry::Sessions::new(args.limits.max_sessions);
-    state.handshake_timeout = args.limits.handshake_timeout;
-    if let (Some(cert), Some(key)) = (
-        &args.listeners.tls_cert_file,
-        &args.listeners.tls_private_key_file,
-    ) {
-        state.tls = Some(crate::proxy::listen::tls::acceptor(
-            crate::proxy::listen::tls::ListenerTlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: args.listeners.client_ca_file.clone(),
-            },
-        )?);
-    }
-    state.request_header_timeout = args.limits.request_header_timeout;
-    state.idle_connection_timeout = args.limits.idle_connection_timeout;
-    state.trust_forwarded_for = args.listeners.trust_x_forwarded_for;
-    state.http2_websockets = args.listeners.http2_websockets;
-    state.max_request_header_bytes = args.limits.max_request_header_bytes.max(8192);
-    state.upgrade_body_budget = UpgradeBodyBudget::new(args.limits.upgrade_body_budget);
-    state.waiting_connections = crate::proxy::client::waiting_connections::WaitingConnections::new(
-        usize::try_from(args.limits.max_pending_connections).unwrap_or(usize::MAX),
-    );
-    if let Some(path) = &args.audit.audit_log {
-        let config = AuditLogConfig {
-            target: AuditTarget::parse(path),
-            max_size: args.audit.audit_log_max_size,
-            max_backups: args.audit.audit_log_max_backups,
-        };
-        let log = AuditLog::open(config, state.metrics.audit_counters()).map_err(|source| {
-            StartError::AuditLog {
-                path: path.clone(),
-                source,
-            }
-        })?;
-        state.audit = Some(Arc::new(log));
-    }
-    match (args.audit.record, &args.audit.record_dir) {
-        (RecordPolicy::Off, _) => {}
-        (_, None) => return Err(StartError::Recording("--record needs --record-dir".into())),
-        (policy, Some(dir)) => {
-            let config = RecordingConfig {
-                dir: dir.clone(),
-                policy,
-                record_stdin: args.audit.record_stdin,
-                min_free: args.audit.record_min_free,
-            };
-            let recordings = Recordings::start(config, state.metrics.recording_counters())
-                .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
-            state.recordings = Some(Arc::new(recordings));
-        }
-    }
+    configure_sessions(&mut state, args);
+    configure_connections(&mut state, args)?;
+    open_audit_log(&mut state, args)?;
+    start_recordings(&mut state, args)?;
     let state = Arc::new(state);
 
-    let bind = |addr: SocketAddr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })
-    };
-    let main = bind(args.listeners.listen).await?;
-    let admin_listener = bind(args.listeners.admin_listen).await?;
-    let addr = main.local_addr().map_err(|source| StartError::Bind {
-        addr: args.listeners.listen,
-        source,
-    })?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            addr: args.listeners.admin_listen,
-            source,
-        })?;
+    let (main, addr) = bind(args.listeners.listen).await?;
+    let (admin_listener, admin_addr) = bind(args.listeners.admin_listen).await?;
     let (stop, stop_rx) = watch::channel(false);
     // The admin listener outlives the main one: probes and scrapes keep working while draining.
     let admin_limits = admin::AdminLimits {
@@ -301,6 +226,98 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
             args.process.memory_trim_interval,
         )),
     })
+}
+
+/// The sessions' settings: streaming, keepalives, timeouts and the session limit.
+fn configure_sessions(state: &mut ProxyState, args: &ServeArgs) {
+    state.upstream_streaming = args.streaming.upstream_streaming;
+    state.max_message_size = args.streaming.max_message_size;
+    state.upstream_ping_interval = nonzero(args.keepalive.upstream_ping_interval);
+    state.upstream_ping_timeout = nonzero(args.keepalive.upstream_ping_timeout);
+    state.client_keepalive =
+        nonzero(args.keepalive.client_ping_interval).map(|interval| Keepalive {
+            interval,
+            timeout: nonzero(args.keepalive.client_ping_timeout),
+        });
+    state.stream_idle_timeout = nonzero(args.streaming.stream_idle_timeout);
+    state.tcp_keepalive = nonzero(args.keepalive.tcp_keepalive);
+    state.session_limits.close_drain_timeout = args.streaming.close_drain_timeout;
+    state.sessions = crate::proxy::sessions::registry::Sessions::new(args.limits.max_sessions);
+    state.handshake_timeout = args.limits.handshake_timeout;
+}
+
+/// The client connections' settings: the listener's TLS, timeouts and budgets.
+fn configure_connections(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartError> {
+    if let (Some(cert), Some(key)) = (
+        &args.listeners.tls_cert_file,
+        &args.listeners.tls_private_key_file,
+    ) {
+        state.tls = Some(crate::proxy::listen::tls::acceptor(
+            crate::proxy::listen::tls::ListenerTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.listeners.client_ca_file.clone(),
+            },
+        )?);
+    }
+    state.request_header_timeout = args.limits.request_header_timeout;
+    state.idle_connection_timeout = args.limits.idle_connection_timeout;
+    state.trust_forwarded_for = args.listeners.trust_x_forwarded_for;
+    state.http2_websockets = args.listeners.http2_websockets;
+    state.max_request_header_bytes = args.limits.max_request_header_bytes.max(8192);
+    state.upgrade_body_budget = UpgradeBodyBudget::new(args.limits.upgrade_body_budget);
+    state.waiting_connections = crate::proxy::client::waiting_connections::WaitingConnections::new(
+        usize::try_from(args.limits.max_pending_connections).unwrap_or(usize::MAX),
+    );
+    Ok(())
+}
+
+/// Opens the audit log, if `--audit-log` asks for one.
+fn open_audit_log(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartError> {
+    let Some(path) = &args.audit.audit_log else {
+        return Ok(());
+    };
+    let config = AuditLogConfig {
+        target: AuditTarget::parse(path),
+        max_size: args.audit.audit_log_max_size,
+        max_backups: args.audit.audit_log_max_backups,
+    };
+    let log = AuditLog::open(config, state.metrics.audit_counters()).map_err(|source| {
+        StartError::AuditLog {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    state.audit = Some(Arc::new(log));
+    Ok(())
+}
+
+/// Starts the session recordings, if `--record` asks for them.
+fn start_recordings(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartError> {
+    match (args.audit.record, &args.audit.record_dir) {
+        (RecordPolicy::Off, _) => {}
+        (_, None) => return Err(StartError::Recording("--record needs --record-dir".into())),
+        (policy, Some(dir)) => {
+            let config = RecordingConfig {
+                dir: dir.clone(),
+                policy,
+                record_stdin: args.audit.record_stdin,
+                min_free: args.audit.record_min_free,
+            };
+            let recordings = Recordings::start(config, state.metrics.recording_counters())
+                .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
+            state.recordings = Some(Arc::new(recordings));
+        }
+    }
+    Ok(())
+}
+
+/// A listener on `addr`, and where it ended up (useful with port 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bind_error = |source| StartError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -68,7 +68,8 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn src_dir() -> PathBuf {
+/// The crate's `src/` folder.
+pub(crate) fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
@@ -96,7 +97,8 @@ fn module_path(file: &Path) -> Vec<String> {
     parts
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file under `dir`, appended to `out`.
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("readable src") {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
@@ -417,7 +419,7 @@ fn every_module_and_room_has_a_row() {
         .map(|(n, _)| *n)
         .chain(LEAVES.iter().copied())
         .collect();
-    let not_layered = ["lib", "main", "layering"];
+    let not_layered = ["lib", "main", "layering", "function_length"];
     for name in modules_in(&src_dir()) {
         if !not_layered.contains(&name.as_str()) {
             assert!(

@@ -28,6 +28,8 @@ pub mod cli;
 pub mod config_file;
 pub mod demo;
 #[cfg(test)]
+mod function_length;
+#[cfg(test)]
 mod layering;
 pub mod memory_trim;
 pub mod proxy;

@@ -94,6 +94,8 @@ fn exec_env(inner: &Inner, target: &Target) -> Vec<(String, String)> {
     env
 }
 
+/// An exec: start the command, wire it to the session, wait for it to exit, let its output
+/// drain, and report how it ended.
 async fn exec(
     inner: &Arc<Inner>,
     session: u64,
@@ -101,17 +103,69 @@ async fn exec(
     mut io: ExecIo,
     cancel: &CancellationToken,
 ) -> Option<Status> {
-    // A runtime applies the client's first size before the process reads it: kubectl sends it
-    // right after the streams open, so wait briefly for it instead of racing the command.
-    let mut initial_size = None;
-    if let (true, Some(rx)) = (target.tty, io.resize.as_mut()) {
-        if let Ok(Some((w, h))) = tokio::time::timeout(INITIAL_SIZE_WAIT, rx.recv()).await {
-            initial_size = (w > 0 && h > 0).then_some((w, h));
+    let initial_size = initial_size(target, &mut io).await;
+    let mut spawned = match spawn_command(inner, session, target, &io, initial_size).await {
+        Ok(spawned) => spawned,
+        Err(status) => return Some(status),
+    };
+    let pgid = spawned.pgid;
+    let mut pumps = Pumps::start(inner, session, &mut spawned, io);
+    let status = tokio::select! {
+        s = spawned.child.wait() => s,
+        _ = cancel.cancelled() => {
+            process::kill_group(pgid);
+            let _ = spawned.child.kill().await;
+            pumps.abort();
+            inner.event(SimEvent::ProcessExited { session, exit_code: None });
+            return None;
         }
+    };
+    let code = match status {
+        Ok(s) => process::exit_code(s),
+        Err(_) => 255,
+    };
+    let cancelled = pumps.drain(cancel).await;
+    process::kill_group(pgid);
+    pumps.abort();
+    inner.event(SimEvent::ProcessExited {
+        session,
+        exit_code: Some(code),
+    });
+    if cancelled {
+        return None;
     }
+    Some(if code == 0 {
+        Status::success()
+    } else {
+        Status::non_zero_exit(&target.command, code)
+    })
+}
+
+/// A runtime applies the client's first size before the process reads it: kubectl sends it
+/// right after the streams open, so a tty exec waits briefly for it instead of racing the
+/// command.
+async fn initial_size(target: &Target, io: &mut ExecIo) -> Option<(u16, u16)> {
+    let (true, Some(rx)) = (target.tty, io.resize.as_mut()) else {
+        return None;
+    };
+    match tokio::time::timeout(INITIAL_SIZE_WAIT, rx.recv()).await {
+        Ok(Some((w, h))) => (w > 0 && h > 0).then_some((w, h)),
+        _ => None,
+    }
+}
+
+/// Starts the command in the pod's directory, with the streams the session has; a failure
+/// is the Status to report.
+async fn spawn_command(
+    inner: &Arc<Inner>,
+    session: u64,
+    target: &Target,
+    io: &ExecIo,
+    initial_size: Option<(u16, u16)>,
+) -> Result<process::Spawned, Status> {
     let cwd = inner.pod_dir(&target.namespace, &target.pod);
     if let Err(e) = tokio::fs::create_dir_all(&cwd).await {
-        return Some(Status::internal_error(&format!(
+        return Err(Status::internal_error(&format!(
             "error executing command in container: cannot prepare pod directory: {e}"
         )));
     }
@@ -125,14 +179,14 @@ async fn exec(
         tty: target.tty,
         initial_size,
     };
-    let mut spawned = match process::spawn(&spec) {
+    let spawned = match process::spawn(&spec) {
         Ok(s) => s,
         Err(e) => {
             inner.event(SimEvent::ProcessExited {
                 session,
                 exit_code: None,
             });
-            return Some(Status::internal_error(&start_failure(&target.command, &e)));
+            return Err(Status::internal_error(&start_failure(&target.command, &e)));
         }
     };
     inner.event(SimEvent::ProcessStarted {
@@ -141,79 +195,73 @@ async fn exec(
         command: target.command.clone(),
         tty: target.tty,
     });
-    let pgid = spawned.pgid;
-    let mut helpers: Vec<JoinHandle<()>> = Vec::new();
-    let mut outputs: Vec<JoinHandle<()>> = Vec::new();
-    if let Some(src) = spawned.stdout.take() {
-        outputs.push(tokio::spawn(pump_out(src, io.stdout.clone())));
+    Ok(spawned)
+}
+
+/// The tasks between a process and its session.
+struct Pumps {
+    /// Stdin and resize.
+    helpers: Vec<JoinHandle<()>>,
+    /// Stdout and stderr, which may drain after the process exits.
+    outputs: Vec<JoinHandle<()>>,
+}
+
+impl Pumps {
+    /// Connects the process's pipes (or terminal) to the session's channels.
+    fn start(inner: &Arc<Inner>, session: u64, spawned: &mut process::Spawned, io: ExecIo) -> Self {
+        let mut helpers: Vec<JoinHandle<()>> = Vec::new();
+        let mut outputs: Vec<JoinHandle<()>> = Vec::new();
+        if let Some(src) = spawned.stdout.take() {
+            outputs.push(tokio::spawn(pump_out(src, io.stdout.clone())));
+        }
+        if let Some(src) = spawned.stderr.take() {
+            outputs.push(tokio::spawn(pump_out(src, io.stderr.clone())));
+        }
+        drop(io.stdout);
+        drop(io.stderr);
+        if let Some(rx) = io.stdin {
+            helpers.push(tokio::spawn(pump_in(
+                rx,
+                spawned.stdin.take(),
+                inner.clone(),
+                session,
+            )));
+        }
+        if let Some(rx) = io.resize {
+            helpers.push(tokio::spawn(pump_resize(rx, spawned.pty.clone())));
+        }
+        Pumps { helpers, outputs }
     }
-    if let Some(src) = spawned.stderr.take() {
-        outputs.push(tokio::spawn(pump_out(src, io.stderr.clone())));
-    }
-    drop(io.stdout);
-    drop(io.stderr);
-    if let Some(rx) = io.stdin {
-        helpers.push(tokio::spawn(pump_in(
-            rx,
-            spawned.stdin.take(),
-            inner.clone(),
-            session,
-        )));
-    }
-    if let Some(mut rx) = io.resize {
-        let pty = spawned.pty.clone();
-        helpers.push(tokio::spawn(async move {
-            while let Some((w, h)) = rx.recv().await {
-                // The kubelet ignores sizes with a zero dimension.
-                if let (Some(pty), true) = (&pty, w > 0 && h > 0) {
-                    let _ = pty.resize(w, h);
-                }
+
+    /// Lets the output drain, bounded: grandchildren may keep the pipes or the terminal open.
+    /// Returns whether `cancel` fired first.
+    async fn drain(&mut self, cancel: &CancellationToken) -> bool {
+        let drain = async {
+            for h in self.outputs.iter_mut() {
+                let _ = h.await;
             }
-        }));
+        };
+        tokio::select! {
+            _ = tokio::time::timeout(DRAIN_AFTER_EXIT, drain) => false,
+            _ = cancel.cancelled() => true,
+        }
     }
-    let abort_all = |helpers: &[JoinHandle<()>], outputs: &[JoinHandle<()>]| {
-        for h in helpers.iter().chain(outputs) {
+
+    fn abort(&self) {
+        for h in self.helpers.iter().chain(&self.outputs) {
             h.abort();
         }
-    };
-    let status = tokio::select! {
-        s = spawned.child.wait() => s,
-        _ = cancel.cancelled() => {
-            process::kill_group(pgid);
-            let _ = spawned.child.kill().await;
-            abort_all(&helpers, &outputs);
-            inner.event(SimEvent::ProcessExited { session, exit_code: None });
-            return None;
-        }
-    };
-    let code = match status {
-        Ok(s) => process::exit_code(s),
-        Err(_) => 255,
-    };
-    // Let the output drain, bounded: grandchildren may keep the pipes or the terminal open.
-    let drain = async {
-        for h in outputs.iter_mut() {
-            let _ = h.await;
-        }
-    };
-    let cancelled = tokio::select! {
-        _ = tokio::time::timeout(DRAIN_AFTER_EXIT, drain) => false,
-        _ = cancel.cancelled() => true,
-    };
-    process::kill_group(pgid);
-    abort_all(&helpers, &outputs);
-    inner.event(SimEvent::ProcessExited {
-        session,
-        exit_code: Some(code),
-    });
-    if cancelled {
-        return None;
     }
-    Some(if code == 0 {
-        Status::success()
-    } else {
-        Status::non_zero_exit(&target.command, code)
-    })
+}
+
+/// Session terminal sizes → the process's terminal.
+async fn pump_resize(mut rx: mpsc::Receiver<(u16, u16)>, pty: Option<Arc<process::Pty>>) {
+    while let Some((w, h)) = rx.recv().await {
+        // The kubelet ignores sizes with a zero dimension.
+        if let (Some(pty), true) = (&pty, w > 0 && h > 0) {
+            let _ = pty.resize(w, h);
+        }
+    }
 }
 
 /// containerd + runc's wording when the command cannot be started.

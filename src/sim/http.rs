@@ -212,6 +212,7 @@ fn identify(inner: &Inner, conn: &Connection, headers: &HeaderMap) -> Identified
     }
 }
 
+/// One request: identify and record the caller, the checks before any handler, then route.
 async fn handle(
     inner: Arc<Inner>,
     kill: KillSwitch,
@@ -219,7 +220,32 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let Identified { authn, effective } = identify(&inner, conn, req.headers());
-    let (user, impersonated) = match &effective {
+    record(&inner, &req, authn, &effective);
+    if !inner.config.streaming.accepts_spdy() && spdy::wants_spdy(req.headers()) {
+        // What a gateway that dropped SPDY answers, before the API server sees the request.
+        return text_response(
+            StatusCode::BAD_REQUEST,
+            "SPDY upgrades are not allowed on this path; use WebSocket",
+        );
+    }
+    if has_bad_escape(req.uri().path()) {
+        return go_bad_request();
+    }
+    let user = match effective {
+        Ok(e) => e.user,
+        Err(refusal) => return refusal,
+    };
+    route(inner, kill, req, &user).await
+}
+
+/// Adds the request, and who it came from and acts as, to the requests the sim has seen.
+fn record(
+    inner: &Inner,
+    req: &Request<Incoming>,
+    authn: Option<Authenticated>,
+    effective: &Result<Effective, Response<Body>>,
+) {
+    let (user, impersonated) = match effective {
         Ok(e) => (Some(e.user.clone()), e.impersonated),
         Err(_) => (None, false),
     };
@@ -243,20 +269,16 @@ async fn handle(
         authenticated_user: authn.map(|a| a.identity),
         impersonated,
     });
-    if !inner.config.streaming.accepts_spdy() && spdy::wants_spdy(req.headers()) {
-        // What a gateway that dropped SPDY answers, before the API server sees the request.
-        return text_response(
-            StatusCode::BAD_REQUEST,
-            "SPDY upgrades are not allowed on this path; use WebSocket",
-        );
-    }
-    if has_bad_escape(req.uri().path()) {
-        return go_bad_request();
-    }
-    let user = match effective {
-        Ok(e) => e.user,
-        Err(refusal) => return refusal,
-    };
+}
+
+/// The handler for the path and method: reviews, a pod's subresources, reads; 405 for a
+/// known path with another method, 404 for the rest.
+async fn route(
+    inner: Arc<Inner>,
+    kill: KillSwitch,
+    req: Request<Incoming>,
+    user: &SimIdentity,
+) -> Response<Body> {
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path
         .trim_start_matches('/')
@@ -264,9 +286,41 @@ async fn handle(
         .split('/')
         .collect();
     let method = req.method().clone();
-    let is_read = method == Method::GET || method == Method::HEAD;
     match segments.as_slice() {
-        ["healthz"] | ["readyz"] | ["livez"] if is_read => {
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if method == Method::POST => {
+            reviews::token_review(&inner, req).await
+        }
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
+            reviews::self_subject_review(user)
+        }
+        ["api", "v1", "namespaces", ns, "pods", pod, sub]
+            if matches!(*sub, "exec" | "attach" | "portforward" | "log") =>
+        {
+            let (ns, pod, sub) = (ns.to_string(), pod.to_string(), sub.to_string());
+            subresource(inner, kill, req, user, &ns, &pod, &sub).await
+        }
+        _ => {
+            let is_read = method == Method::GET || method == Method::HEAD;
+            let read = is_read
+                .then(|| serve_read(&inner, &req, &segments))
+                .flatten();
+            read.unwrap_or_else(|| {
+                if is_known_path(&segments) {
+                    method_not_allowed(&method)
+                } else {
+                    not_found()
+                }
+            })
+        }
+    }
+}
+
+/// The answer to a GET or HEAD of `segments`: health, discovery, namespaces and pods; `None`
+/// for a path no read serves.
+fn serve_read(inner: &Inner, req: &Request<Incoming>, segments: &[&str]) -> Option<Response<Body>> {
+    let ok = |value: &serde_json::Value| json_response(StatusCode::OK, value);
+    let response = match segments {
+        ["healthz"] | ["readyz"] | ["livez"] => {
             let mut r = Response::new(full("ok"));
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
@@ -274,77 +328,64 @@ async fn handle(
             );
             r
         }
-        ["version"] if is_read => json_response(StatusCode::OK, &objects::version()),
-        ["api"] if is_read => json_response(
+        ["version"] => ok(&objects::version()),
+        ["api"] => ok(&objects::api_versions(&inner.addr.to_string())),
+        ["apis"] => ok(&objects::api_group_list()),
+        ["apis", "authentication.k8s.io"] => ok(&objects::authentication_group()),
+        ["apis", "authentication.k8s.io", "v1"] => ok(&objects::authentication_v1_resources()),
+        ["api", "v1"] => ok(&objects::core_v1_resources()),
+        ["api", "v1", "namespaces"] => namespaces_response(inner, req),
+        ["api", "v1", "pods"] => pods_response(inner, req, None),
+        ["api", "v1", "namespaces", ns] if valid_name(ns) => namespace_response(inner, req, ns),
+        ["api", "v1", "namespaces", ns, "pods"] if valid_name(ns) => {
+            inner.touch_namespace(ns);
+            pods_response(inner, req, Some(ns))
+        }
+        ["api", "v1", "namespaces", ns, "pods", pod] => pod_response(inner, req, ns, pod),
+        _ => return None,
+    };
+    Some(response)
+}
+
+fn namespaces_response(inner: &Inner, req: &Request<Incoming>) -> Response<Body> {
+    let names = inner.namespaces();
+    if wants_table(req.headers()) {
+        json_response(
             StatusCode::OK,
-            &objects::api_versions(&inner.addr.to_string()),
-        ),
-        ["apis"] if is_read => json_response(StatusCode::OK, &objects::api_group_list()),
-        ["apis", "authentication.k8s.io"] if is_read => {
-            json_response(StatusCode::OK, &objects::authentication_group())
-        }
-        ["apis", "authentication.k8s.io", "v1"] if is_read => {
-            json_response(StatusCode::OK, &objects::authentication_v1_resources())
-        }
-        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if method == Method::POST => {
-            reviews::token_review(&inner, req).await
-        }
-        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
-            reviews::self_subject_review(&user)
-        }
-        ["api", "v1"] if is_read => json_response(StatusCode::OK, &objects::core_v1_resources()),
-        ["api", "v1", "namespaces"] if is_read => {
-            let names = inner.namespaces();
-            if wants_table(req.headers()) {
-                json_response(
-                    StatusCode::OK,
-                    &objects::namespace_table(&names, inner.started),
-                )
-            } else {
-                json_response(
-                    StatusCode::OK,
-                    &objects::namespace_list(&names, inner.started),
-                )
-            }
-        }
-        ["api", "v1", "pods"] if is_read => pods_response(&inner, &req, None),
-        ["api", "v1", "namespaces", ns] if is_read && valid_name(ns) => {
-            inner.touch_namespace(ns);
-            if wants_table(req.headers()) {
-                json_response(
-                    StatusCode::OK,
-                    &objects::namespace_table(&[ns.to_string()], inner.started),
-                )
-            } else {
-                json_response(StatusCode::OK, &objects::namespace(ns, inner.started))
-            }
-        }
-        ["api", "v1", "namespaces", ns, "pods"] if is_read && valid_name(ns) => {
-            inner.touch_namespace(ns);
-            pods_response(&inner, &req, Some(ns))
-        }
-        ["api", "v1", "namespaces", ns, "pods", pod] if is_read => {
-            if !valid_name(ns) || !valid_name(pod) {
-                return pod_not_found(pod);
-            }
-            inner.touch_pod(ns, pod);
-            if wants_table(req.headers()) {
-                json_response(
-                    StatusCode::OK,
-                    &objects::pod_table(&[(ns.to_string(), pod.to_string())], inner.started),
-                )
-            } else {
-                json_response(StatusCode::OK, &objects::pod(ns, pod, inner.started))
-            }
-        }
-        ["api", "v1", "namespaces", ns, "pods", pod, sub]
-            if matches!(*sub, "exec" | "attach" | "portforward" | "log") =>
-        {
-            let (ns, pod, sub) = (ns.to_string(), pod.to_string(), sub.to_string());
-            subresource(inner, kill, req, &user, &ns, &pod, &sub).await
-        }
-        _ if is_known_path(&segments) => method_not_allowed(&method),
-        _ => not_found(),
+            &objects::namespace_table(&names, inner.started),
+        )
+    } else {
+        json_response(
+            StatusCode::OK,
+            &objects::namespace_list(&names, inner.started),
+        )
+    }
+}
+
+fn namespace_response(inner: &Inner, req: &Request<Incoming>, ns: &str) -> Response<Body> {
+    inner.touch_namespace(ns);
+    if wants_table(req.headers()) {
+        json_response(
+            StatusCode::OK,
+            &objects::namespace_table(&[ns.to_string()], inner.started),
+        )
+    } else {
+        json_response(StatusCode::OK, &objects::namespace(ns, inner.started))
+    }
+}
+
+fn pod_response(inner: &Inner, req: &Request<Incoming>, ns: &str, pod: &str) -> Response<Body> {
+    if !valid_name(ns) || !valid_name(pod) {
+        return pod_not_found(pod);
+    }
+    inner.touch_pod(ns, pod);
+    if wants_table(req.headers()) {
+        json_response(
+            StatusCode::OK,
+            &objects::pod_table(&[(ns.to_string(), pod.to_string())], inner.started),
+        )
+    } else {
+        json_response(StatusCode::OK, &objects::pod(ns, pod, inner.started))
     }
 }
 
@@ -442,45 +483,10 @@ async fn subresource(
     pod: &str,
     sub: &str,
 ) -> Response<Body> {
-    let method = req.method().clone();
-    let allowed = match sub {
-        "log" => method == Method::GET,
-        _ => method == Method::GET || method == Method::POST,
-    };
-    if !allowed {
-        return method_not_allowed(&method);
+    if let Err(refusal) = api_server_checks(&inner, req.method(), user, ns, pod, sub) {
+        return refusal;
     }
-    if !valid_name(ns) || !valid_name(pod) {
-        return pod_not_found(pod);
-    }
-    inner.touch_pod(ns, pod);
     let query = Query::parse(req.uri().query());
-
-    // Fault-injection pods.
-    if pod.starts_with("forbidden-") {
-        let verb = if method == Method::GET {
-            "get"
-        } else {
-            "create"
-        };
-        let resource = match sub {
-            "portforward" => "pods/portforward",
-            "log" => "pods/log",
-            "attach" => "pods/attach",
-            _ => "pods/exec",
-        };
-        let message = format!(
-            "pods \"{pod}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"",
-            user.name
-        );
-        return status_response(
-            &Status::api_error(403, "Forbidden", message).with_object(pod, "pods"),
-            403,
-        );
-    }
-    if pod.starts_with("denied-") && sub != "log" {
-        return admission_denial(pod, sub);
-    }
     // A new API server serves these itself (translator, tunnel); everything else goes to the
     // kubelet's own handlers.
     let native =
@@ -495,68 +501,170 @@ async fn subresource(
             "container runtime is not responding",
         );
     }
-
-    if sub == "log" || sub == "exec" || sub == "attach" {
-        let container = query
-            .first("container")
-            .unwrap_or(CONTAINERS[0])
-            .to_string();
-        if !CONTAINERS.contains(&container.as_str()) {
-            return bad_request(format!("container {container} is not valid for pod {pod}"));
-        }
-        if sub == "log" {
-            return logs::serve(inner, req, &query, ns, pod, &container).await;
-        }
-        let command: Vec<String> = query.all("command").map(str::to_string).collect();
-        if sub == "exec" && command.is_empty() {
-            return bad_request("you must specify at least one command for the container");
-        }
-        let tty = query.flag("tty");
-        let target = Target {
-            kind: if sub == "exec" {
-                SessionKind::Exec
-            } else {
-                SessionKind::Attach
-            },
-            namespace: ns.to_string(),
-            pod: pod.to_string(),
-            container,
-            command,
-            stdin: query.flag("stdin"),
-            stdout: query.flag("stdout"),
-            // The kubelet forces stderr off under a tty.
-            stderr: query.flag("stderr") && !tty,
-            tty,
-            dying: pod.starts_with("dying-"),
-            user: user.clone(),
-        };
-        if !target.stdin && !target.stdout && !target.stderr {
-            return text_response(
-                StatusCode::BAD_REQUEST,
-                "you must specify at least 1 of stdin, stdout, stderr",
-            );
-        }
-        if translated && pod.starts_with("error500-") {
-            let status = Status::internal_error(
-                "unable to upgrade connection: container runtime is not responding",
-            );
-            return websocket::exec_refused(inner, req, target, status).await;
-        }
-        if is_websocket_upgrade(req.headers()) {
-            return websocket::exec(inner, kill, req, target).await;
-        }
-        if spdy::wants_spdy(req.headers()) {
-            return spdy_exec(inner, kill, req, target);
-        }
-        return bad_request("Upgrade request required");
+    if sub == "portforward" {
+        return port_forward(inner, kill, req, &query, ns, pod, tunnelled).await;
     }
+    let container = query
+        .first("container")
+        .unwrap_or(CONTAINERS[0])
+        .to_string();
+    if !CONTAINERS.contains(&container.as_str()) {
+        return bad_request(format!("container {container} is not valid for pod {pod}"));
+    }
+    if sub == "log" {
+        return logs::serve(inner, req, &query, ns, pod, &container).await;
+    }
+    match exec_target(&query, user, ns, pod, sub, container) {
+        Ok(target) => start_exec(inner, kill, req, target, translated).await,
+        Err(refusal) => refusal,
+    }
+}
 
-    // portforward
+/// What the API server checks before it proxies a subresource: the method, the names, the
+/// caller's rights (`forbidden-*` pods) and admission (`denied-*` pods).
+// The refusal is the response itself; it is built once per refused request.
+#[allow(clippy::result_large_err)]
+fn api_server_checks(
+    inner: &Inner,
+    method: &Method,
+    user: &SimIdentity,
+    ns: &str,
+    pod: &str,
+    sub: &str,
+) -> Result<(), Response<Body>> {
+    let allowed = match sub {
+        "log" => method == Method::GET,
+        _ => method == Method::GET || method == Method::POST,
+    };
+    if !allowed {
+        return Err(method_not_allowed(method));
+    }
+    if !valid_name(ns) || !valid_name(pod) {
+        return Err(pod_not_found(pod));
+    }
+    inner.touch_pod(ns, pod);
+    // Fault-injection pods.
+    if pod.starts_with("forbidden-") {
+        return Err(forbidden(method, user, ns, pod, sub));
+    }
+    if pod.starts_with("denied-") && sub != "log" {
+        return Err(admission_denial(pod, sub));
+    }
+    Ok(())
+}
+
+/// The 403 RBAC gives a `forbidden-*` pod.
+fn forbidden(
+    method: &Method,
+    user: &SimIdentity,
+    ns: &str,
+    pod: &str,
+    sub: &str,
+) -> Response<Body> {
+    let verb = if method == Method::GET {
+        "get"
+    } else {
+        "create"
+    };
+    let resource = match sub {
+        "portforward" => "pods/portforward",
+        "log" => "pods/log",
+        "attach" => "pods/attach",
+        _ => "pods/exec",
+    };
+    let message = format!(
+        "pods \"{pod}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"{ns}\"",
+        user.name
+    );
+    status_response(
+        &Status::api_error(403, "Forbidden", message).with_object(pod, "pods"),
+        403,
+    )
+}
+
+/// The exec or attach session the query asks for, or the kubelet's 400.
+// The refusal is the response itself; it is built once per refused request.
+#[allow(clippy::result_large_err)]
+fn exec_target(
+    query: &Query,
+    user: &SimIdentity,
+    ns: &str,
+    pod: &str,
+    sub: &str,
+    container: String,
+) -> Result<Target, Response<Body>> {
+    let command: Vec<String> = query.all("command").map(str::to_string).collect();
+    if sub == "exec" && command.is_empty() {
+        return Err(bad_request(
+            "you must specify at least one command for the container",
+        ));
+    }
+    let tty = query.flag("tty");
+    let target = Target {
+        kind: if sub == "exec" {
+            SessionKind::Exec
+        } else {
+            SessionKind::Attach
+        },
+        namespace: ns.to_string(),
+        pod: pod.to_string(),
+        container,
+        command,
+        stdin: query.flag("stdin"),
+        stdout: query.flag("stdout"),
+        // The kubelet forces stderr off under a tty.
+        stderr: query.flag("stderr") && !tty,
+        tty,
+        dying: pod.starts_with("dying-"),
+        user: user.clone(),
+    };
+    if !target.stdin && !target.stdout && !target.stderr {
+        return Err(text_response(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    Ok(target)
+}
+
+/// The exec or attach upgrade, by the transport the request asks for.
+async fn start_exec(
+    inner: Arc<Inner>,
+    kill: KillSwitch,
+    req: Request<Incoming>,
+    target: Target,
+    translated: bool,
+) -> Response<Body> {
+    if translated && target.pod.starts_with("error500-") {
+        let status = Status::internal_error(
+            "unable to upgrade connection: container runtime is not responding",
+        );
+        return websocket::exec_refused(inner, req, target, status).await;
+    }
+    if is_websocket_upgrade(req.headers()) {
+        return websocket::exec(inner, kill, req, target).await;
+    }
+    if spdy::wants_spdy(req.headers()) {
+        return spdy_exec(inner, kill, req, target);
+    }
+    bad_request("Upgrade request required")
+}
+
+/// The port-forward upgrade: the API server's own tunnel, or the kubelet's WebSocket or SPDY.
+async fn port_forward(
+    inner: Arc<Inner>,
+    kill: KillSwitch,
+    req: Request<Incoming>,
+    query: &Query,
+    ns: &str,
+    pod: &str,
+    tunnelled: bool,
+) -> Response<Body> {
     if tunnelled {
         return portforward::tunnel(inner, kill, req, ns, pod);
     }
     if is_websocket_upgrade(req.headers()) {
-        return portforward::websocket(inner, kill, req, &query, ns, pod).await;
+        return portforward::websocket(inner, kill, req, query, ns, pod).await;
     }
     if spdy::wants_spdy(req.headers()) {
         return portforward::spdy(inner, kill, req, ns, pod);

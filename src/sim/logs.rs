@@ -61,6 +61,29 @@ struct LogOptions {
 }
 
 impl LogOptions {
+    /// `follow`, `tailLines` and `timestamps` of the request.
+    fn from_query(query: &Query) -> Self {
+        let tail = query
+            .first("tailLines")
+            .and_then(|t| t.parse::<i64>().ok())
+            .filter(|t| *t >= 0);
+        let first = match tail {
+            Some(t) => (INITIAL_LINES + 1)
+                .saturating_sub(u32::try_from(t).unwrap_or(u32::MAX))
+                .max(1),
+            None => 1,
+        };
+        LogOptions {
+            follow: query.flag("follow"),
+            first: if tail == Some(0) {
+                INITIAL_LINES + 1
+            } else {
+                first
+            },
+            timestamps: query.flag("timestamps"),
+        }
+    }
+
     fn line(&self, n: u32) -> Bytes {
         let text = if self.timestamps {
             format!("{} log line {n}\n", rfc3339(SystemTime::now()))
@@ -101,6 +124,8 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
+/// Serves one log request: over a WebSocket when the request upgrades, else as plain text
+/// (streamed with `follow`).
 pub(crate) async fn serve(
     inner: Arc<Inner>,
     mut req: Request<Incoming>,
@@ -119,25 +144,7 @@ pub(crate) async fn serve(
             400,
         );
     }
-    let tail = query
-        .first("tailLines")
-        .and_then(|t| t.parse::<i64>().ok())
-        .filter(|t| *t >= 0);
-    let first = match tail {
-        Some(t) => (INITIAL_LINES + 1)
-            .saturating_sub(u32::try_from(t).unwrap_or(u32::MAX))
-            .max(1),
-        None => 1,
-    };
-    let opts = LogOptions {
-        follow: query.flag("follow"),
-        first: if tail == Some(0) {
-            INITIAL_LINES + 1
-        } else {
-            first
-        },
-        timestamps: query.flag("timestamps"),
-    };
+    let opts = LogOptions::from_query(query);
     let session = inner.next_session();
     let started = |transport, protocol: &str| SimEvent::SessionStarted {
         session,
@@ -160,55 +167,14 @@ pub(crate) async fn serve(
         };
         let on_upgrade = hyper::upgrade::on(&mut req);
         inner.event(started(Transport::WebSocket, protocol.name));
-        tokio::spawn(async move {
-            let reason = match on_upgrade.await {
-                Ok(upgraded) => {
-                    let ws = websocket::accept(upgraded).await;
-                    ws_log(&inner, ws, protocol.framing, opts).await
-                }
-                Err(_) => "upgrade failed",
-            };
-            inner.event(SimEvent::SessionEnded {
-                session,
-                reason: reason.to_string(),
-            });
-        });
+        spawn_ws_log(inner, on_upgrade, protocol.framing, opts, session);
         return resp;
     }
     inner.event(started(Transport::Http, ""));
     let body = if opts.follow {
-        let (tx, rx) = mpsc::channel(4);
-        let inner = inner.clone();
-        tokio::spawn(async move {
-            let mut reason = "completed";
-            for n in opts.first..=opts.last() {
-                if !opts.immediate(n) {
-                    tokio::select! {
-                        _ = tokio::time::sleep(FOLLOW_PERIOD) => {}
-                        _ = inner.shutdown.cancelled() => { reason = "shutdown"; break; }
-                    }
-                }
-                if tx.send(opts.line(n)).await.is_err() {
-                    reason = "client gone";
-                    break;
-                }
-            }
-            inner.event(SimEvent::SessionEnded {
-                session,
-                reason: reason.to_string(),
-            });
-        });
-        ChannelBody { rx }.boxed_unsync()
+        followed_body(inner, opts, session)
     } else {
-        let mut text = Vec::new();
-        for n in opts.first..=opts.last() {
-            text.extend_from_slice(&opts.line(n));
-        }
-        inner.event(SimEvent::SessionEnded {
-            session,
-            reason: "completed".into(),
-        });
-        full(text)
+        whole_body(&inner, opts, session)
     };
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
@@ -217,6 +183,68 @@ pub(crate) async fn serve(
         HeaderValue::from_static("text/plain"),
     );
     resp
+}
+
+/// Once the upgrade completes, the log over the WebSocket; then the session's end.
+fn spawn_ws_log(
+    inner: Arc<Inner>,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    framing: Framing,
+    opts: LogOptions,
+    session: u64,
+) {
+    tokio::spawn(async move {
+        let reason = match on_upgrade.await {
+            Ok(upgraded) => {
+                let ws = websocket::accept(upgraded).await;
+                ws_log(&inner, ws, framing, opts).await
+            }
+            Err(_) => "upgrade failed",
+        };
+        inner.event(SimEvent::SessionEnded {
+            session,
+            reason: reason.to_string(),
+        });
+    });
+}
+
+/// A followed log: the lines fed to the body as they come, until the last, the client
+/// going away or shutdown.
+fn followed_body(inner: Arc<Inner>, opts: LogOptions, session: u64) -> Body {
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        let mut reason = "completed";
+        for n in opts.first..=opts.last() {
+            if !opts.immediate(n) {
+                tokio::select! {
+                    _ = tokio::time::sleep(FOLLOW_PERIOD) => {}
+                    _ = inner.shutdown.cancelled() => { reason = "shutdown"; break; }
+                }
+            }
+            if tx.send(opts.line(n)).await.is_err() {
+                reason = "client gone";
+                break;
+            }
+        }
+        inner.event(SimEvent::SessionEnded {
+            session,
+            reason: reason.to_string(),
+        });
+    });
+    ChannelBody { rx }.boxed_unsync()
+}
+
+/// A log that is not followed: all its lines at once.
+fn whole_body(inner: &Inner, opts: LogOptions, session: u64) -> Body {
+    let mut text = Vec::new();
+    for n in opts.first..=opts.last() {
+        text.extend_from_slice(&opts.line(n));
+    }
+    inner.event(SimEvent::SessionEnded {
+        session,
+        reason: "completed".into(),
+    });
+    full(text)
 }
 
 async fn ws_log(

@@ -152,6 +152,7 @@ fn version_number(version: &str) -> u8 {
     }
 }
 
+/// The streams of one exec or attach session, by type.
 #[derive(Default)]
 struct ExecStreams {
     error: Option<Stream>,
@@ -159,6 +160,26 @@ struct ExecStreams {
     stdout: Option<Stream>,
     stderr: Option<Stream>,
     resize: Option<Stream>,
+}
+
+impl ExecStreams {
+    /// Files `stream` under its type. Like the kubelet: every known type counts (a repeated
+    /// type replaces the first); unknown types are replied to and ignored (`false`).
+    fn place(&mut self, kind: &str, stream: Stream, v: u8, session: u64) -> bool {
+        let slot = match kind {
+            "error" => &mut self.error,
+            "stdin" => &mut self.stdin,
+            "stdout" => &mut self.stdout,
+            "stderr" => &mut self.stderr,
+            "resize" if v >= 3 => &mut self.resize,
+            other => {
+                tracing::debug!(session, stream_type = other, "unexpected stream type");
+                return false;
+            }
+        };
+        *slot = Some(stream);
+        true
+    }
 }
 
 /// Serves one upgraded SPDY exec/attach connection to the end.
@@ -179,6 +200,8 @@ pub(crate) async fn serve_exec<T>(
     });
 }
 
+/// The session's order: accept the client's streams, wire them to the container side, run,
+/// then report and close. Returns why it ended.
 async fn run_exec_session<T>(
     inner: &Arc<Inner>,
     io: T,
@@ -195,7 +218,59 @@ where
     let cancel = inner.shutdown.child_token();
     let _cancel_on_exit = cancel.clone().drop_guard();
 
-    // 1. Wait for the expected streams (error + stdin? + stdout? + stderr? + resize?).
+    let accepted = accept_exec_streams(&conn, &mut incoming, v, target, &cancel, session).await;
+    let streams = match accepted {
+        Ok(streams) => streams,
+        Err(reason) => return reason,
+    };
+    refuse_later_streams(incoming);
+    watch_peer(&conn, &cancel);
+
+    let Wired {
+        io,
+        keep,
+        outputs,
+        mut error,
+    } = wire_streams(streams, v, target, kill, &cancel).await;
+
+    // Run; then status, FIN on the outputs, and close (RST all + GOAWAY + TCP close).
+    let status = exec::run(inner, session, target, io, &cancel).await;
+    let Some(status) = status else {
+        if let Err(dying) = close_cut_short(&conn, target, kill).await {
+            return dying;
+        }
+        return if inner.shutdown.is_cancelled() {
+            "shutdown"
+        } else {
+            "client gone"
+        };
+    };
+    let finished = finished_outputs(outputs).await;
+    if cancel.is_cancelled() {
+        let closed = close_cut_short(&conn, target, kill).await;
+        return closed.err().unwrap_or("client gone");
+    }
+    if let (Some(err), Some(payload)) = (error.as_mut(), status.error_channel_payload(v >= 4)) {
+        let _ = err.send(Bytes::from(payload)).await;
+    }
+    for mut send in finished {
+        let _ = send.finish().await;
+    }
+    conn.close().await;
+    drop(keep);
+    "completed"
+}
+
+/// Waits for the streams the request calls for (error + stdin? + stdout? + stderr? +
+/// resize?), within the kubelet's stream creation timeout. `Err` is why the session ended.
+async fn accept_exec_streams(
+    conn: &Connection,
+    incoming: &mut Incoming,
+    v: u8,
+    target: &Target,
+    cancel: &CancellationToken,
+    session: u64,
+) -> Result<ExecStreams, &'static str> {
     let stderr = target.stderr && !target.tty;
     let expected = 1
         + usize::from(target.stdin)
@@ -210,16 +285,16 @@ where
             r = tokio::time::timeout_at(deadline, incoming.accept()) => r,
             _ = cancel.cancelled() => {
                 conn.close().await;
-                return "shutdown";
+                return Err("shutdown");
             }
         };
         let s = match next {
             Ok(Some(s)) => s,
-            Ok(None) => return "client gone",
+            Ok(None) => return Err("client gone"),
             Err(_) => {
                 tracing::info!(session, "timed out waiting for client to create streams");
                 conn.close().await;
-                return "stream creation timeout";
+                return Err("stream creation timeout");
             }
         };
         let kind = s
@@ -230,51 +305,48 @@ where
             .to_string();
         let stream = match s.accept().await {
             Ok(stream) => stream,
-            Err(_) => return "client gone",
+            Err(_) => return Err("client gone"),
         };
-        // Like the kubelet: every known type counts (a repeated type replaces the first);
-        // unknown types are replied to and ignored.
-        let slot = match kind.as_str() {
-            "error" => &mut streams.error,
-            "stdin" => &mut streams.stdin,
-            "stdout" => &mut streams.stdout,
-            "stderr" => &mut streams.stderr,
-            "resize" if v >= 3 => &mut streams.resize,
-            other => {
-                tracing::debug!(session, stream_type = other, "unexpected stream type");
-                continue;
-            }
-        };
-        *slot = Some(stream);
-        received += 1;
+        if streams.place(&kind, stream, v, session) {
+            received += 1;
+        }
     }
-    // Streams opened after the set is complete are refused.
+    Ok(streams)
+}
+
+/// Streams opened after the set is complete are refused.
+fn refuse_later_streams(mut incoming: Incoming) {
     tokio::spawn(async move {
         while let Some(s) = incoming.accept().await {
             s.reject().await;
         }
     });
-    watch_peer(&conn, &cancel);
+}
 
-    // 2. Wire the streams to the container side.
+/// The streams wired to the container side.
+struct Wired {
+    io: ExecIo,
+    /// Send halves nobody writes to, kept open until the session closes.
+    keep: Vec<SendStream>,
+    /// The output forwarders; each gives back its stream to finish after the status.
+    outputs: Vec<JoinHandle<Option<SendStream>>>,
+    error: Option<SendStream>,
+}
+
+/// Connects each stream to its channel of [`ExecIo`].
+async fn wire_streams(
+    mut streams: ExecStreams,
+    v: u8,
+    target: &Target,
+    kill: &KillSwitch,
+    cancel: &CancellationToken,
+) -> Wired {
     let mut io = ExecIo::default();
     let mut keep: Vec<SendStream> = Vec::new();
     if let Some(stream) = streams.stdin.take() {
-        let (mut send, mut recv) = stream.split();
-        if v == 1 {
-            // v1 servers half-close stdin from their side at once (PROTOCOL.md §3.5).
-            let _ = send.finish().await;
-        }
+        let (send, rx) = wire_stdin(stream, v).await;
         keep.push(send);
-        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
         io.stdin = Some(rx);
-        tokio::spawn(async move {
-            while let Some(Ok(chunk)) = recv.recv().await {
-                if tx.send(chunk).await.is_err() {
-                    break;
-                }
-            }
-        });
     }
     let mut outputs: Vec<JoinHandle<Option<SendStream>>> = Vec::new();
     for (stream, is_stdout) in [
@@ -293,69 +365,77 @@ where
         outputs.push(tokio::spawn(forward_output(rx, send, dying)));
     }
     if let Some(stream) = streams.resize.take() {
-        let (send, mut recv) = stream.split();
+        let (send, rx) = wire_resize(stream);
         keep.push(send);
-        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
         io.resize = Some(rx);
-        tokio::spawn(async move {
-            let mut decoder = SizeDecoder::default();
-            while let Some(Ok(chunk)) = recv.recv().await {
-                for size in decoder.push(&chunk) {
-                    if tx.send(size).await.is_err() {
-                        return;
-                    }
+    }
+    Wired {
+        io,
+        keep,
+        outputs,
+        error: streams.error.take().map(|s| s.split().0),
+    }
+}
+
+/// Stdin's data to a channel; its send half is returned to keep.
+async fn wire_stdin(stream: Stream, v: u8) -> (SendStream, mpsc::Receiver<Bytes>) {
+    let (mut send, mut recv) = stream.split();
+    if v == 1 {
+        // v1 servers half-close stdin from their side at once (PROTOCOL.md §3.5).
+        let _ = send.finish().await;
+    }
+    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    tokio::spawn(async move {
+        while let Some(Ok(chunk)) = recv.recv().await {
+            if tx.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    });
+    (send, rx)
+}
+
+/// The resize stream's terminal sizes to a channel; its send half is returned to keep.
+fn wire_resize(stream: Stream) -> (SendStream, mpsc::Receiver<(u16, u16)>) {
+    let (send, mut recv) = stream.split();
+    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    tokio::spawn(async move {
+        let mut decoder = SizeDecoder::default();
+        while let Some(Ok(chunk)) = recv.recv().await {
+            for size in decoder.push(&chunk) {
+                if tx.send(size).await.is_err() {
+                    return;
                 }
             }
-        });
-    }
-    let mut error = streams.error.take().map(|s| s.split().0);
-
-    // 3. Run; then status, FIN on the outputs, and close (RST all + GOAWAY + TCP close).
-    let status = exec::run(inner, session, target, io, &cancel).await;
-    let Some(status) = status else {
-        if target.dying {
-            kill.kill();
-            return "dying pod";
         }
-        conn.close().await;
-        return if inner.shutdown.is_cancelled() {
-            "shutdown"
-        } else {
-            "client gone"
-        };
-    };
+    });
+    (send, rx)
+}
+
+/// Ends a session cut short: a `dying-*` pod's connection is dropped (`Err("dying pod")`),
+/// any other is closed.
+async fn close_cut_short(
+    conn: &Connection,
+    target: &Target,
+    kill: &KillSwitch,
+) -> Result<(), &'static str> {
+    if target.dying {
+        kill.kill();
+        return Err("dying pod");
+    }
+    conn.close().await;
+    Ok(())
+}
+
+/// The output streams whose forwarders ended cleanly, to finish after the status.
+async fn finished_outputs(outputs: Vec<JoinHandle<Option<SendStream>>>) -> Vec<SendStream> {
     let mut finished = Vec::new();
     for out in outputs {
         if let Ok(Some(send)) = out.await {
             finished.push(send);
         }
     }
-    if cancel.is_cancelled() {
-        if target.dying {
-            kill.kill();
-            return "dying pod";
-        }
-        conn.close().await;
-        return "client gone";
-    }
-    if let Some(err) = error.as_mut() {
-        let payload = if v >= 4 {
-            Some(status.to_json_bytes())
-        } else if !status.is_success() {
-            Some(status.message().as_bytes().to_vec())
-        } else {
-            None
-        };
-        if let Some(p) = payload {
-            let _ = err.send(Bytes::from(p)).await;
-        }
-    }
-    for mut send in finished {
-        let _ = send.finish().await;
-    }
-    conn.close().await;
-    drop(keep);
-    "completed"
+    finished
 }
 
 /// Process output → SPDY stream. Returns the stream (to be finished after the status) unless

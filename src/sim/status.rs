@@ -140,6 +140,18 @@ impl Status {
         let raw = serde_json::to_string(self).unwrap_or_default();
         go_html_escape(&raw).into_bytes()
     }
+
+    /// What the error channel carries at the end of a session: the Status JSON from v4 on
+    /// (`json`), before that the message of a failure and nothing for success.
+    pub(crate) fn error_channel_payload(&self, json: bool) -> Option<Vec<u8>> {
+        if json {
+            Some(self.to_json_bytes())
+        } else if !self.is_success() {
+            Some(self.message().as_bytes().to_vec())
+        } else {
+            None
+        }
+    }
 }
 
 /// Go's `encoding/json` escapes `<`, `>`, `&` (and U+2028/U+2029) inside strings.

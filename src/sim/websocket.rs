@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
 
 use super::exec::{self, ExecIo, Target, CHANNEL_DEPTH};
 use super::kill::KillSwitch;
@@ -384,6 +385,8 @@ pub(crate) async fn exec_refused(
     resp
 }
 
+/// The session's order: the ready message, the client's channels to the container side and
+/// back, run, then the status and Close. Returns why it ended.
 async fn exec_session(
     inner: &Arc<Inner>,
     ws: Ws,
@@ -392,10 +395,9 @@ async fn exec_session(
     kill: &KillSwitch,
     session: u64,
 ) -> &'static str {
-    let framing = protocol.framing;
-    let (sink, mut stream) = ws.split();
+    let (sink, stream) = ws.split();
     let (out_tx, out_rx) = mpsc::channel::<Out>(CHANNEL_DEPTH);
-    let writer = spawn_writer(sink, framing, out_rx);
+    let writer = spawn_writer(sink, protocol.framing, out_rx);
     let cancel = inner.shutdown.child_token();
     let _cancel_on_exit = cancel.clone().drop_guard();
 
@@ -405,53 +407,8 @@ async fn exec_session(
         .await;
 
     let mut io = ExecIo::default();
-    let stdin_tx = target.stdin.then(|| {
-        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        io.stdin = Some(rx);
-        tx
-    });
-    let resize_tx = target.tty.then(|| {
-        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        io.resize = Some(rx);
-        tx
-    });
-    let reader = {
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            read_exec(&mut stream, protocol, stdin_tx, resize_tx).await;
-            // The client went away (or answered our Close): nothing more to do for it.
-            cancel.cancel();
-            // Keep polling so tungstenite can flush its Close reply.
-            while let Some(Ok(_)) = stream.next().await {}
-        })
-    };
-    let mut forwarders = Vec::new();
-    for (channel, wanted) in [(1u8, target.stdout), (2u8, target.stderr)] {
-        if !wanted {
-            continue;
-        }
-        let (tx, mut rx) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
-        if channel == 1 {
-            io.stdout = Some(tx);
-        } else {
-            io.stderr = Some(tx);
-        }
-        let out_tx = out_tx.clone();
-        let dying = target.dying.then(|| (kill.clone(), cancel.clone()));
-        forwarders.push(tokio::spawn(async move {
-            while let Some(chunk) = rx.recv().await {
-                if out_tx.send(Out::Data(channel, chunk)).await.is_err() {
-                    continue;
-                }
-                if let Some((kill, cancel)) = &dying {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    kill.kill();
-                    cancel.cancel();
-                    return;
-                }
-            }
-        }));
-    }
+    let reader = spawn_exec_reader(stream, protocol, target, &mut io, &cancel);
+    let forwarders = spawn_output_forwarders(target, &mut io, &out_tx, kill, &cancel);
 
     let status = exec::run(inner, session, target, io, &cancel).await;
     for f in forwarders {
@@ -470,20 +427,93 @@ async fn exec_session(
             "client gone"
         };
     };
-    let payload = if protocol.v4 {
-        Some(status.to_json_bytes())
-    } else if !status.is_success() {
-        Some(status.message().as_bytes().to_vec())
-    } else {
-        None
-    };
-    if let Some(p) = payload {
+    if let Some(p) = status.error_channel_payload(protocol.v4) {
         let _ = out_tx.send(Out::Data(3, Bytes::from(p))).await;
     }
     let _ = out_tx.send(Out::Close).await;
     drop(out_tx);
     finish(writer, reader).await;
     "completed"
+}
+
+/// Reads the client's messages into the session's stdin and resize channels (those the
+/// target asks for); the client going away cancels the session.
+fn spawn_exec_reader(
+    mut stream: SplitStream<Ws>,
+    protocol: Protocol,
+    target: &Target,
+    io: &mut ExecIo,
+    cancel: &CancellationToken,
+) -> JoinHandle<()> {
+    let stdin_tx = target.stdin.then(|| {
+        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+        io.stdin = Some(rx);
+        tx
+    });
+    let resize_tx = target.tty.then(|| {
+        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+        io.resize = Some(rx);
+        tx
+    });
+    let cancel = cancel.clone();
+    tokio::spawn(async move {
+        read_exec(&mut stream, protocol, stdin_tx, resize_tx).await;
+        // The client went away (or answered our Close): nothing more to do for it.
+        cancel.cancel();
+        // Keep polling so tungstenite can flush its Close reply.
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+}
+
+/// One task per output the target asks for (stdout on channel 1, stderr on 2), copying it
+/// to the writer.
+fn spawn_output_forwarders(
+    target: &Target,
+    io: &mut ExecIo,
+    out_tx: &mpsc::Sender<Out>,
+    kill: &KillSwitch,
+    cancel: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let mut forwarders = Vec::new();
+    for (channel, wanted) in [(1u8, target.stdout), (2u8, target.stderr)] {
+        if !wanted {
+            continue;
+        }
+        let (tx, rx) = mpsc::channel::<Bytes>(CHANNEL_DEPTH);
+        if channel == 1 {
+            io.stdout = Some(tx);
+        } else {
+            io.stderr = Some(tx);
+        }
+        let dying = target.dying.then(|| (kill.clone(), cancel.clone()));
+        forwarders.push(tokio::spawn(forward_output(
+            rx,
+            out_tx.clone(),
+            channel,
+            dying,
+        )));
+    }
+    forwarders
+}
+
+/// Process output → its channel. A `dying-*` pod drops the connection after the first chunk.
+async fn forward_output(
+    mut rx: mpsc::Receiver<Bytes>,
+    out_tx: mpsc::Sender<Out>,
+    channel: u8,
+    dying: Option<(KillSwitch, CancellationToken)>,
+) {
+    while let Some(chunk) = rx.recv().await {
+        if out_tx.send(Out::Data(channel, chunk)).await.is_err() {
+            continue;
+        }
+        if let Some((kill, cancel)) = &dying {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            kill.kill();
+            cancel.cancel();
+            return;
+        }
+    }
 }
 
 /// Client messages of an exec/attach session: stdin (channel 0) and resize (channel 4); other
