@@ -11,13 +11,17 @@
 //! reader once a bounded amount of stdin is queued.
 
 mod client_reader;
+mod end_status;
 mod error_reader;
+mod outcome;
 mod output_pump;
 mod session;
 mod setup;
 mod stdin_pump;
 
-pub use session::{refuse, run, Outcome, SessionEndKind, SessionLimits, SessionRecording};
+pub use end_status::{first_proxy_end, EndStatus};
+pub use outcome::{Outcome, SessionEndKind, SessionRecording};
+pub use session::{refuse, run, SessionLimits};
 pub use setup::{open_streams, ExecStreams};
 
 #[cfg(test)]
