@@ -157,20 +157,11 @@ impl<'a> Session<'a> {
         recording: Option<&'a SessionRecording>,
         stop: CancellationToken,
     ) -> (Session<'a>, Pumps) {
-        let ExecStreams {
-            conn,
-            version,
-            error,
-            stdin,
-            stdout,
-            stderr,
-            resize,
-        } = upstream;
         let mut pumps = Pumps {
             outputs: Outputs {
-                stdout,
-                stderr,
-                error: tokio::spawn(read_error_stream(error)),
+                stdout: upstream.stdout,
+                stderr: upstream.stderr,
+                error: tokio::spawn(read_error_stream(upstream.error)),
             },
             stdin: None,
             sinks: ClientSinks {
@@ -178,19 +169,19 @@ impl<'a> Session<'a> {
                 resize: None,
             },
         };
-        if let Some(stdin) = stdin {
+        if let Some(stdin) = upstream.stdin {
             let (tx, rx) = mpsc::channel(limits.stdin_queue_messages.max(1));
             pumps.stdin = Some(tokio::spawn(pump_stdin(rx, stdin)));
             pumps.sinks.stdin = Some(tx);
         }
-        if let (true, Some(resize)) = (tty, resize) {
+        if let (true, Some(resize)) = (tty, upstream.resize) {
             let (tx, rx) = watch::channel(None);
             tokio::spawn(pump_resize(rx, resize));
             pumps.sinks.resize = Some(tx);
         }
         let session = Session {
-            conn,
-            version,
+            conn: upstream.conn,
+            version: upstream.version,
             limits,
             recording,
             stop,
