@@ -9,6 +9,10 @@
 //! ```
 //! Every hop is bounded: a slow client slows the upstream, a stalled upstream stops the client
 //! reader once a bounded amount of stdin is queued.
+//!
+//! How a session ended (`outcome`) and the ends the proxy puts to one, with their Statuses
+//! (`end_status`), are the reverse translator's too: an exec session ends the same ways in
+//! either direction.
 
 mod client_reader;
 mod end_status;
