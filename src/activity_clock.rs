@@ -56,6 +56,15 @@ impl ActivityClock {
             tokio::time::sleep_until(deadline).await;
         }
     }
+
+    /// [`quiet_for`](Self::quiet_for) a limit that may be unset: without one, never resolves
+    /// (a timeout that is off is a branch of the session's `select!` that never wins).
+    pub async fn quiet_for_limit(&self, limit: Option<Duration>) -> Duration {
+        match limit {
+            Some(quiet) => self.quiet_for(quiet).await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,3 +18,7 @@ pub mod status_mapping;
 pub mod subprotocol;
 pub mod tunnel;
 pub mod ws;
+
+/// How long a WebSocket's closing handshake may take at the end of a session (the tunnel's
+/// with its client, the reverse translator's with its upstream) before the socket is dropped.
+pub(crate) const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

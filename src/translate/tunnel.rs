@@ -11,17 +11,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::observe::{Direction, PortForwardWatch};
-use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket};
+use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket, WsReader, WsWriter};
+use super::CLOSE_WAIT;
 use crate::activity_clock::ActivityClock;
+use crate::read_sizer::ReadSizer;
 
-/// Largest upstream read turned into one message. kube-apiserver's tunnel uses 32 KiB; 64 KiB
-/// halves the reads and writes here and the messages kubectl has to take apart, and kubectl's
-/// reader takes messages of any size.
-const CHUNK: usize = 64 * 1024;
-/// What an idle tunnel parks its upstream read on; reads grow to [`CHUNK`] while data flows.
-const IDLE_READ: usize = 512;
-/// How long the closing handshake may take at the end.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Most client bytes gathered into one upstream write.
 const BATCH_BYTES: usize = 64 * 1024;
 /// Most client messages gathered into one upstream write (kubectl: three per SPDY frame).
@@ -68,6 +62,34 @@ impl TunnelEnd {
     }
 }
 
+impl TunnelOutcome {
+    /// The outcome of a tunnel `started` then, ending now.
+    pub(crate) fn since(
+        started: Instant,
+        bytes_up: u64,
+        bytes_down: u64,
+        ended_by: TunnelEnd,
+    ) -> TunnelOutcome {
+        TunnelOutcome {
+            bytes_up,
+            bytes_down,
+            ended_by,
+            duration: started.elapsed(),
+        }
+    }
+}
+
+/// What the client said last, which decides the Close it gets.
+#[derive(Debug, Default)]
+enum ClientLast {
+    #[default]
+    Nothing,
+    /// Its Close (with this frame, if any): echoed.
+    Closed(Option<CloseFrame>),
+    /// It broke the tunnel's protocol: closed with this.
+    Violation(CloseFrame),
+}
+
 /// Relays until either side ends, then closes both: Close 1000 to the client, shutdown to the
 /// upstream. `leftover` are bytes the upstream sent right after its 101.
 /// `stop` ends the tunnel early (graceful shutdown), with Close 1001 to the client;
@@ -93,173 +115,206 @@ where
     let (mut up_read, mut up_write) = tokio::io::split(upstream);
     let mut bytes_up = 0u64;
     let mut bytes_down = 0u64;
+    let mut client_last = ClientLast::Nothing;
     // When a byte last went either way.
     let activity = ActivityClock::new();
-
-    let downstream = async {
-        if !leftover.is_empty() {
-            bytes_down += leftover.len() as u64;
-            if let Some(watch) = watch {
-                watch.relayed(Direction::UpstreamToClient, &leftover);
-            }
-            if writer.send_binary(&[], leftover).await.is_err() {
-                return;
-            }
+    let ended_by = {
+        let down = relay_down(
+            &mut up_read,
+            &mut writer,
+            leftover,
+            &mut bytes_down,
+            &activity,
+            watch,
+        );
+        let up = relay_up(
+            &mut reader,
+            &mut up_write,
+            &mut bytes_up,
+            &mut client_last,
+            &activity,
+            watch,
+        );
+        tokio::select! {
+            () = down => TunnelEnd::Upstream,
+            end = up => end,
+            _ = stop.cancelled() => TunnelEnd::Drained,
+            _ = liveness.lost() => TunnelEnd::ClientUnresponsive,
+            _ = activity.quiet_for_limit(idle_timeout) => TunnelEnd::IdleTimeout,
         }
-        let mut buf = BytesMut::new();
-        let mut read_size = IDLE_READ;
-        loop {
-            // Each message is written from this buffer and dropped before the next read, so
-            // the reserve reuses the same allocation.
-            buf.reserve(read_size);
-            tokio::select! {
-                read = up_read.read_buf(&mut buf) => match read {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => {
-                        bytes_down += n as u64;
-                        activity.touch();
-                        read_size = if n >= read_size {
-                            CHUNK
-                        } else if n < IDLE_READ {
-                            IDLE_READ
-                        } else {
-                            read_size
-                        };
-                        let msg = buf.split().freeze();
-                        if let Some(watch) = watch {
-                            watch.relayed(Direction::UpstreamToClient, &msg);
-                        }
-                        if writer.send_binary(&[], msg).await.is_err() {
-                            return;
-                        }
-                        // A quiet tunnel parks on a small buffer.
-                        if read_size == IDLE_READ && buf.capacity() > 2 * IDLE_READ {
-                            buf = BytesMut::new();
-                        }
+    };
+    let _ = up_write.shutdown().await;
+    close_client(&mut reader, &mut writer, client_last, ended_by).await;
+    TunnelOutcome::since(started, bytes_up, bytes_down, ended_by)
+}
+
+/// Upstream to client: `leftover` first, then each upstream read as one message, until the
+/// upstream ends or the client cannot be written to. Keepalive pings and pongs go out between
+/// reads.
+async fn relay_down<R, W>(
+    up_read: &mut R,
+    writer: &mut WsWriter<W>,
+    leftover: Bytes,
+    bytes_down: &mut u64,
+    activity: &ActivityClock,
+    watch: Option<&PortForwardWatch>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    if !leftover.is_empty() {
+        *bytes_down += leftover.len() as u64;
+        if let Some(watch) = watch {
+            watch.relayed(Direction::UpstreamToClient, &leftover);
+        }
+        if writer.send_binary(&[], leftover).await.is_err() {
+            return;
+        }
+    }
+    // Reads of up to 64 KiB while data flows (kube-apiserver's tunnel uses 32 KiB; 64 KiB
+    // halves the reads and writes here and the messages kubectl has to take apart, and
+    // kubectl's reader takes messages of any size); a quiet tunnel parks on a small buffer.
+    // Nothing of a message outlives its write, so no slack is kept beyond a read.
+    let mut sizer = ReadSizer::new(0);
+    let mut buf = BytesMut::new();
+    loop {
+        // Each message is written from this buffer and dropped before the next read, so the
+        // reserve reuses the same allocation.
+        let want = sizer.prepare(&mut buf, None);
+        tokio::select! {
+            read = up_read.read_buf(&mut buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    *bytes_down += n as u64;
+                    activity.touch();
+                    sizer.observe(n, want, None);
+                    let msg = buf.split().freeze();
+                    if let Some(watch) = watch {
+                        watch.relayed(Direction::UpstreamToClient, &msg);
                     }
-                },
-                // Flushing sends the pong or the keepalive ping.
-                () = writer.control_due() => {
-                    if writer.flush().await.is_err() {
+                    if writer.send_binary(&[], msg).await.is_err() {
                         return;
                     }
                 }
+            },
+            // Flushing sends the pong or the keepalive ping.
+            () = writer.control_due() => {
+                if writer.flush().await.is_err() {
+                    return;
+                }
             }
         }
-    };
-    let mut client_close = None;
-    let mut violation = None;
-    let upstream_dir = async {
-        // Messages go upstream together, in one vectored write of up to `BATCH_BYTES`: those
-        // already read, and those whose first bytes are already here (the client is in the
-        // middle of sending them). kubectl sends each SPDY frame as three messages (the head in
-        // two 4-byte halves, then the payload), which would otherwise be three writes, and a
-        // busy 64 KiB read holds two frames. Nothing waits for a client that has not started
-        // its next message, nor for the rest of a message larger than a batch.
-        let mut batch = Batch::new();
-        let end = loop {
-            let Some(msg) = reader.next().await else {
+    }
+}
+
+/// Client to upstream, until the client ends (its Close, a violation, its connection gone) or
+/// the upstream cannot be written to. What the client said last is kept in `client_last` as
+/// soon as it is known, before anything held back is written.
+///
+/// Messages go upstream together, in one vectored write of up to `BATCH_BYTES`: those already
+/// read, and those whose first bytes are already here (the client is in the middle of sending
+/// them). kubectl sends each SPDY frame as three messages (the head in two 4-byte halves, then
+/// the payload), which would otherwise be three writes, and a busy 64 KiB read holds two
+/// frames. Nothing waits for a client that has not started its next message, nor for the rest
+/// of a message larger than a batch.
+async fn relay_up<R, W>(
+    reader: &mut WsReader<R>,
+    up_write: &mut W,
+    bytes_up: &mut u64,
+    client_last: &mut ClientLast,
+    activity: &ActivityClock,
+    watch: Option<&PortForwardWatch>,
+) -> TunnelEnd
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut batch = Batch::new();
+    let end = loop {
+        let Some(msg) = reader.next().await else {
+            break TunnelEnd::Client;
+        };
+        match msg {
+            Ok(Incoming::Binary(data)) => {
+                activity.touch();
+                if let Some(watch) = watch {
+                    watch.relayed(Direction::ClientToUpstream, &data);
+                }
+                batch.push(data);
+                // A message already read is "arriving" too: `next` returns it at once.
+                if !batch.is_full() && reader.data_frame_arriving(BATCH_BYTES as u64) {
+                    continue;
+                }
+                match batch.write_to(up_write).await {
+                    Ok(n) => *bytes_up += n as u64,
+                    Err(_) => return TunnelEnd::Upstream,
+                }
+            }
+            Ok(Incoming::Close(frame)) => {
+                *client_last = ClientLast::Closed(frame);
                 break TunnelEnd::Client;
-            };
-            match msg {
-                Ok(Incoming::Binary(data)) => {
-                    activity.touch();
-                    if let Some(watch) = watch {
-                        watch.relayed(Direction::ClientToUpstream, &data);
-                    }
-                    batch.push(data);
-                    // A message already read is "arriving" too: `next` returns it at once.
-                    if !batch.is_full() && reader.data_frame_arriving(BATCH_BYTES as u64) {
-                        continue;
-                    }
-                    match batch.write_to(&mut up_write).await {
-                        Ok(n) => bytes_up += n as u64,
-                        Err(_) => return TunnelEnd::Upstream,
-                    }
-                }
-                Ok(Incoming::Close(frame)) => {
-                    client_close = Some(frame);
-                    break TunnelEnd::Client;
-                }
-                Ok(Incoming::Text(_)) => {
-                    violation = Some(CloseFrame::new(
-                        CloseCode::PROTOCOL,
-                        "the tunnel carries binary messages only",
-                    ));
+            }
+            Ok(Incoming::Text(_)) => {
+                *client_last = ClientLast::Violation(CloseFrame::new(
+                    CloseCode::PROTOCOL,
+                    "the tunnel carries binary messages only",
+                ));
+                break TunnelEnd::ClientViolation;
+            }
+            Err(e) => {
+                if let Some(code) = e.close_code() {
+                    *client_last = ClientLast::Violation(CloseFrame::new(code, e.to_string()));
                     break TunnelEnd::ClientViolation;
                 }
-                Err(e) => {
-                    if let Some(code) = e.close_code() {
-                        violation = Some(CloseFrame::new(code, e.to_string()));
-                        break TunnelEnd::ClientViolation;
-                    }
-                    break TunnelEnd::Client;
-                }
+                break TunnelEnd::Client;
             }
-        };
-        // What was held back still goes upstream.
-        if let Ok(n) = batch.write_to(&mut up_write).await {
-            bytes_up += n as u64;
-        }
-        end
-    };
-    let idle = async {
-        match idle_timeout {
-            Some(limit) => activity.quiet_for(limit).await,
-            None => std::future::pending().await,
         }
     };
-    let ended_by = tokio::select! {
-        _ = downstream => TunnelEnd::Upstream,
-        end = upstream_dir => end,
-        _ = stop.cancelled() => TunnelEnd::Drained,
-        _ = liveness.lost() => TunnelEnd::ClientUnresponsive,
-        _ = idle => TunnelEnd::IdleTimeout,
-    };
-    let _ = up_write.shutdown().await;
-    if ended_by == TunnelEnd::ClientUnresponsive {
-        // Nothing reaches a client that answers nothing: no closing handshake to wait for.
-        return TunnelOutcome {
-            bytes_up,
-            bytes_down,
-            ended_by,
-            duration: started.elapsed(),
-        };
+    // What was held back still goes upstream.
+    if let Ok(n) = batch.write_to(up_write).await {
+        *bytes_up += n as u64;
     }
-    let close = match (client_close, violation, ended_by) {
+    end
+}
+
+/// Ends the client's side: its own Close echoed, or ours (the reason the tunnel ended) with a
+/// moment for its answer so the socket ends cleanly; never waiting long on a client that does
+/// not read, and nothing for one that answers nothing.
+async fn close_client<R, W>(
+    reader: &mut WsReader<R>,
+    writer: &mut WsWriter<W>,
+    client_last: ClientLast,
+    ended_by: TunnelEnd,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    if ended_by == TunnelEnd::ClientUnresponsive {
+        return;
+    }
+    let close = match (client_last, ended_by) {
         // The client closed: echoing its code completes the handshake, nothing to wait for.
-        (Some(frame), ..) => {
+        (ClientLast::Closed(frame), _) => {
             let reply = frame.map(|f| CloseFrame::new(f.code, ""));
             let _ = tokio::time::timeout(CLOSE_WAIT, writer.close(reply)).await;
-            None
+            return;
         }
-        (None, Some(frame), _) => Some(frame),
-        (None, None, TunnelEnd::Drained) => Some(CloseFrame::new(
-            CloseCode::AWAY,
-            "kube-ws-proxy is shutting down",
-        )),
-        (None, None, TunnelEnd::IdleTimeout) => Some(CloseFrame::new(
+        (ClientLast::Violation(frame), _) => frame,
+        (ClientLast::Nothing, TunnelEnd::Drained) => {
+            CloseFrame::new(CloseCode::AWAY, "kube-ws-proxy is shutting down")
+        }
+        (ClientLast::Nothing, TunnelEnd::IdleTimeout) => CloseFrame::new(
             CloseCode::NORMAL,
             "idle: no data either way for the stream idle timeout (kube-ws-proxy)",
-        )),
-        _ => Some(CloseFrame::new(CloseCode::NORMAL, "")),
+        ),
+        (ClientLast::Nothing, _) => CloseFrame::new(CloseCode::NORMAL, ""),
     };
-    if let Some(close) = close {
-        // Give the client a moment to answer the Close so the socket ends cleanly (and never
-        // wait long on one that does not read).
-        let _ = tokio::time::timeout(CLOSE_WAIT, async {
-            if writer.close(Some(close)).await.is_ok() {
-                while let Some(Ok(_)) = reader.next().await {}
-            }
-        })
-        .await;
-    }
-    TunnelOutcome {
-        bytes_up,
-        bytes_down,
-        ended_by,
-        duration: started.elapsed(),
-    }
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        if writer.close(Some(close)).await.is_ok() {
+            reader.drain().await;
+        }
+    })
+    .await;
 }
 
 /// Client messages waiting to go upstream in one write, as the read buffer's own slices.

@@ -9,15 +9,23 @@
 //! ```
 //! Every hop is bounded: a slow client slows the upstream, a stalled upstream stops the client
 //! reader once a bounded amount of stdin is queued.
+//!
+//! How a session ended (`outcome`) and the ends the proxy puts to one, with their Statuses
+//! (`end_status`), are the reverse translator's too: an exec session ends the same ways in
+//! either direction.
 
 mod client_reader;
+mod end_status;
 mod error_reader;
+mod outcome;
 mod output_pump;
 mod session;
 mod setup;
 mod stdin_pump;
 
-pub use session::{refuse, run, Outcome, SessionEndKind, SessionLimits, SessionRecording};
+pub use end_status::{first_proxy_end, EndStatus};
+pub use outcome::{Outcome, SessionEndKind, SessionRecording};
+pub use session::{refuse, run, SessionLimits};
 pub use setup::{open_streams, ExecStreams};
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -28,13 +29,15 @@ use super::client_streams::ClientStreams;
 use super::v5_message::{self, decode_server, ServerMessage, StatusBytes};
 use crate::activity_clock::ActivityClock;
 use crate::audit::recording::{Recordable, Recorded, Recorder};
-use crate::spdy::proto::{RecvStream, SendStream, SessionEnd};
-use crate::translate::remote_command::{Outcome, SessionEndKind, SessionRecording};
+use crate::spdy::proto::{Connection, RecvStream, SendStream, SessionEnd};
+use crate::translate::protocol::UpstreamVersion;
+use crate::translate::remote_command::{
+    first_proxy_end, EndStatus, Outcome, SessionEndKind, SessionRecording,
+};
 use crate::translate::resize::ResizeDecoder;
 use crate::translate::status::Status;
+use crate::translate::CLOSE_WAIT;
 
-/// How long the closing handshake with the upstream may take.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Upstream output already received is gathered, up to this much and this many messages, and
 /// passed on together (the batch's list stays with the session: it is kept short).
 const BATCH_BYTES: usize = 256 * 1024;
@@ -82,13 +85,14 @@ enum Ending {
     /// The upstream finished (or failed): the client gets its status.
     Upstream(UpstreamEnd),
     /// The proxy ends it with this status.
-    Proxy(Box<Status>, SessionEndKind),
+    Proxy(Box<EndStatus>),
     /// The client went away or stopped answering; nothing can be told.
     Client(SessionEndKind),
 }
 
 /// Runs a session whose client streams are all open and whose upstream WebSocket negotiated
-/// `v5.channel.k8s.io`.
+/// `v5.channel.k8s.io`: the pumps until the first end, then the upstream closed and the client
+/// told the status (unless it is the one that left).
 pub async fn run<U>(
     client: ClientStreams,
     upstream: WebSocketStream<U>,
@@ -100,7 +104,7 @@ where
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let started = Instant::now();
-    let recorder = recording.map(|r| &r.recorder);
+    // `client` keeps its unused halves until the end, so they are reset with the session.
     let ClientStreams {
         conn,
         version,
@@ -112,59 +116,168 @@ where
         ..
     } = client;
     let (sink, mut source) = upstream.split();
-    let (tx, rx) = mpsc::channel(limits.upstream_queue_messages.max(1));
-    let close_upstream = CancellationToken::new();
-    let writer = tokio::spawn(write_upstream(
-        sink,
-        rx,
-        limits.upstream_ping_interval,
-        close_upstream.clone(),
-    ));
-    // When data last went either way (`--stream-idle-timeout`), and when the upstream was
-    // last heard from (its liveness).
-    let data = ActivityClock::new();
-    let heard = ActivityClock::new();
-    let bytes_in = AtomicU64::new(0);
-    let mut bytes_out = 0u64;
-    let mut outputs = [stdout, stderr];
-    let mut status = StatusBytes::default();
+    let writer = UpstreamWriter::start(sink, limits);
+    let session = Session {
+        limits,
+        recording,
+        stop,
+        bytes_in: AtomicU64::new(0),
+        data: ActivityClock::new(),
+        heard: ActivityClock::new(),
+    };
+    let mut to_client = ToClient {
+        outputs: [stdout, stderr],
+        status: StatusBytes::default(),
+        bytes_out: 0,
+    };
+    let ending = session
+        .first_end(
+            &conn,
+            &writer.queue,
+            (stdin, resize),
+            &mut source,
+            &mut to_client,
+        )
+        .await;
+    // Whatever ended it, the upstream is done with: Close 1000 (or the answer to its Close),
+    // sent while the client is finished.
+    let closing = writer.close();
+    let (told, kind) = what_the_client_is_told(ending, &to_client.status);
+    if let Some(told) = &told {
+        // The status, then the ends of the outputs, then RST + GOAWAY: what a kubelet sends.
+        to_client.finish(told, version, &mut error).await;
+    }
+    conn.close().await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, closing).await;
+    let bytes_in = session.bytes_in.load(Ordering::Relaxed);
+    let status = told.map(|told| told.status);
+    Outcome::since(started, bytes_in, to_client.bytes_out, status, kind)
+}
 
-    let ending = {
+/// The status the client gets (none when it is the one that left), and why the session ended.
+fn what_the_client_is_told(
+    ending: Ending,
+    collected: &StatusBytes,
+) -> (Option<ClientStatus>, SessionEndKind) {
+    match ending {
+        Ending::Upstream(UpstreamEnd::Violation(why)) => (
+            Some(ClientStatus::proxy(Status::internal_error(why))),
+            SessionEndKind::Completed,
+        ),
+        Ending::Upstream(UpstreamEnd::Closed | UpstreamEnd::Lost) => (
+            Some(ClientStatus::from_upstream(collected.as_slice())),
+            SessionEndKind::Completed,
+        ),
+        Ending::Proxy(end) => (Some(ClientStatus::proxy(end.status)), end.kind),
+        Ending::Client(kind) => (None, kind),
+    }
+}
+
+/// What goes back to the client: its output streams, the status the upstream sent on channel
+/// 3, and the output bytes passed on.
+struct ToClient {
+    /// stdout (slot 0) and stderr (slot 1); `None` once the client's stream is gone.
+    outputs: [Option<SendStream>; 2],
+    status: StatusBytes,
+    bytes_out: u64,
+}
+
+impl ToClient {
+    /// Sends the status on the error stream (if this version gets one) and ends the streams.
+    async fn finish(
+        &mut self,
+        status: &ClientStatus,
+        version: UpstreamVersion,
+        error: &mut SendStream,
+    ) {
+        if let Some(payload) = status.error_stream_payload(version) {
+            let _ = error.send(payload).await;
+        }
+        let _ = error.finish().await;
+        for out in self.outputs.iter_mut().flatten() {
+            let _ = out.finish().await;
+        }
+    }
+}
+
+/// The task owning the upstream's sending half, and the session's handles on it.
+struct UpstreamWriter {
+    /// What the client's stdin and resize pumps send upstream.
+    queue: mpsc::Sender<Message>,
+    /// Tells the task to close the upstream (Close 1000, or the answer to its Close).
+    close: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl UpstreamWriter {
+    fn start<S>(sink: S, limits: &ReverseLimits) -> UpstreamWriter
+    where
+        S: Sink<Message, Error = WsError> + Unpin + Send + 'static,
+    {
+        let (queue, rx) = mpsc::channel(limits.upstream_queue_messages.max(1));
+        let close = CancellationToken::new();
+        let task = tokio::spawn(write_upstream(
+            sink,
+            rx,
+            limits.upstream_ping_interval,
+            close.clone(),
+        ));
+        UpstreamWriter { queue, close, task }
+    }
+
+    /// Stops taking messages and has the task close the upstream; the task, to await.
+    fn close(self) -> JoinHandle<()> {
+        drop(self.queue);
+        self.close.cancel();
+        self.task
+    }
+}
+
+/// What the steps of one session share; the pumps borrow the counters for the whole session.
+struct Session<'a> {
+    limits: &'a ReverseLimits,
+    recording: Option<&'a SessionRecording>,
+    stop: CancellationToken,
+    /// stdin bytes from the client.
+    bytes_in: AtomicU64,
+    /// When data last went either way (`--stream-idle-timeout`).
+    data: ActivityClock,
+    /// When the upstream was last heard from (its liveness).
+    heard: ActivityClock,
+}
+
+impl Session<'_> {
+    /// Pumps both ways until the first end: the upstream's, the client's (its SPDY session
+    /// closed), or one the proxy puts (the upstream silent past its ping timeout, idle, the
+    /// recording, the drain). The client's inputs ending ends nothing.
+    async fn first_end<S>(
+        &self,
+        conn: &Connection,
+        queue: &mpsc::Sender<Message>,
+        (stdin, resize): (Option<RecvStream>, Option<RecvStream>),
+        source: &mut S,
+        to_client: &mut ToClient,
+    ) -> Ending
+    where
+        S: Stream<Item = Result<Message, WsError>> + Unpin,
+    {
+        let recorder = self.recording.map(|r| &r.recorder);
+        let (data, bytes_in) = (&self.data, &self.bytes_in);
         let client_side = async {
             tokio::join!(
-                pump_stdin(stdin, tx.clone(), &bytes_in, &data, recorder),
-                pump_resize(resize, tx.clone(), &data, recorder),
+                pump_stdin(stdin, queue.clone(), bytes_in, data, recorder),
+                pump_resize(resize, queue.clone(), data, recorder),
             );
             // The client's inputs ended; the session goes on until the upstream ends it.
             std::future::pending::<()>().await
         };
-        let upstream_side = read_upstream(
-            &mut source,
-            &mut outputs,
-            &mut status,
-            &mut bytes_out,
-            &data,
-            &heard,
-            recorder,
-        );
-        let upstream_silent = async {
-            match (limits.upstream_ping_interval, limits.upstream_ping_timeout) {
-                (Some(every), Some(timeout)) => heard.quiet_for(every + timeout).await,
-                _ => std::future::pending().await,
-            }
-        };
-        let idle = async {
-            match limits.idle_timeout {
-                Some(limit) => data.quiet_for(limit).await,
-                None => std::future::pending().await,
-            }
-        };
-        let recording_failed = async {
-            match recording.filter(|r| r.required) {
-                Some(r) => r.recorder.failed().await,
-                None => std::future::pending().await,
-            }
-        };
+        let upstream_side = read_upstream(source, to_client, data, &self.heard, recorder);
+        let limits = self.limits;
+        let silent_past = limits
+            .upstream_ping_interval
+            .zip(limits.upstream_ping_timeout)
+            .map(|(every, timeout)| every + timeout);
+        let proxy_end = first_proxy_end(data, limits.idle_timeout, self.recording, &self.stop);
         tokio::select! {
             end = upstream_side => Ending::Upstream(end),
             end = conn.closed() => Ending::Client(match end {
@@ -172,101 +285,18 @@ where
                 _ => SessionEndKind::ClientGone,
             }),
             () = client_side => unreachable!("the client side never ends the session"),
-            silent = upstream_silent => Ending::Proxy(
-                Box::new(Status::failure(
-                    504,
-                    "Timeout",
-                    format!(
-                        "the upstream stopped answering: no reply to WebSocket pings for \
-                         {silent:?} (kube-ws-proxy --upstream-ping-timeout); the session was ended"
-                    ),
-                )),
-                SessionEndKind::UpstreamUnresponsive,
-            ),
-            quiet = idle => Ending::Proxy(
-                Box::new(Status::failure(
-                    504,
-                    "Timeout",
-                    format!(
-                        "kube-ws-proxy ended the session: idle for {quiet:?}, no data either way \
-                         (--stream-idle-timeout)"
-                    ),
-                )),
-                SessionEndKind::IdleTimeout,
-            ),
-            why = recording_failed => Ending::Proxy(
-                Box::new(Status::failure(
-                    500,
-                    "InternalError",
-                    format!(
-                        "kube-ws-proxy ended the session: its recording failed ({why}) and \
-                         recordings are required (--record=required)"
-                    ),
-                )),
-                SessionEndKind::RecordingFailed,
-            ),
-            () = stop.cancelled() => Ending::Proxy(
-                Box::new(Status::failure(
-                    503,
-                    "ServiceUnavailable",
-                    "kube-ws-proxy is shutting down: the session was ended after the drain timeout"
-                        .into(),
-                )),
-                SessionEndKind::Drained,
-            ),
+            silent = self.heard.quiet_for_limit(silent_past) => Ending::Proxy(Box::new(
+                EndStatus::upstream_unresponsive("WebSocket", silent),
+            )),
+            end = proxy_end => Ending::Proxy(Box::new(end)),
         }
-    };
-    drop(tx);
-    // Whatever ended it, the upstream is done with: Close 1000 (or the answer to its Close).
-    close_upstream.cancel();
-
-    let (client_status, kind) = match ending {
-        Ending::Upstream(UpstreamEnd::Violation(why)) => (
-            ClientStatus::proxy(Status::internal_error(why)),
-            SessionEndKind::Completed,
-        ),
-        Ending::Upstream(UpstreamEnd::Closed | UpstreamEnd::Lost) => (
-            ClientStatus::from_upstream(status.as_slice()),
-            SessionEndKind::Completed,
-        ),
-        Ending::Proxy(status, kind) => (ClientStatus::proxy(*status), kind),
-        Ending::Client(kind) => {
-            conn.close().await;
-            let _ = tokio::time::timeout(CLOSE_WAIT, writer).await;
-            return Outcome {
-                bytes_in: bytes_in.load(Ordering::Relaxed),
-                bytes_out,
-                status: None,
-                end: kind,
-                duration: started.elapsed(),
-            };
-        }
-    };
-    // The status, then the ends of the outputs, then RST + GOAWAY: what a kubelet sends.
-    if let Some(payload) = client_status.error_stream_payload(version) {
-        let _ = error.send(payload).await;
-    }
-    let _ = error.finish().await;
-    for out in outputs.iter_mut().flatten() {
-        let _ = out.finish().await;
-    }
-    conn.close().await;
-    let _ = tokio::time::timeout(CLOSE_WAIT, writer).await;
-    Outcome {
-        bytes_in: bytes_in.load(Ordering::Relaxed),
-        bytes_out,
-        status: Some(client_status.status),
-        end: kind,
-        duration: started.elapsed(),
     }
 }
 
 /// Reads the upstream until it closes: output to the client's streams, the Status collected.
 async fn read_upstream<S>(
     source: &mut S,
-    outputs: &mut [Option<SendStream>; 2],
-    status: &mut StatusBytes,
-    bytes_out: &mut u64,
+    to_client: &mut ToClient,
     data: &ActivityClock,
     heard: &ActivityClock,
     recorder: Option<&Recorder>,
@@ -285,7 +315,7 @@ where
                 break Some(UpstreamEnd::Lost);
             };
             heard.touch();
-            match read_message(msg, status) {
+            match read_message(msg, &mut to_client.status) {
                 Read::Output(output) => {
                     gathered += output.payload.len();
                     batch.push(output);
@@ -304,15 +334,16 @@ where
         };
         if !batch.is_empty() {
             data.touch();
-            *bytes_out += gathered as u64;
+            to_client.bytes_out += gathered as u64;
             if let Some(recorder) = recorder {
                 // Under `--record=required` a failed recording keeps the batch back; the
-                // session's recording_failed arm ends it with a Status.
+                // session's `first_proxy_end` ends it with a Status.
                 if !recorder.record(&batch).await {
                     batch.clear();
                     return std::future::pending::<UpstreamEnd>().await;
                 }
             }
+            let outputs = &mut to_client.outputs;
             for Output { slot, payload } in batch.drain(..) {
                 if let Some(out) = outputs[slot].as_mut() {
                     if out.send(payload).await.is_err() {

@@ -9,24 +9,23 @@
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::activity_clock::ActivityClock;
 use crate::translate::observe::{Direction, PortForwardWatch};
 use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
+use crate::translate::CLOSE_WAIT;
 
 /// Largest client read sent as one message.
 const CHUNK: usize = 64 * 1024;
 /// What an idle connection parks its client read on.
 const IDLE_READ: usize = 512;
-/// How long the closing handshake with the upstream may take.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Relays until either side ends (or `stop`, or `idle_timeout` without a byte either way), then
 /// closes both: Close 1000 upstream, shutdown to the client. With a `watch` (the audit log's),
@@ -48,65 +47,106 @@ where
     let activity = ActivityClock::new();
     let mut bytes_up = 0u64;
     let mut bytes_down = 0u64;
-
-    let up = async {
-        let mut buf = BytesMut::new();
-        let mut read_size = IDLE_READ;
-        loop {
-            buf.reserve(read_size);
-            match client_read.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return TunnelEnd::Client,
-                Ok(n) => {
-                    activity.touch();
-                    read_size = if n >= read_size {
-                        CHUNK
-                    } else {
-                        read_size.max(IDLE_READ)
-                    };
-                    let msg = buf.split().freeze();
-                    if let Some(watch) = watch {
-                        watch.relayed(Direction::ClientToUpstream, &msg);
-                    }
-                    if sink.send(Message::Binary(msg)).await.is_err() {
-                        return TunnelEnd::Upstream;
-                    }
-                    bytes_up += n as u64;
-                }
-            }
+    let ended_by = {
+        let up = relay_up(&mut client_read, &mut sink, &mut bytes_up, &activity, watch);
+        let down = relay_down(
+            &mut source,
+            &mut client_write,
+            &mut bytes_down,
+            &activity,
+            watch,
+        );
+        tokio::select! {
+            end = up => end,
+            end = down => end,
+            () = stop.cancelled() => TunnelEnd::Drained,
+            _ = activity.quiet_for_limit(idle_timeout) => TunnelEnd::IdleTimeout,
         }
-    };
-    let down = async {
-        while let Some(msg) = source.next().await {
-            let data = match msg {
-                Ok(Message::Binary(data)) => data,
-                // The tunnel is binary only; a text message ends it, as in client-go.
-                Ok(Message::Text(_) | Message::Close(_)) | Err(_) => break,
-                Ok(_) => continue,
-            };
-            activity.touch();
-            if let Some(watch) = watch {
-                watch.relayed(Direction::UpstreamToClient, &data);
-            }
-            if client_write.write_all(&data).await.is_err() {
-                return TunnelEnd::Client;
-            }
-            bytes_down += data.len() as u64;
-        }
-        TunnelEnd::Upstream
-    };
-    let idle = async {
-        match idle_timeout {
-            Some(limit) => activity.quiet_for(limit).await,
-            None => std::future::pending().await,
-        }
-    };
-    let ended_by = tokio::select! {
-        end = up => end,
-        end = down => end,
-        () = stop.cancelled() => TunnelEnd::Drained,
-        _ = idle => TunnelEnd::IdleTimeout,
     };
     let _ = client_write.shutdown().await;
+    let upstream = match sink.reunite(source) {
+        Ok(ws) => ws,
+        Err(_) => unreachable!("the halves of one WebSocket"),
+    };
+    close_upstream(upstream, ended_by).await;
+    TunnelOutcome::since(started, bytes_up, bytes_down, ended_by)
+}
+
+/// Client to upstream: each client read as one binary message, until either side ends.
+async fn relay_up<R, S>(
+    client_read: &mut R,
+    sink: &mut S,
+    bytes_up: &mut u64,
+    activity: &ActivityClock,
+    watch: Option<&PortForwardWatch>,
+) -> TunnelEnd
+where
+    R: AsyncRead + Unpin,
+    S: Sink<Message> + Unpin,
+{
+    let mut buf = BytesMut::new();
+    let mut read_size = IDLE_READ;
+    loop {
+        buf.reserve(read_size);
+        match client_read.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return TunnelEnd::Client,
+            Ok(n) => {
+                activity.touch();
+                read_size = if n >= read_size {
+                    CHUNK
+                } else {
+                    read_size.max(IDLE_READ)
+                };
+                let msg = buf.split().freeze();
+                if let Some(watch) = watch {
+                    watch.relayed(Direction::ClientToUpstream, &msg);
+                }
+                if sink.send(Message::Binary(msg)).await.is_err() {
+                    return TunnelEnd::Upstream;
+                }
+                *bytes_up += n as u64;
+            }
+        }
+    }
+}
+
+/// Upstream to client: each binary message's payload as it is, until either side ends.
+async fn relay_down<S, W>(
+    source: &mut S,
+    client_write: &mut W,
+    bytes_down: &mut u64,
+    activity: &ActivityClock,
+    watch: Option<&PortForwardWatch>,
+) -> TunnelEnd
+where
+    S: Stream<Item = Result<Message, WsError>> + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    while let Some(msg) = source.next().await {
+        let data = match msg {
+            Ok(Message::Binary(data)) => data,
+            // The tunnel is binary only; a text message ends it, as in client-go.
+            Ok(Message::Text(_) | Message::Close(_)) | Err(_) => break,
+            Ok(_) => continue,
+        };
+        activity.touch();
+        if let Some(watch) = watch {
+            watch.relayed(Direction::UpstreamToClient, &data);
+        }
+        if client_write.write_all(&data).await.is_err() {
+            return TunnelEnd::Client;
+        }
+        *bytes_down += data.len() as u64;
+    }
+    TunnelEnd::Upstream
+}
+
+/// The closing handshake with the upstream (1001 when the proxy drains, else 1000), waiting
+/// for its Close at most [`CLOSE_WAIT`].
+async fn close_upstream<U>(mut upstream: WebSocketStream<U>, ended_by: TunnelEnd)
+where
+    U: AsyncRead + AsyncWrite + Unpin,
+{
     let frame = CloseFrame {
         code: if ended_by == TunnelEnd::Drained {
             CloseCode::Away
@@ -115,20 +155,10 @@ where
         },
         reason: "".into(),
     };
-    let mut upstream = match sink.reunite(source) {
-        Ok(ws) => ws,
-        Err(_) => unreachable!("the halves of one WebSocket"),
-    };
     let _ = tokio::time::timeout(CLOSE_WAIT, async {
         if upstream.close(Some(frame)).await.is_ok() {
             while let Some(Ok(_)) = upstream.next().await {}
         }
     })
     .await;
-    TunnelOutcome {
-        bytes_up,
-        bytes_down,
-        ended_by,
-        duration: started.elapsed(),
-    }
 }

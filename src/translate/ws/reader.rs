@@ -87,6 +87,12 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
         self.read_message().await
     }
 
+    /// Reads (and discards) until the peer's Close or the end of the connection: what a
+    /// closing side does so that a late frame never meets a TCP reset.
+    pub async fn drain(&mut self) {
+        while let Some(Ok(_)) = self.next().await {}
+    }
+
     async fn read_message(&mut self) -> Option<Result<Incoming, Error>> {
         loop {
             match self.decode() {
