@@ -9,7 +9,8 @@
 //!   (`--upstream-streaming websocket|auto`).
 //! - [`spdy_auto`]: SPDY clients under `auto`: relayed, or translated where SPDY is refused.
 //! - [`relay`]: byte-for-byte relays of upgrades the upstream serves natively, with
-//!   [`relay_answer`] (what the client is told), [`relay_pump`] (the byte copy both ways),
+//!   [`relay_answer`] (what the client is told), [`relay_session`] (a relayed session
+//!   from the 101 to its end), [`relay_pump`] (the byte copy both ways),
 //!   [`relay_frames`] (where the frames going to the client begin and end, the one follower
 //!   of them), [`relay_pings`] (keepalive pings into a relayed WebSocket),
 //!   [`relay_recording`] (recording a relayed exec/attach) and [`relay_ending`] (the Status a
@@ -37,6 +38,7 @@ pub mod relay_frames;
 pub mod relay_pings;
 pub mod relay_pump;
 pub mod relay_recording;
+pub mod relay_session;
 pub mod reverse_handler;
 pub mod session_audit;
 pub mod spdy_auto;

@@ -16,19 +16,17 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{debug, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::relay_answer;
 use super::relay_ending;
-use super::relay_pings::PingInjector;
-use super::relay_pump::{pump, RelayCounters, RelayHooks, RelayKeepalive};
 use super::relay_recording::RelayTap;
+use super::relay_session::RelaySession;
 use super::session_audit::{self, AuditIdentity, SessionClient};
 use super::state::ProxyState;
-use crate::activity_clock::ActivityClock;
 use crate::audit::recording::RecordPolicy;
-use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, Verb};
+use crate::audit::{ProtocolPath, SessionAudit, Verb};
 use crate::proxy::auth::Caller;
 use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
@@ -43,7 +41,6 @@ use crate::translate::observe::{
     Observer, PortForwardWatch, Scope, WebSocketFraming, PORT_FORWARD,
 };
 use crate::translate::protocol::TUNNEL_PREFIX;
-use crate::translate::ws::Liveness;
 
 /// Why the upstream's answer to a relayed upgrade never came.
 #[derive(Debug, thiserror::Error)]
@@ -262,98 +259,35 @@ impl Relayed {
 
 /// Carries a relayed upgrade on from the upstream's answer: a non-101 goes to the client as it
 /// comes; a 101 starts the byte copy (recorded and audited) in the background and is answered.
+/// In order: how the session is followed (recorded, or watched for its exit code), its audit
+/// trail starts, a session that cannot be recorded under `--record=required` is refused, an
+/// answer that is not a session goes to the client, and a session starts.
 pub(super) async fn carry(
     state: &ProxyState,
-    relayed: Relayed,
+    mut relayed: Relayed,
     answer: Result<Response<ProxyBody>, RelayError>,
     identity: AuditIdentity,
     caller: &Caller,
 ) -> Response<ProxyBody> {
-    let Relayed {
-        on_upgrade,
-        path,
-        path_and_query,
-        peer,
-        kind,
-        slot,
-        session_id,
-        guard,
-        recorder,
-        mut recording_error,
-        required,
-        audit_id,
-        client_stream,
-        sent_key,
-    } = relayed;
     let protocol = answer.as_ref().ok().and_then(negotiated_protocol);
-    // Only a session that started can be followed: which protocol it speaks is in the 101.
-    let mut tap = None;
-    let mut refusal = None;
-    if let (Some(recorder), Ok(resp)) = (recorder, &answer) {
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            match observer_for(resp, Scope::Everything) {
-                Some(observer) => {
-                    let (upgrade, protocol) = agreed(resp);
-                    let ending = relay_ending::Ending::for_protocol(upgrade, protocol);
-                    tap = Some(RelayTap::new(recorder, observer, required).ending_with(ending))
-                }
-                None => {
-                    let e = format!(
-                        "cannot follow the relayed protocol {}",
-                        protocol.as_deref().unwrap_or("(none named)")
-                    );
-                    warn!(session = session_id, error = %e, "the relayed session cannot be recorded");
-                    if required {
-                        refusal = Some(e.clone());
-                    }
-                    recording_error = Some(e);
-                }
-            }
+    let (tap, refusal) = match &answer {
+        Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            follow_session(state, &mut relayed, resp, protocol.as_deref())
         }
-    }
-    // Without a recording, an audited exec or attach is still followed for its exit code: its
-    // error stream alone, the other streams' payloads passed over unread.
-    if let (None, Some(_), Ok(resp)) = (&tap, &state.audit, &answer) {
-        let remote_command = parse_pod_subresource(&path)
-            .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
-        if remote_command && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            tap = observer_for(resp, Scope::ErrorStream).map(RelayTap::observing);
+        // Not a session: nothing to record.
+        _ => {
+            drop(relayed.recorder.take());
+            (None, None)
         }
-    }
-    let mut info = session_audit::session_info(
-        session_id,
-        &path_and_query,
-        SessionClient::new(peer, client_stream.form),
-        identity,
-        match kind {
-            SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
-            SessionKind::PassThrough => ProtocolPath::PassThrough,
-            _ => ProtocolPath::RelayWebsocket,
-        },
-        protocol,
-        audit_id,
-    );
-    if let (Some(info), Some(path)) = (info.as_mut(), tap.as_ref().and_then(RelayTap::path)) {
-        info.recording = Some(path.display().to_string());
-    }
-    let audit = session_audit::start(state, info);
+    };
+    let audit = start_audit(state, &relayed, identity, protocol, tap.as_ref());
     if let Some(e) = refusal {
         // The upstream agreed, but nothing has been relayed yet: dropping its connection ends
         // the session there, and the client gets a refusal instead of the 101.
         drop(answer);
-        drop(slot);
-        end_refused(audit, &e);
-        guard.finish(SessionOutcome::RecordingFailed, 0, 0);
-        return failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            format!(
-                "kube-ws-proxy cannot record this session and recordings are required \
-                 (--record=required): {e}"
-            ),
-        );
+        return refuse_unrecordable(relayed, audit, &e);
     }
-    let mut resp = match answer {
+    let resp = match answer {
         Ok(resp) => resp,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(0);
@@ -361,40 +295,151 @@ pub(super) async fn carry(
             return e.response();
         }
     };
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return not_switched(state, relayed, resp, audit);
+    }
+    start_session(state, relayed, resp, audit, tap, caller).await
+}
 
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS
-        && !relay_answer::may_pass_refusal(client_stream.form, resp.status())
-    {
-        drop(slot);
+/// How a session the upstream switched protocols for is followed: with a recording, its tap
+/// (or, where its protocol cannot be followed, why not: a refusal under `--record=required`);
+/// without one, an audited exec or attach is still followed for its exit code. Only a session
+/// that started can be followed: which protocol it speaks is in the 101.
+fn follow_session<B>(
+    state: &ProxyState,
+    relayed: &mut Relayed,
+    resp: &Response<B>,
+    protocol: Option<&str>,
+) -> (Option<RelayTap>, Option<String>) {
+    let mut tap = None;
+    let mut refusal = None;
+    if let Some(recorder) = relayed.recorder.take() {
+        match observer_for(resp, Scope::Everything) {
+            Some(observer) => {
+                let (upgrade, protocol) = agreed(resp);
+                let ending = relay_ending::Ending::for_protocol(upgrade, protocol);
+                tap = Some(RelayTap::new(recorder, observer, relayed.required).ending_with(ending))
+            }
+            None => {
+                let e = format!(
+                    "cannot follow the relayed protocol {}",
+                    protocol.unwrap_or("(none named)")
+                );
+                warn!(session = relayed.session_id, error = %e, "the relayed session cannot be recorded");
+                if relayed.required {
+                    refusal = Some(e.clone());
+                }
+                relayed.recording_error = Some(e);
+            }
+        }
+    }
+    // Without a recording, an audited exec or attach is still followed for its exit code: its
+    // error stream alone, the other streams' payloads passed over unread.
+    if let (None, Some(_)) = (&tap, &state.audit) {
+        let remote_command = parse_pod_subresource(&relayed.path)
+            .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
+        if remote_command {
+            tap = observer_for(resp, Scope::ErrorStream).map(RelayTap::observing);
+        }
+    }
+    (tap, refusal)
+}
+
+/// Starts the session's audit trail (nothing without the audit log), naming its recording.
+fn start_audit(
+    state: &ProxyState,
+    relayed: &Relayed,
+    identity: AuditIdentity,
+    protocol: Option<String>,
+    tap: Option<&RelayTap>,
+) -> Option<SessionAudit> {
+    let mut info = session_audit::session_info(
+        relayed.session_id,
+        &relayed.path_and_query,
+        SessionClient::new(relayed.peer, relayed.client_stream.form),
+        identity,
+        protocol_path(relayed.kind),
+        protocol,
+        relayed.audit_id.clone(),
+    );
+    if let (Some(info), Some(path)) = (info.as_mut(), tap.and_then(RelayTap::path)) {
+        info.recording = Some(path.display().to_string());
+    }
+    session_audit::start(state, info)
+}
+
+/// The audit log's name for the path a relay of `kind` takes.
+fn protocol_path(kind: SessionKind) -> ProtocolPath {
+    match kind {
+        SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
+        SessionKind::PassThrough => ProtocolPath::PassThrough,
+        _ => ProtocolPath::RelayWebsocket,
+    }
+}
+
+/// Refuses a session the upstream agreed to that cannot be recorded under
+/// `--record=required` (`e`: why), before a byte is relayed.
+fn refuse_unrecordable(
+    relayed: Relayed,
+    audit: Option<SessionAudit>,
+    e: &str,
+) -> Response<ProxyBody> {
+    drop(relayed.slot);
+    end_refused(audit, e);
+    relayed.guard.finish(SessionOutcome::RecordingFailed, 0, 0);
+    failure(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        format!(
+            "kube-ws-proxy cannot record this session and recordings are required \
+             (--record=required): {e}"
+        ),
+    )
+}
+
+/// An upstream answer other than 101, which is not a session: refused with a 502 where the
+/// client could not be given it, otherwise streamed through as it comes, the slot back now.
+fn not_switched(
+    state: &ProxyState,
+    relayed: Relayed,
+    resp: Response<ProxyBody>,
+    audit: Option<SessionAudit>,
+) -> Response<ProxyBody> {
+    drop(relayed.slot);
+    let status = resp.status().as_u16();
+    if !relay_answer::may_pass_refusal(relayed.client_stream.form, resp.status()) {
         let e = format!(
-            "the upstream answered the WebSocket upgrade with {} instead of switching protocols",
-            resp.status().as_u16()
+            "the upstream answered the WebSocket upgrade with {status} instead of switching protocols"
         );
         end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.clone()));
-        state
-            .metrics
-            .upstream_upgrade_failure(resp.status().as_u16());
-        guard.finish(SessionOutcome::UpstreamError, 0, 0);
+        state.metrics.upstream_upgrade_failure(status);
+        relayed.guard.finish(SessionOutcome::UpstreamError, 0, 0);
         return failure(StatusCode::BAD_GATEWAY, "BadGateway", e);
     }
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        // Not a session: the slot goes back now, the answer streams through as it comes.
-        drop(slot);
-        end_unstarted(
-            audit,
-            SessionOutcome::UpstreamError,
-            Some(format!("upstream answered {}", resp.status().as_u16())),
-        );
-        state
-            .metrics
-            .upstream_upgrade_failure(resp.status().as_u16());
-        guard.finish(SessionOutcome::UpstreamError, 0, 0);
-        let (mut parts, body) = resp.into_parts();
-        remove_hop_by_hop(&mut parts.headers);
-        parts.headers.remove(header::CONTENT_LENGTH);
-        return Response::from_parts(parts, body);
-    }
+    end_unstarted(
+        audit,
+        SessionOutcome::UpstreamError,
+        Some(format!("upstream answered {status}")),
+    );
+    state.metrics.upstream_upgrade_failure(status);
+    relayed.guard.finish(SessionOutcome::UpstreamError, 0, 0);
+    let (mut parts, body) = resp.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, body)
+}
 
+/// Starts a session the upstream switched protocols for: what the client is told is checked
+/// (on HTTP/2 the upstream's accept), the upstream's connection is taken over, and the relay
+/// runs in the background ([`RelaySession::run`]); the answer for the client.
+async fn start_session(
+    state: &ProxyState,
+    relayed: Relayed,
+    mut resp: Response<ProxyBody>,
+    audit: Option<SessionAudit>,
+    tap: Option<RelayTap>,
+    caller: &Caller,
+) -> Response<ProxyBody> {
     // The audit log lists a port-forward's connections (kubectl ≤ 1.30's SPDY, the tunnel's
     // WebSocket passed through, the legacy WebSocket one): the relay shows its bytes to a
     // watch. Without the log nothing looks at them.
@@ -409,16 +454,16 @@ pub(super) async fn carry(
         .is_some_and(|u| u.trim().eq_ignore_ascii_case("websocket"));
     // What the client will be told; on HTTP/2 only once the upstream's accept checks out.
     let answer = match relay_answer::accepted(
-        client_stream.form,
-        sent_key.as_ref(),
+        relayed.client_stream.form,
+        relayed.sent_key.as_ref(),
         std::mem::take(resp.headers_mut()),
     ) {
         Ok(answer) => answer,
         Err(e) => {
-            drop(slot);
+            drop(relayed.slot);
             end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
             state.metrics.upstream_upgrade_failure(101);
-            guard.finish(SessionOutcome::UpstreamError, 0, 0);
+            relayed.guard.finish(SessionOutcome::UpstreamError, 0, 0);
             return failure(StatusCode::BAD_GATEWAY, "BadGateway", e.to_string());
         }
     };
@@ -436,140 +481,32 @@ pub(super) async fn carry(
                 return e.response();
             }
         };
-    let user = caller.user().map(str::to_owned);
-    let linger = state.session_limits.close_drain_timeout;
-    // A relayed WebSocket (pass-through, legacy protocols, logs) can be pinged between the
-    // upstream's frames; SPDY cannot from outside its session.
-    let keepalive = state.client_keepalive.filter(|_| upgraded_to_websocket);
-    // A followed log may rightly be quiet for hours; the kubelet's idle timeout spares it too.
-    let idle_timeout = state
-        .stream_idle_timeout
-        .filter(|_| !path.ends_with("/log"));
-    tokio::spawn(async move {
-        let client = match tokio::time::timeout(handshake_timeout, on_upgrade).await {
-            Ok(Ok(u)) => u,
-            Ok(Err(e)) => {
-                debug!(error = %e, "client upgrade failed");
-                end_unstarted(audit, SessionOutcome::ClientGone, None);
-                guard.finish(SessionOutcome::ClientGone, 0, 0);
-                return;
-            }
-            Err(_) => {
-                debug!("client upgrade timed out");
-                end_unstarted(audit, SessionOutcome::ClientGone, None);
-                guard.finish(SessionOutcome::ClientGone, 0, 0);
-                return;
-            }
-        };
-        let started = std::time::Instant::now();
-        // A relay carries a protocol we do not parse: on shutdown it can only be cut.
-        let counters = RelayCounters::default();
-        let activity = ActivityClock::new();
-        let idle = async {
-            match idle_timeout {
-                Some(limit) => activity.quiet_for(limit).await,
-                None => std::future::pending().await,
-            }
-        };
-        let must_end = async {
-            match &tap {
-                Some(tap) => tap.must_end().await,
-                None => std::future::pending().await,
-            }
-        };
-        let mut recording_failure = None;
-        let liveness = Liveness::new(keepalive);
-        let hooks = RelayHooks {
-            tap: tap.as_ref(),
-            watch: watch.as_ref(),
-            keepalive: keepalive.map(|k| RelayKeepalive {
-                pings: PingInjector::new(k.interval),
-                liveness: liveness.clone(),
-            }),
-            linger: Some(linger),
-        };
-        let mut relay = Box::pin(pump(TokioIo::new(client), TokioIo::new(upstream_io), &counters, &activity, hooks));
-        let outcome = tokio::select! {
-            () = &mut relay => SessionOutcome::Success,
-            silent = liveness.lost() => {
-                info!(session = session_id, silent_ms = silent.as_millis() as u64, "relayed session ended: the client stopped answering pings");
-                SessionOutcome::ClientUnresponsive
-            }
-            _ = slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
-            _ = idle => SessionOutcome::IdleTimeout,
-            e = must_end => {
-                warn!(session = session_id, error = %e, "relayed session ended: its recording failed and recordings are required");
-                recording_failure = Some(e);
-                SessionOutcome::RecordingFailed
-            }
-        };
-        if outcome == SessionOutcome::RecordingFailed {
-            // The relay ends it itself: the frame the client has begun, the Status, and the
-            // client's own close, within the close drain timeout; then both are cut.
-            let _ = tokio::time::timeout(linger, &mut relay).await;
-        }
-        drop(relay);
-        // A relay that ended the session itself before the select saw why.
-        let outcome = match tap.as_ref().and_then(RelayTap::must_have_ended) {
-            Some(e) if outcome == SessionOutcome::Success => {
-                recording_failure = Some(e);
-                SessionOutcome::RecordingFailed
-            }
-            _ => outcome,
-        };
-        let stats = counters.stats();
-        let tap_end = tap.map(RelayTap::finish).unwrap_or_default();
-        // A command that ended with a non-zero exit code is counted as such, as on the
-        // translated path (the relay only knows it where it followed the stream).
-        let outcome = match (outcome, tap_end.exit_code) {
-            (SessionOutcome::Success, Some(code)) if code != 0 => SessionOutcome::NonZeroExit,
-            (outcome, _) => outcome,
-        };
-        let recording_error = recording_failure
-            .or(tap_end.recording_error)
-            .or(recording_error);
-        // Before the slot goes: a drained proxy exits once every slot is back.
-        if let Some(audit) = audit {
-            let end = AuditEnd {
-                bytes_in: stats.client_to_upstream,
-                bytes_out: stats.upstream_to_client,
-                duration_ms: started.elapsed().as_millis() as u64,
-                exit_code: tap_end.exit_code,
-                status: tap_end.status,
-                outcome: outcome.label(),
-                ended_by: match outcome {
-                    SessionOutcome::Drained => "drained",
-                    SessionOutcome::IdleTimeout => "idle timeout",
-                    SessionOutcome::RecordingFailed => "recording failed",
-                    SessionOutcome::ClientUnresponsive => "client unresponsive",
-                    _ => "connection closed",
-                },
-                recording_error,
-                ..Default::default()
-            };
-            audit.end(match watch {
-                Some(watch) => end.with_port_forwards(watch.finish()),
-                None => end,
-            });
-        }
-        drop(slot);
-        guard.finish(outcome, stats.client_to_upstream, stats.upstream_to_client);
-        info!(
-            session = session_id,
-            kind = kind.label(),
-            user = user.as_deref().unwrap_or(""),
-            http_version = client_stream.form.http_version(),
-            connection = client_stream.connection.0,
-            path = %path,
-            outcome = outcome.label(),
-            bytes_up = stats.client_to_upstream,
-            bytes_down = stats.upstream_to_client,
-            duration_ms = started.elapsed().as_millis() as u64,
-            "relayed upgrade finished"
-        );
-    }
+    let on_upgrade = relayed.on_upgrade;
+    let session = RelaySession {
+        user: caller.user().map(str::to_owned),
+        linger: state.session_limits.close_drain_timeout,
+        // A relayed WebSocket (pass-through, legacy protocols, logs) can be pinged between the
+        // upstream's frames; SPDY cannot from outside its session.
+        keepalive: state.client_keepalive.filter(|_| upgraded_to_websocket),
+        // A followed log may rightly be quiet for hours; the kubelet's idle timeout spares it
+        // too.
+        idle_timeout: state
+            .stream_idle_timeout
+            .filter(|_| !relayed.path.ends_with("/log")),
+        handshake_timeout,
+        path: relayed.path,
+        kind: relayed.kind,
+        slot: relayed.slot,
+        session_id: relayed.session_id,
+        guard: relayed.guard,
+        recording_error: relayed.recording_error,
+        client_stream: relayed.client_stream,
+        tap,
+        watch,
+        audit,
+    };
     // The session's log lines name the request they came from (its audit id).
-    .in_current_span());
+    tokio::spawn(session.run(on_upgrade, upstream_io).in_current_span());
     answer
 }
 
@@ -735,11 +672,7 @@ async fn refused_unrecorded(
         &req.path_and_query(),
         SessionClient::new(peer, req.client.form),
         identity,
-        match kind {
-            SessionKind::SpdyRelay => ProtocolPath::RelaySpdy,
-            SessionKind::PassThrough => ProtocolPath::PassThrough,
-            _ => ProtocolPath::RelayWebsocket,
-        },
+        protocol_path(kind),
         None,
         request_layers::audit_id(&req.parts.headers),
     );
@@ -758,7 +691,11 @@ fn end_refused(audit: Option<SessionAudit>, error: &str) {
 }
 
 /// Ends the trail of a relay that never carried a byte.
-fn end_unstarted(audit: Option<SessionAudit>, outcome: SessionOutcome, status: Option<String>) {
+pub(super) fn end_unstarted(
+    audit: Option<SessionAudit>,
+    outcome: SessionOutcome,
+    status: Option<String>,
+) {
     let ended_by = match outcome {
         SessionOutcome::ClientGone => session_audit::CLIENT_UPGRADE_FAILED,
         _ => "upstream refused",
