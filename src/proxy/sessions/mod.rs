@@ -9,8 +9,10 @@
 //!   (`--upstream-streaming websocket|auto`).
 //! - [`spdy_auto`]: SPDY clients under `auto`: relayed, or translated where SPDY is refused.
 //! - [`relay`]: byte-for-byte relays of upgrades the upstream serves natively, with
-//!   [`relay_answer`] (what the client is told), [`relay_frames`] (where the frames going to
-//!   the client begin and end), [`relay_pings`] (keepalive pings into a relayed WebSocket),
+//!   [`relay_answer`] (what the client is told), [`relay_session`] (a relayed session
+//!   from the 101 to its end), [`relay_pump`] (the byte copy both ways),
+//!   [`relay_frames`] (where the frames going to the client begin and end, the one follower
+//!   of them), [`relay_pings`] (keepalive pings into a relayed WebSocket),
 //!   [`relay_recording`] (recording a relayed exec/attach) and [`relay_ending`] (the Status a
 //!   relay ends a session with when its recording fails).
 //! - [`forward`]: the plain reverse proxy for requests that do not upgrade.
@@ -34,7 +36,9 @@ pub mod relay_answer;
 pub mod relay_ending;
 pub mod relay_frames;
 pub mod relay_pings;
+pub mod relay_pump;
 pub mod relay_recording;
+pub mod relay_session;
 pub mod reverse_handler;
 pub mod session_audit;
 pub mod spdy_auto;

@@ -1,13 +1,25 @@
 //! Where the frames a relay passes from the upstream to the client begin and end (SPDY/3.1 or
-//! WebSocket), followed from their heads alone, payloads never read: what a relayed session
-//! under `--record=required` needs to end between two frames with a Status of its own.
+//! WebSocket), followed from their heads alone, payloads never read. One [`FrameCursor`]
+//! follows the relay's upstream-to-client bytes, and everything that adds frames of the
+//! proxy's own asks it: keepalive pings ([`super::relay_pings`]) go only between two frames,
+//! and a relayed session under `--record=required` is ended between two frames with a Status
+//! ([`super::relay_ending`]).
 //!
-//! The cursor is shown only the bytes the client has been sent, and it never lets a read end
-//! inside a frame head ([`FrameCursor::follow`] stops before one): so whenever it is asked,
-//! the client holds either whole frames or whole heads and part of one frame's payload, whose
-//! declared length is known ([`FrameCursor::owed`]). That length is what `--record=required`
-//! counts as ahead of the recording the moment the head goes, so finishing the frame before
-//! the Status never passes the bound.
+//! The cursor is shown only the bytes the client is sent. Under `--record=required` it never
+//! lets a read end inside a frame head ([`FrameCursor::holding_heads`]: [`Followed::pass`]
+//! stops before one), so whenever it is asked the client holds either whole frames or whole
+//! heads and part of one frame's payload, whose declared length is known
+//! ([`FrameCursor::owed`]). That length is what `--record=required` counts as ahead of the
+//! recording the moment the head goes, so finishing the frame before the Status never passes
+//! the bound. Otherwise ([`FrameCursor::new`]) every byte goes at once, a head split across
+//! reads being gathered here.
+//!
+//! Tolerant of what a relay may carry: WebSocket reserved bits (an extension the two ends
+//! agreed on) and masked frames are followed as they are. A head that cannot be a frame (a
+//! reserved opcode, a 64-bit length with its top bit set) loses the stream for good, and a
+//! WebSocket Close or a SPDY GOAWAY ends what may be added: nothing of ours ever goes after
+//! the upstream began closing, or into a stream that is not understood. RFC 6455 §5.4 lets
+//! control frames go between the fragments of a message, so every boundary takes a ping.
 
 use crate::spdy::frame::{FLAG_FIN, HEAD_LEN};
 use crate::translate::ws::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
@@ -36,50 +48,141 @@ enum State {
     Lost,
 }
 
+/// What following one read gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Followed {
+    /// How much of the read may go to the client now: all of it, unless heads are held back
+    /// and it ends inside one (the start of that head then waits for the rest of it).
+    pub pass: usize,
+    /// The last offset within `..pass` at which a frame of ours may go, if there is one.
+    pub boundary: Option<usize>,
+}
+
+impl Followed {
+    /// All of a read of `len` bytes goes, and no frame of ours goes into it (nothing follows
+    /// its frames).
+    pub fn whole(len: usize) -> Followed {
+        Followed {
+            pass: len,
+            boundary: None,
+        }
+    }
+}
+
+/// What the head at the front of the bytes is.
+enum Head {
+    /// Followed: its length (of the part in these bytes, when it was begun in an earlier read).
+    Whole(usize),
+    /// Not all there yet.
+    Partial,
+    /// Cannot be a frame head.
+    Lost,
+}
+
+/// The SPDY streams the upstream ended, in a fixed space (no allocation as the relay runs).
+#[derive(Debug, Clone, Copy)]
+struct Finished {
+    streams: [u32; MAX_FINISHED],
+    len: usize,
+}
+
+impl Finished {
+    fn contains(&self, stream: u32) -> bool {
+        self.streams[..self.len].contains(&stream)
+    }
+
+    /// Remembers `stream`, unless it is known or the space is full.
+    fn add(&mut self, stream: u32) {
+        if self.len < MAX_FINISHED && !self.contains(stream) {
+            self.streams[self.len] = stream;
+            self.len += 1;
+        }
+    }
+}
+
 /// Follows the frames of one direction of a relay (the upstream's, towards the client).
-#[derive(Debug, Clone)]
+/// `Copy` and allocation-free: the relay keeps the frames as the client has them and goes
+/// back to that when a read it followed is not passed on after all.
+#[derive(Debug, Clone, Copy)]
 pub struct FrameCursor {
     framing: Framing,
     state: State,
+    /// Whether a read may not end inside a head ([`FrameCursor::holding_heads`]).
+    holds_heads: bool,
+    /// The head being gathered, when one is split across reads (never when heads are held).
+    head: [u8; MAX_HEAD_LEN],
+    /// Bytes of it gathered so far.
+    have: usize,
     /// Payload bytes of the frame whose head has been passed on, still to come.
     owed: u64,
     /// WebSocket: a data message has begun and not ended (its next frames are its fragments).
     in_message: bool,
     /// SPDY: the streams the upstream ended (a DATA frame with FIN).
-    finished: Vec<u32>,
+    finished: Finished,
 }
 
 impl FrameCursor {
-    /// A cursor at the start of a stream framed as `framing`.
+    /// A cursor at the start of a stream framed as `framing` that passes every byte on at
+    /// once, gathering a head split across reads.
     pub fn new(framing: Framing) -> FrameCursor {
         FrameCursor {
             framing,
             state: State::Following,
+            holds_heads: false,
+            head: [0; MAX_HEAD_LEN],
+            have: 0,
             owed: 0,
             in_message: false,
-            finished: Vec::new(),
+            finished: Finished {
+                streams: [0; MAX_FINISHED],
+                len: 0,
+            },
         }
     }
 
-    /// Follows as much of `bytes` as can be passed on now and returns how much that is: all
-    /// of it, unless it ends inside a frame head, which is then left out (to go with the rest
-    /// of the head). A stream it cannot follow is passed on whole.
-    pub fn follow(&mut self, bytes: &[u8]) -> usize {
+    /// A cursor that never lets a read end inside a frame head (`--record=required`): the
+    /// client is only ever sent whole heads, so the declared length of every frame it has
+    /// begun is known.
+    pub fn holding_heads(framing: Framing) -> FrameCursor {
+        FrameCursor {
+            holds_heads: true,
+            ..FrameCursor::new(framing)
+        }
+    }
+
+    /// How the stream is framed.
+    pub fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// Follows the next bytes going to the client: how many may go now, and the last
+    /// boundary among them. A stream it cannot follow is passed on whole, with no boundary.
+    pub fn follow(&mut self, bytes: &[u8]) -> Followed {
+        let mut boundary = self.at_boundary().then_some(0);
         let mut at = 0;
         while at < bytes.len() {
-            if self.state == State::Lost {
-                return bytes.len();
+            if self.owed > 0 {
+                at += self.complete(&bytes[at..]);
+            } else {
+                match self.head(&bytes[at..]) {
+                    Head::Whole(len) => at += len,
+                    Head::Partial if self.holds_heads => break,
+                    Head::Partial => at = bytes.len(),
+                    // A boundary before bytes we could not make sense of is no safer than the
+                    // bytes themselves: none is offered.
+                    Head::Lost => {
+                        return Followed {
+                            pass: bytes.len(),
+                            boundary: None,
+                        }
+                    }
+                }
             }
-            at += self.complete(&bytes[at..]);
-            if at == bytes.len() {
-                break;
-            }
-            match self.head(&bytes[at..]) {
-                Some(len) => at += len,
-                None => break,
+            if self.at_boundary() {
+                boundary = Some(at);
             }
         }
-        at
+        Followed { pass: at, boundary }
     }
 
     /// Follows the part of `bytes` that belongs to the frame already begun (its payload still
@@ -99,7 +202,12 @@ impl FrameCursor {
     /// Whether a frame of ours may go now: between two frames of a stream still followed and
     /// not ending.
     pub fn at_boundary(&self) -> bool {
-        self.state == State::Following && self.owed == 0
+        self.state == State::Following && self.owed == 0 && self.have == 0
+    }
+
+    /// Whether the stream can no longer take frames of ours (closing, or not understood).
+    pub fn stopped(&self) -> bool {
+        self.state != State::Following
     }
 
     /// WebSocket: whether a data message is unfinished (a message of ours cannot go between
@@ -110,20 +218,44 @@ impl FrameCursor {
 
     /// SPDY: whether the upstream ended `stream`.
     pub fn finished(&self, stream: u32) -> bool {
-        self.finished.contains(&stream)
+        self.finished.contains(stream)
     }
 
-    /// Follows the head at the front of `bytes` (at a boundary): its length, or `None` while
-    /// it is incomplete.
-    fn head(&mut self, bytes: &[u8]) -> Option<usize> {
-        match self.framing {
-            Framing::Spdy => self.spdy_head(bytes),
-            Framing::WebSocket => self.websocket_head(bytes),
+    /// Follows the head at the front of `bytes` (at a boundary), with what was gathered of it
+    /// from earlier reads.
+    fn head(&mut self, bytes: &[u8]) -> Head {
+        if self.state == State::Lost {
+            return Head::Lost;
+        }
+        let take = (MAX_HEAD_LEN - self.have).min(bytes.len());
+        self.head[self.have..self.have + take].copy_from_slice(&bytes[..take]);
+        let gathered = self.have + take;
+        let head = match self.framing {
+            Framing::Spdy => self.spdy_head(gathered),
+            Framing::WebSocket => self.websocket_head(gathered),
+        };
+        match head {
+            Head::Whole(len) => {
+                let begun = std::mem::take(&mut self.have);
+                Head::Whole(len - begun)
+            }
+            Head::Partial if !self.holds_heads => {
+                self.have = gathered;
+                Head::Partial
+            }
+            Head::Partial => Head::Partial,
+            Head::Lost => {
+                self.state = State::Lost;
+                Head::Lost
+            }
         }
     }
 
-    fn spdy_head(&mut self, bytes: &[u8]) -> Option<usize> {
-        let head = bytes.get(..HEAD_LEN)?;
+    /// The SPDY head in `self.head[..gathered]`.
+    fn spdy_head(&mut self, gathered: usize) -> Head {
+        let Some(head) = self.head.get(..HEAD_LEN).filter(|_| gathered >= HEAD_LEN) else {
+            return Head::Partial;
+        };
         self.owed = u64::from(u32::from_be_bytes([0, head[5], head[6], head[7]]));
         if head[0] & 0x80 != 0 {
             if u16::from_be_bytes([head[2], head[3]]) == GOAWAY {
@@ -131,21 +263,18 @@ impl FrameCursor {
             }
         } else if head[4] & FLAG_FIN != 0 {
             let stream = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-            if !self.finished.contains(&stream) && self.finished.len() < MAX_FINISHED {
-                self.finished.push(stream);
-            }
+            self.finished.add(stream);
         }
-        Some(HEAD_LEN)
+        Head::Whole(HEAD_LEN)
     }
 
-    fn websocket_head(&mut self, bytes: &[u8]) -> Option<usize> {
-        let mut head = [0u8; MAX_HEAD_LEN];
-        let n = bytes.len().min(MAX_HEAD_LEN);
-        head[..n].copy_from_slice(&bytes[..n]);
+    /// The WebSocket head in `self.head[..gathered]`.
+    fn websocket_head(&mut self, gathered: usize) -> Head {
+        let mut head = self.head;
         // The reserved bits belong to an extension the ends agreed on; the length does not
         // depend on them.
         head[0] &= !0x70;
-        match FrameHead::parse(&head[..n]) {
+        match FrameHead::parse(&head[..gathered]) {
             Ok(Some(frame)) => {
                 self.owed = frame.len;
                 match frame.opcode {
@@ -153,13 +282,10 @@ impl FrameCursor {
                     op if op.is_control() => {}
                     _ => self.in_message = !frame.fin,
                 }
-                Some(frame.head_len)
+                Head::Whole(frame.head_len)
             }
-            Ok(None) => None,
-            Err(_) => {
-                self.state = State::Lost;
-                Some(bytes.len())
-            }
+            Ok(None) => Head::Partial,
+            Err(_) => Head::Lost,
         }
     }
 }
@@ -176,16 +302,44 @@ mod tests {
         f
     }
 
+    /// A cursor as under `--record=required`.
+    fn holding(framing: Framing) -> FrameCursor {
+        FrameCursor::holding_heads(framing)
+    }
+
+    /// A WebSocket cursor that passes every byte on (as for keepalive pings alone).
+    fn websocket() -> FrameCursor {
+        FrameCursor::new(Framing::WebSocket)
+    }
+
+    /// A server frame: header then payload.
+    fn frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+        let mut head = [0u8; MAX_HEAD_LEN];
+        let opcode = match b0 & 0x0F {
+            0x1 => OpCode::Text,
+            0x2 => OpCode::Binary,
+            0x8 => OpCode::Close,
+            0x9 => OpCode::Ping,
+            0xA => OpCode::Pong,
+            _ => OpCode::Continuation,
+        };
+        let n = FrameHead::encode_server(opcode, payload.len(), &mut head);
+        head[0] = b0;
+        let mut out = head[..n].to_vec();
+        out.extend_from_slice(payload);
+        out
+    }
+
     #[test]
     fn a_read_never_ends_inside_a_spdy_head() {
-        let mut c = FrameCursor::new(Framing::Spdy);
+        let mut c = holding(Framing::Spdy);
         let mut stream = spdy_data(3, false, b"hello");
         stream.extend(spdy_data(5, true, b"bye"));
         // The first frame and 3 bytes of the second one's head.
-        assert_eq!(c.follow(&stream[..16]), 13);
+        assert_eq!(c.follow(&stream[..16]).pass, 13);
         assert!(c.at_boundary());
         // The rest of the head and one payload byte: 2 payload bytes owed.
-        assert_eq!(c.follow(&stream[13..22]), 9);
+        assert_eq!(c.follow(&stream[13..22]).pass, 9);
         assert_eq!(c.owed(), 2);
         assert!(!c.at_boundary());
         assert!(c.finished(5) && !c.finished(3));
@@ -194,48 +348,246 @@ mod tests {
     }
 
     #[test]
-    fn a_spdy_goaway_ends_what_may_be_added() {
+    fn a_spdy_head_split_across_reads_is_gathered_when_heads_are_not_held() {
         let mut c = FrameCursor::new(Framing::Spdy);
-        let goaway = [0x80, 3, 0, 7, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0];
-        assert_eq!(c.follow(&goaway), goaway.len());
+        let mut stream = spdy_data(3, false, b"hello");
+        stream.extend(spdy_data(5, true, b"bye"));
+        let first = c.follow(&stream[..16]);
+        assert_eq!(
+            first,
+            Followed {
+                pass: 16,
+                boundary: Some(13)
+            }
+        );
         assert!(!c.at_boundary());
+        assert_eq!(
+            c.follow(&stream[16..]),
+            Followed {
+                pass: 8,
+                boundary: Some(8)
+            }
+        );
+        assert!(c.finished(5) && c.at_boundary());
+    }
+
+    #[test]
+    fn the_spdy_streams_remembered_are_bounded() {
+        let mut c = holding(Framing::Spdy);
+        for stream in 1..=(MAX_FINISHED as u32 + 4) {
+            let fin = spdy_data(stream, true, b"");
+            assert_eq!(c.follow(&fin).pass, fin.len());
+            // Twice: remembered once.
+            c.follow(&fin);
+        }
+        assert!(c.finished(1) && c.finished(MAX_FINISHED as u32));
+        assert!(!c.finished(MAX_FINISHED as u32 + 1));
+    }
+
+    #[test]
+    fn a_spdy_goaway_ends_what_may_be_added() {
+        let mut c = holding(Framing::Spdy);
+        let goaway = [0x80, 3, 0, 7, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0];
+        assert_eq!(
+            c.follow(&goaway),
+            Followed {
+                pass: goaway.len(),
+                boundary: Some(0)
+            }
+        );
+        assert!(!c.at_boundary() && c.stopped());
     }
 
     #[test]
     fn websocket_heads_of_every_length_are_waited_for() {
-        let mut c = FrameCursor::new(Framing::WebSocket);
+        let mut c = holding(Framing::WebSocket);
         // A 300-byte binary frame (16-bit length), then a 70000-byte one (64-bit length).
         let mut s = vec![0x82, 126, 0x01, 0x2c];
         s.extend(vec![1u8; 300]);
         s.extend([0x82, 127, 0, 0, 0, 0, 0, 1, 0x11, 0x70]);
-        assert_eq!(c.follow(&s[..3]), 0);
-        assert_eq!(c.follow(&s[..10]), 10);
+        assert_eq!(c.follow(&s[..3]).pass, 0);
+        assert_eq!(c.follow(&s[..10]).pass, 10);
         assert_eq!(c.owed(), 294);
-        assert_eq!(c.follow(&s[10..310]), 294);
+        assert_eq!(c.follow(&s[10..310]).pass, 294);
         assert!(c.at_boundary());
-        assert_eq!(c.follow(&s[304..]), 10);
+        assert_eq!(c.follow(&s[304..]).pass, 10);
         assert_eq!(c.owed(), 70_000);
     }
 
     #[test]
     fn websocket_fragments_and_close_are_followed() {
-        let mut c = FrameCursor::new(Framing::WebSocket);
+        let mut c = holding(Framing::WebSocket);
         // A first fragment, a ping between fragments, the last fragment.
-        assert_eq!(c.follow(&[0x02, 1, 1]), 3);
+        assert_eq!(c.follow(&[0x02, 1, 1]).pass, 3);
         assert!(c.in_message() && c.at_boundary());
-        assert_eq!(c.follow(&[0x89, 0]), 2);
+        assert_eq!(c.follow(&[0x89, 0]).pass, 2);
         assert!(c.in_message());
-        assert_eq!(c.follow(&[0x80, 1, b'x']), 3);
+        assert_eq!(c.follow(&[0x80, 1, b'x']).pass, 3);
         assert!(!c.in_message());
-        assert_eq!(c.follow(&[0x88, 2, 3, 0xe8]), 4);
+        assert_eq!(c.follow(&[0x88, 2, 3, 0xe8]).pass, 4);
         assert!(!c.at_boundary());
     }
 
     #[test]
     fn a_stream_that_is_not_websocket_is_passed_on_and_never_added_to() {
-        let mut c = FrameCursor::new(Framing::WebSocket);
-        assert_eq!(c.follow(&[0x83, 0, 1, 2]), 4);
+        let mut c = holding(Framing::WebSocket);
+        assert_eq!(c.follow(&[0x83, 0, 1, 2]).pass, 4);
         assert!(!c.at_boundary());
-        assert_eq!(c.follow(&[9, 9]), 2);
+        assert_eq!(c.follow(&[9, 9]).pass, 2);
+    }
+
+    #[test]
+    fn boundaries_of_whole_frames_in_one_read() {
+        let mut f = websocket();
+        assert!(f.at_boundary());
+        let mut bytes = frame(0x82, b"\x01hello");
+        let first = bytes.len();
+        bytes.extend(frame(0x82, &[7u8; 300]));
+        assert_eq!(f.follow(&bytes).boundary, Some(bytes.len()));
+        assert!(f.at_boundary());
+        // Mid-second-frame: the last boundary is after the first.
+        let mut f = websocket();
+        assert_eq!(f.follow(&bytes[..first + 10]).boundary, Some(first));
+        assert!(!f.at_boundary());
+        assert_eq!(
+            f.follow(&bytes[first + 10..]).boundary,
+            Some(bytes.len() - first - 10)
+        );
+    }
+
+    #[test]
+    fn a_read_inside_one_payload_has_no_boundary() {
+        let bytes = frame(0x82, &[1u8; 70_000]);
+        let mut f = websocket();
+        assert_eq!(f.follow(&bytes[..100]).boundary, Some(0));
+        assert_eq!(f.follow(&bytes[100..50_000]).boundary, None);
+        assert_eq!(
+            f.follow(&bytes[50_000..]).boundary,
+            Some(bytes.len() - 50_000)
+        );
+    }
+
+    #[test]
+    fn headers_split_across_reads_byte_by_byte() {
+        // 64-bit length header (10 bytes), then a 16-bit one.
+        let mut bytes = frame(0x82, &[3u8; 70_000]);
+        let second = bytes.len();
+        bytes.extend(frame(0x02, &[4u8; 200]));
+        bytes.extend(frame(0x80, b"end"));
+        let mut f = websocket();
+        let mut boundaries = Vec::new();
+        for (i, b) in bytes.iter().enumerate() {
+            let followed = f.follow(std::slice::from_ref(b));
+            assert_eq!(followed.pass, 1);
+            if followed.boundary == Some(1) {
+                boundaries.push(i + 1);
+            }
+        }
+        assert_eq!(boundaries, [second, second + 4 + 200, bytes.len()]);
+    }
+
+    #[test]
+    fn empty_frames_and_control_frames_are_boundaries_too() {
+        let mut bytes = frame(0x82, b"");
+        bytes.extend(frame(0x8A, b"pong"));
+        let mut f = websocket();
+        assert_eq!(f.follow(&bytes[..2]).boundary, Some(2));
+        assert_eq!(f.follow(&bytes[2..]).boundary, Some(bytes.len() - 2));
+    }
+
+    #[test]
+    fn nothing_goes_in_after_a_close_frame() {
+        let mut bytes = frame(0x82, b"\x01bye");
+        let before_close = bytes.len();
+        bytes.extend(frame(0x88, &[0x03, 0xE8]));
+        let mut f = websocket();
+        assert_eq!(f.follow(&bytes).boundary, Some(before_close));
+        assert!(f.stopped());
+        assert!(!f.at_boundary());
+        assert_eq!(f.follow(b"\x82\x00").boundary, None);
+    }
+
+    #[test]
+    fn reserved_bits_and_masks_are_followed() {
+        // permessage-deflate's RSV1 on a data frame; a masked frame (a client's, relayed).
+        let mut bytes = frame(0xC2, b"compressed");
+        let first = bytes.len();
+        bytes.extend_from_slice(&[0x82, 0x83, 1, 2, 3, 4, 9, 9, 9]);
+        let mut f = websocket();
+        assert_eq!(f.follow(&bytes[..first + 3]).boundary, Some(first));
+        assert_eq!(
+            f.follow(&bytes[first + 3..]).boundary,
+            Some(bytes.len() - first - 3)
+        );
+        assert!(f.at_boundary());
+    }
+
+    #[test]
+    fn a_stream_that_is_not_websocket_is_given_up() {
+        let mut f = websocket();
+        // Opcode 3 is reserved.
+        assert_eq!(
+            f.follow(b"\x83\x00"),
+            Followed {
+                pass: 2,
+                boundary: None
+            }
+        );
+        assert!(f.stopped());
+        assert_eq!(f.follow(b"\x82\x00").boundary, None);
+        // A 64-bit length with its top bit set.
+        let mut f = websocket();
+        assert_eq!(
+            f.follow(&[0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 0]).boundary,
+            None
+        );
+        assert!(f.stopped());
+    }
+
+    proptest::proptest! {
+        /// However a stream of frames is cut into reads, the boundaries found are exactly the
+        /// frame ends (and the start), and never a place inside a frame.
+        #[test]
+        fn any_cutting_finds_exactly_the_frame_ends(
+            sizes in proptest::collection::vec(0usize..70_000, 1..8),
+            cuts in proptest::collection::vec(1usize..20_000, 1..40),
+        ) {
+            let mut bytes = Vec::new();
+            let mut ends = vec![0];
+            for (i, n) in sizes.iter().enumerate() {
+                bytes.extend(frame(if i % 2 == 0 { 0x82 } else { 0x02 }, &vec![5u8; *n]));
+                ends.push(bytes.len());
+            }
+            let mut f = websocket();
+            let mut at = 0;
+            let mut cut = cuts.iter().cycle();
+            while at < bytes.len() {
+                let n = (*cut.next().unwrap()).min(bytes.len() - at);
+                let found = f.follow(&bytes[at..at + n]).boundary;
+                let expected = ends.iter().rev().find(|&&e| e >= at && e <= at + n).map(|e| e - at);
+                proptest::prop_assert_eq!(found, expected);
+                at += n;
+            }
+            proptest::prop_assert!(f.at_boundary());
+        }
+
+        /// Arbitrary bytes never panic it, and what it passes and its boundary are always
+        /// within the bytes given.
+        #[test]
+        fn arbitrary_bytes_are_followed_without_panics(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..64), 0..16),
+            spdy in proptest::bool::ANY,
+            holds in proptest::bool::ANY,
+        ) {
+            let framing = if spdy { Framing::Spdy } else { Framing::WebSocket };
+            let mut f = if holds { FrameCursor::holding_heads(framing) } else { FrameCursor::new(framing) };
+            for c in &chunks {
+                let followed = f.follow(c);
+                proptest::prop_assert!(followed.pass <= c.len());
+                if let Some(p) = followed.boundary {
+                    proptest::prop_assert!(p <= followed.pass);
+                }
+            }
+        }
     }
 }

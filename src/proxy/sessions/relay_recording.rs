@@ -24,9 +24,6 @@ struct Shared {
     errors: ErrorStream,
     /// Why observing stopped, if it did.
     failure: Option<String>,
-    /// Under `--record=required`: the upstream's frames as far as the client has been sent
-    /// them, so that the session can be ended between two of them.
-    cursor: Option<FrameCursor>,
     /// SPDY: the streams the upstream writes on, as last seen (kept should the observer stop).
     streams: RemoteCommandStreams,
 }
@@ -79,7 +76,6 @@ impl RelayTap {
                 observer,
                 errors: ErrorStream::default(),
                 failure: None,
-                cursor: None,
                 streams: RemoteCommandStreams::default(),
             }),
             unobservable: CancellationToken::new(),
@@ -89,18 +85,22 @@ impl RelayTap {
     }
 
     /// Under `--record=required`, a session that must end is ended as `ending` says, between
-    /// two of the upstream's frames: from here on the upstream's frames are followed, and the
-    /// whole declared length of a frame whose head has been passed on counts against the
-    /// bound (see [`RelayTap::pass_down`]). Without `required`, nothing changes.
+    /// two of the upstream's frames: the relay then follows the upstream's frames
+    /// ([`RelayTap::frame_cursor`]), and the whole declared length of a frame whose head has
+    /// been passed on counts against the bound (see [`RelayTap::pass_down`]). Without
+    /// `required`, nothing changes.
     pub fn ending_with(mut self, ending: Option<Ending>) -> RelayTap {
         if let (true, Some(_), Some(ending)) = (self.required, &self.recorder, ending) {
             self.ending = Some(ending);
-            self.shared
-                .get_mut()
-                .unwrap_or_else(|e| e.into_inner())
-                .cursor = Some(FrameCursor::new(ending.framing()));
         }
         self
+    }
+
+    /// The cursor the relay follows the upstream's frames with for this tap, when it ends the
+    /// session between two of them: one that never lets a read end inside a head.
+    pub fn frame_cursor(&self) -> Option<FrameCursor> {
+        self.ending
+            .map(|ending| FrameCursor::holding_heads(ending.framing()))
     }
 
     /// The recording's file, if it records.
@@ -112,49 +112,51 @@ impl RelayTap {
     /// carried. Returns `false` when the session must end instead (observing failed under
     /// `--record=required`): those bytes are then not passed on.
     pub async fn relayed(&self, direction: Direction, bytes: &[u8]) -> bool {
-        self.follow(direction, bytes).await.is_some()
+        self.follow(direction, bytes, 0).await
     }
 
-    /// Follows bytes read from the upstream and records what they carried; returns how many
-    /// of them may go to the client now, or `None` when the session must end instead (none of
-    /// them then go).
+    /// Follows bytes read from the upstream and records what they carried; returns whether
+    /// they may go to the client now (`false`: the session must end instead, and they do not
+    /// go). `frames` are the upstream's frames as the client will have them once these bytes
+    /// went.
     ///
-    /// Under `--record=required` with an ending, a read is never passed on to its end when
-    /// that is inside a frame head (the start of the head waits for the rest of it), and the
-    /// bytes go only once all but [`AHEAD_BYTES`](crate::audit::recording::AHEAD_BYTES) of
-    /// what the session recorded is written, counting as not yet recorded the whole declared
-    /// length of the frame left unfinished (its message's earlier fragments too). A frame
-    /// longer than the bound by itself goes only once everything before it is written.
-    pub async fn pass_down(&self, bytes: &[u8]) -> Option<usize> {
-        self.follow(Direction::UpstreamToClient, bytes).await
+    /// Under `--record=required` with an ending, the relay never passes a read on to its end
+    /// when that is inside a frame head (its [`RelayTap::frame_cursor`] keeps the start of
+    /// the head back for the rest of it), and the bytes go only once all but
+    /// [`AHEAD_BYTES`](crate::audit::recording::AHEAD_BYTES) of what the session recorded is
+    /// written, counting as not yet recorded the whole declared length of the frame left
+    /// unfinished (its message's earlier fragments too). A frame longer than the bound by
+    /// itself goes only once everything before it is written.
+    pub async fn pass_down(&self, bytes: &[u8], frames: Option<&FrameCursor>) -> bool {
+        // Only a session ended between two frames counts their declared lengths.
+        let owed = frames
+            .filter(|_| self.ending.is_some())
+            .map_or(0, FrameCursor::owed);
+        self.follow(Direction::UpstreamToClient, bytes, owed).await
     }
 
-    async fn follow(&self, direction: Direction, bytes: &[u8]) -> Option<usize> {
+    /// Follows `bytes` and records what they carried; `owed`: payload bytes the client will
+    /// have been sent the head of and not the rest. Whether the bytes may go.
+    async fn follow(&self, direction: Direction, bytes: &[u8], owed: u64) -> bool {
         let mut events = Vec::new();
-        let (pass, unrecorded, next) = {
+        let unrecorded = {
             let mut shared = self.lock();
             if shared.failure.is_some() {
                 // It cannot follow the stream any further: the bytes still go on unless the
                 // session has to end for it.
                 if self.required {
                     self.note_ended();
-                    return None;
+                    return false;
                 }
-                return Some(bytes.len());
+                return true;
             }
-            // The upstream's frames as the client will have them once these bytes went.
-            let mut next = match direction {
-                Direction::UpstreamToClient => shared.cursor.clone(),
-                Direction::ClientToUpstream => None,
-            };
-            let pass = next.as_mut().map_or(bytes.len(), |c| c.follow(bytes));
-            if let Err(e) = shared.observer.feed(direction, &bytes[..pass], &mut events) {
+            if let Err(e) = shared.observer.feed(direction, bytes, &mut events) {
                 self.stopped(&e.to_string());
                 shared.failure = Some(e.to_string());
                 if self.required {
                     self.unobservable.cancel();
                     self.note_ended();
-                    return None;
+                    return false;
                 }
             }
             for event in &events {
@@ -162,36 +164,30 @@ impl RelayTap {
                     shared.errors.push(data);
                 }
             }
-            if direction == Direction::ClientToUpstream && shared.cursor.is_some() {
+            if direction == Direction::ClientToUpstream && self.ending.is_some() {
                 if let Some(streams) = shared.observer.spdy_streams() {
                     shared.streams = streams;
                 }
             }
             // What the client is sent ahead of the observer's events: the unfinished frame's
-            // start (a WebSocket client can read it before the frame's end) and, with a
-            // cursor, the rest of its declared length, which goes on even after a failure.
-            let unrecorded = match direction {
-                Direction::UpstreamToClient => {
-                    shared.observer.held(direction) as u64 + next.as_ref().map_or(0, |c| c.owed())
-                }
+            // start (a WebSocket client can read it before the frame's end) and, with an
+            // ending, the rest of its declared length, which goes on even after a failure.
+            match direction {
+                Direction::UpstreamToClient => shared.observer.held(direction) as u64 + owed,
                 Direction::ClientToUpstream => 0,
-            };
-            (pass, unrecorded, next)
+            }
         };
         let Some(recorder) = &self.recorder else {
-            return Some(pass);
+            return true;
         };
         // What one read carried waits for the recording budget once; under
         // `--record=required` it goes on only within the bound of what is written, and never
         // once the recording failed (must_end then ends the session).
         if !recorder.record_within(&events, unrecorded).await {
             self.note_ended();
-            return None;
+            return false;
         }
-        if let Some(next) = next {
-            self.lock().cursor = Some(next);
-        }
-        Some(pass)
+        true
     }
 
     fn stopped(&self, error: &str) {
@@ -211,26 +207,15 @@ impl RelayTap {
         self.ending.is_some()
     }
 
-    /// Bytes of the frame the client has the head of and not the rest yet.
-    pub fn owed(&self) -> u64 {
-        self.lock().cursor.as_ref().map_or(0, FrameCursor::owed)
-    }
-
-    /// Follows the part of `bytes` (read from the upstream after the session had to end)
-    /// that completes the frame the client has begun; its length. It is within the bound:
-    /// counted when the frame's head went.
-    pub fn complete(&self, bytes: &[u8]) -> usize {
-        self.lock().cursor.as_mut().map_or(0, |c| c.complete(bytes))
-    }
-
     /// The frames that end the session with a Status saying its recording failed (`why`),
-    /// where the client stands now; `None` where none can go.
-    pub fn end_frames(&self, why: &str) -> Option<EndFrames> {
+    /// where the client stands now (`frames`: the upstream's frames as the client has them;
+    /// the rest of a frame it has begun is within the bound, counted when the frame's head
+    /// went); `None` where none can go.
+    pub fn end_frames(&self, why: &str, frames: &FrameCursor) -> Option<EndFrames> {
         let ending = self.ending?;
         let shared = self.lock();
-        let cursor = shared.cursor.as_ref()?;
         let streams = shared.observer.spdy_streams().unwrap_or(shared.streams);
-        ending.frames(&recording_failed(why), cursor, streams)
+        ending.frames(&recording_failed(why), frames, streams)
     }
 
     /// Notes that the relay stopped passing bytes on because the session must end.
@@ -316,8 +301,8 @@ mod tests {
     use super::*;
     use crate::activity_clock::ActivityClock;
     use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
-    use crate::proxy::sessions::relay::{pump, RelayCounters, RelayHooks};
     use crate::proxy::sessions::relay_ending::{recording_failed, Ending};
+    use crate::proxy::sessions::relay_pump::{admit_down, pump, RelayCounters, RelayHooks};
     use crate::spdy::codec::FrameEncoder;
     use crate::spdy::frame::{Data, Frame, HeaderBlock, StreamId, SynStream};
 
@@ -478,6 +463,14 @@ mod tests {
         )
     }
 
+    /// What the relay does with a read from the upstream (`frames`: the tap's cursor): how
+    /// much of it went to the client, `None` when the session must end instead.
+    async fn pass_down(tap: &RelayTap, frames: &mut FrameCursor, bytes: &[u8]) -> Option<usize> {
+        admit_down(bytes, Some(frames), Some(tap), None)
+            .await
+            .map(|followed| followed.pass)
+    }
+
     /// A binary message on stdout with `len` bytes of output.
     fn stdout_message(len: usize) -> Vec<u8> {
         let mut m = vec![0x82, 126];
@@ -493,25 +486,33 @@ mod tests {
     async fn a_frame_head_goes_only_once_its_whole_length_fits_in_the_bound() {
         let quick = Duration::from_millis(50);
         let (tap, writer) = v4_tap();
+        let mut frames = tap
+            .frame_cursor()
+            .expect("a required v4 tap follows frames");
         // 60,000 bytes of output recorded and not written yet: within the 64 KiB.
         let first = stdout_message(60_000);
-        assert_eq!(tap.pass_down(&first).await, Some(first.len()));
+        assert_eq!(
+            pass_down(&tap, &mut frames, &first).await,
+            Some(first.len())
+        );
         // A read that ends inside the next head passes nothing of it.
         let second = stdout_message(9_999);
-        assert_eq!(tap.pass_down(&second[..3]).await, Some(0));
+        assert_eq!(pass_down(&tap, &mut frames, &second[..3]).await, Some(0));
         // Its head and 10 bytes: 10,004 bytes declared (head included), so it may go only
         // once no more than 65,536 - 10,004 = 55,532 bytes are unwritten.
-        let waiting = tap.pass_down(&second[..14]);
-        tokio::pin!(waiting);
-        assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
-        writer.written(4_000);
-        assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
-        writer.written(1_000);
-        assert_eq!(
-            tokio::time::timeout(quick, waiting).await.unwrap(),
-            Some(14)
-        );
-        assert_eq!(tap.owed(), 9_990);
+        {
+            let waiting = pass_down(&tap, &mut frames, &second[..14]);
+            tokio::pin!(waiting);
+            assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
+            writer.written(4_000);
+            assert!(tokio::time::timeout(quick, &mut waiting).await.is_err());
+            writer.written(1_000);
+            assert_eq!(
+                tokio::time::timeout(quick, waiting).await.unwrap(),
+                Some(14)
+            );
+        }
+        assert_eq!(frames.owed(), 9_990);
     }
 
     /// A v4 relay whose recording fails while a message is half passed on: the client gets the
@@ -600,16 +601,23 @@ mod tests {
                 .unwrap();
         }
         assert!(tap.relayed(Direction::ClientToUpstream, &up).await);
+        let mut frames = tap
+            .frame_cursor()
+            .expect("a required SPDY tap follows frames");
         // Half of a stdout DATA frame of 100 bytes has gone when the recording fails.
         let mut data = vec![0, 0, 0, 3, 0, 0, 0, 100];
         data.extend_from_slice(&[b'o'; 100]);
-        assert_eq!(tap.pass_down(&data[..58]).await, Some(58));
+        assert_eq!(pass_down(&tap, &mut frames, &data[..58]).await, Some(58));
         writer.fail("No space left on device");
-        assert_eq!(tap.pass_down(&data[58..]).await, None);
-        assert_eq!(tap.owed(), 50);
-        assert!(tap.end_frames("x").is_none(), "not inside the frame");
-        assert_eq!(tap.complete(&data[58..]), 50);
-        let end = tap.end_frames("No space left on device").unwrap();
+        assert_eq!(pass_down(&tap, &mut frames, &data[58..]).await, None);
+        // The refused read left the frames where the client is.
+        assert_eq!(frames.owed(), 50);
+        assert!(
+            tap.end_frames("x", &frames).is_none(),
+            "not inside the frame"
+        );
+        assert_eq!(frames.complete(&data[58..]), 50);
+        let end = tap.end_frames("No space left on device", &frames).unwrap();
         let status = recording_failed("No space left on device").to_json_bytes();
         let mut expected = vec![
             0,

@@ -87,16 +87,46 @@ fn new_key() -> String {
 pub async fn dial_websocket(
     upstream: &Upstream,
     path_and_query: &str,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     protocols: &[&str],
     timeout: std::time::Duration,
     max_message: usize,
 ) -> Result<DialedWebSocket, WebSocketDialError> {
+    let key = new_key();
+    let req = handshake_request(upstream, path_and_query, headers, protocols, &key)?;
+    let mut resp = send_handshake(upstream, req, timeout).await?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(refused(resp, timeout).await);
+    }
+    let protocol = check_answer(resp.headers(), &key, protocols)?;
+    let upgraded = match tokio::time::timeout(timeout, hyper::upgrade::on(&mut resp)).await {
+        Ok(upgraded) => upgraded?,
+        Err(_) => return Err(WebSocketDialError::Timeout(timeout)),
+    };
+    // tungstenite allocates its read buffer up front (128 KiB by default): an idle session
+    // should not hold that; reads of a busy one still take 16 KiB at a time.
+    let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message));
+    let socket =
+        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, Some(config)).await;
+    Ok(DialedWebSocket { socket, protocol })
+}
+
+/// The WebSocket handshake for the upstream: `headers` with the upstream's Host, the upgrade,
+/// `key` and the `protocols` offered.
+fn handshake_request(
+    upstream: &Upstream,
+    path_and_query: &str,
+    mut headers: HeaderMap,
+    protocols: &[&str],
+    key: &str,
+) -> Result<Request<Empty<Bytes>>, WebSocketDialError> {
     let uri: Uri = upstream
         .join_path(path_and_query)
         .parse()
         .map_err(|e: http::uri::InvalidUri| WebSocketDialError::Request(e.to_string()))?;
-    let key = new_key();
     let host = HeaderValue::from_str(&upstream.authority())
         .map_err(|e| WebSocketDialError::Request(e.to_string()))?;
     headers.insert(header::HOST, host);
@@ -108,7 +138,7 @@ pub async fn dial_websocket(
     );
     headers.insert(
         header::SEC_WEBSOCKET_KEY,
-        HeaderValue::from_str(&key).expect("base64 is a valid header value"),
+        HeaderValue::from_str(key).expect("base64 is a valid header value"),
     );
     headers.insert(
         header::SEC_WEBSOCKET_PROTOCOL,
@@ -118,7 +148,15 @@ pub async fn dial_websocket(
     let mut req = Request::new(Empty::<Bytes>::new());
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
+    Ok(req)
+}
 
+/// Sends `req` on a fresh upstream connection; its answer's head must come within `timeout`.
+async fn send_handshake(
+    upstream: &Upstream,
+    req: Request<Empty<Bytes>>,
+    timeout: std::time::Duration,
+) -> Result<hyper::Response<hyper::body::Incoming>, WebSocketDialError> {
     let io = upstream.connect_raw().await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(async move {
@@ -126,29 +164,43 @@ pub async fn dial_websocket(
             debug!(error = %e, "upstream WebSocket connection ended with an error");
         }
     });
-    let mut resp = match tokio::time::timeout(timeout, sender.send_request(req)).await {
-        Ok(answer) => answer?,
-        Err(_) => return Err(WebSocketDialError::Timeout(timeout)),
-    };
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let status = resp.status();
-        let headers = Box::new(std::mem::take(resp.headers_mut()));
-        let body = tokio::time::timeout(
-            timeout,
-            Limited::new(resp.into_body(), MAX_REFUSAL_BODY).collect(),
-        )
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-        return Err(WebSocketDialError::Refused {
-            status,
-            headers,
-            body,
-        });
+    match tokio::time::timeout(timeout, sender.send_request(req)).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(WebSocketDialError::Timeout(timeout)),
     }
-    let h = resp.headers();
+}
+
+/// A refusal whole, for the client: status, headers and a capped body (what came of it
+/// within `timeout`).
+async fn refused(
+    mut resp: hyper::Response<hyper::body::Incoming>,
+    timeout: std::time::Duration,
+) -> WebSocketDialError {
+    let status = resp.status();
+    let headers = Box::new(std::mem::take(resp.headers_mut()));
+    let body = tokio::time::timeout(
+        timeout,
+        Limited::new(resp.into_body(), MAX_REFUSAL_BODY).collect(),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .map(|b| b.to_bytes())
+    .unwrap_or_default();
+    WebSocketDialError::Refused {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Checks a 101's headers `h` as a WebSocket handshake answer to `key` offering `protocols`;
+/// the subprotocol the upstream chose, if any.
+fn check_answer(
+    h: &HeaderMap,
+    key: &str,
+    protocols: &[&str],
+) -> Result<Option<String>, WebSocketDialError> {
     let is_websocket = h
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
@@ -176,17 +228,5 @@ pub async fn dial_websocket(
             "the upstream chose a subprotocol that was not offered",
         ));
     }
-    let upgraded = match tokio::time::timeout(timeout, hyper::upgrade::on(&mut resp)).await {
-        Ok(upgraded) => upgraded?,
-        Err(_) => return Err(WebSocketDialError::Timeout(timeout)),
-    };
-    // tungstenite allocates its read buffer up front (128 KiB by default): an idle session
-    // should not hold that; reads of a busy one still take 16 KiB at a time.
-    let config = WebSocketConfig::default()
-        .read_buffer_size(READ_BUFFER)
-        .max_message_size(Some(max_message))
-        .max_frame_size(Some(max_message));
-    let socket =
-        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, Some(config)).await;
-    Ok(DialedWebSocket { socket, protocol })
+    Ok(protocol)
 }

@@ -14,14 +14,12 @@
 
 mod close;
 pub(crate) mod frame;
-mod frame_boundaries;
 mod keepalive;
 pub(crate) mod mask;
 mod reader;
 mod writer;
 
 pub use close::{CloseCode, CloseFrame};
-pub use frame_boundaries::{FrameBoundaries, SERVER_PING};
 pub use keepalive::{Held, Keepalive, Listening, Liveness};
 pub use reader::{Incoming, WsReader};
 pub use writer::WsWriter;

@@ -1,0 +1,242 @@
+//! A relayed session once the upstream switched protocols and the client was answered: in
+//! the background, the client's upgrade is awaited, bytes are relayed both ways until the
+//! session ends (either side, drain, idle, an unresponsive client, a recording that failed
+//! under `--record=required`), and its end is audited, counted and logged.
+
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use tracing::{debug, info, warn};
+
+use super::registry::SessionSlot;
+use super::relay_pings::PingInjector;
+use super::relay_pump::{pump, RelayCounters, RelayHooks, RelayKeepalive, RelayStats};
+use super::relay_recording::{RelayTap, TapEnd};
+use crate::activity_clock::ActivityClock;
+use crate::audit::{SessionAudit, SessionEnd as AuditEnd};
+use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOutcome};
+use crate::proxy::wire::client_stream::ClientStream;
+use crate::translate::observe::PortForwardWatch;
+use crate::translate::ws::{Keepalive, Liveness};
+
+/// A relayed session the upstream switched protocols for, as it goes to the background.
+pub(super) struct RelaySession {
+    /// The request's path, for the log line.
+    pub path: String,
+    pub kind: SessionKind,
+    /// Its admission; given back once its end is audited.
+    pub slot: SessionSlot,
+    pub session_id: u64,
+    /// Its metrics, finished with the outcome.
+    pub guard: SessionGuard,
+    /// Why the session is not recorded, if it should be and is not.
+    pub recording_error: Option<String>,
+    /// The client connection and how it asked.
+    pub client_stream: ClientStream,
+    /// Who asked, for the log line.
+    pub user: Option<String>,
+    /// The recording, or the watch for the exit code.
+    pub tap: Option<RelayTap>,
+    /// A port-forward's audit.
+    pub watch: Option<PortForwardWatch>,
+    pub audit: Option<SessionAudit>,
+    /// `--handshake-timeout`, for the client's upgrade.
+    pub handshake_timeout: Duration,
+    /// `--close-drain-timeout`: how long one direction may outlive the other.
+    pub linger: Duration,
+    /// Pings to the client of a relayed WebSocket.
+    pub keepalive: Option<Keepalive>,
+    /// `--stream-idle-timeout`, where it applies.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// How the relay ended, and why the recording failed if that ended it.
+struct Ended {
+    outcome: SessionOutcome,
+    recording_failure: Option<String>,
+}
+
+impl RelaySession {
+    /// Waits for the client's upgrade, relays until the session ends, then finishes it.
+    pub async fn run(
+        self,
+        on_upgrade: hyper::upgrade::OnUpgrade,
+        upstream: hyper::upgrade::Upgraded,
+    ) {
+        let client = match tokio::time::timeout(self.handshake_timeout, on_upgrade).await {
+            Ok(Ok(u)) => u,
+            Ok(Err(e)) => {
+                debug!(error = %e, "client upgrade failed");
+                self.client_gone();
+                return;
+            }
+            Err(_) => {
+                debug!("client upgrade timed out");
+                self.client_gone();
+                return;
+            }
+        };
+        let started = Instant::now();
+        let counters = RelayCounters::default();
+        let ended = self
+            .relay_until_ended(TokioIo::new(client), TokioIo::new(upstream), &counters)
+            .await;
+        self.finish(ended, counters.stats(), started);
+    }
+
+    /// The client went before its upgrade: nothing was relayed.
+    fn client_gone(self) {
+        super::relay::end_unstarted(self.audit, SessionOutcome::ClientGone, None);
+        self.guard.finish(SessionOutcome::ClientGone, 0, 0);
+    }
+
+    /// Relays until the session ends, and says why it did.
+    async fn relay_until_ended<C, U>(
+        &self,
+        client: C,
+        upstream: U,
+        counters: &RelayCounters,
+    ) -> Ended
+    where
+        C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        // A relay carries a protocol we do not parse: on shutdown it can only be cut.
+        let activity = ActivityClock::new();
+        let idle = async {
+            match self.idle_timeout {
+                Some(limit) => activity.quiet_for(limit).await,
+                None => std::future::pending().await,
+            }
+        };
+        let must_end = async {
+            match &self.tap {
+                Some(tap) => tap.must_end().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut recording_failure = None;
+        let liveness = Liveness::new(self.keepalive);
+        let hooks = RelayHooks {
+            tap: self.tap.as_ref(),
+            watch: self.watch.as_ref(),
+            keepalive: self.keepalive.map(|k| RelayKeepalive {
+                pings: PingInjector::new(k.interval),
+                liveness: liveness.clone(),
+            }),
+            linger: Some(self.linger),
+        };
+        let session_id = self.session_id;
+        let mut relay = Box::pin(pump(client, upstream, counters, &activity, hooks));
+        let outcome = tokio::select! {
+            () = &mut relay => SessionOutcome::Success,
+            silent = liveness.lost() => {
+                info!(session = session_id, silent_ms = silent.as_millis() as u64, "relayed session ended: the client stopped answering pings");
+                SessionOutcome::ClientUnresponsive
+            }
+            _ = self.slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
+            _ = idle => SessionOutcome::IdleTimeout,
+            e = must_end => {
+                warn!(session = session_id, error = %e, "relayed session ended: its recording failed and recordings are required");
+                recording_failure = Some(e);
+                SessionOutcome::RecordingFailed
+            }
+        };
+        if outcome == SessionOutcome::RecordingFailed {
+            // The relay ends it itself: the frame the client has begun, the Status, and the
+            // client's own close, within the close drain timeout; then both are cut.
+            let _ = tokio::time::timeout(self.linger, &mut relay).await;
+        }
+        drop(relay);
+        // A relay that ended the session itself before the select saw why.
+        match self.tap.as_ref().and_then(RelayTap::must_have_ended) {
+            Some(e) if outcome == SessionOutcome::Success => Ended {
+                outcome: SessionOutcome::RecordingFailed,
+                recording_failure: Some(e),
+            },
+            _ => Ended {
+                outcome,
+                recording_failure,
+            },
+        }
+    }
+
+    /// Audits, counts and logs the end of a session that ran since `started`.
+    fn finish(self, ended: Ended, stats: RelayStats, started: Instant) {
+        let TapEnd {
+            exit_code,
+            status,
+            recording_error: tap_error,
+        } = self.tap.map(RelayTap::finish).unwrap_or_default();
+        // A command that ended with a non-zero exit code is counted as such, as on the
+        // translated path (the relay only knows it where it followed the stream).
+        let outcome = match (ended.outcome, exit_code) {
+            (SessionOutcome::Success, Some(code)) if code != 0 => SessionOutcome::NonZeroExit,
+            (outcome, _) => outcome,
+        };
+        let recording_error = ended
+            .recording_failure
+            .or(tap_error)
+            .or(self.recording_error);
+        // Before the slot goes: a drained proxy exits once every slot is back.
+        if let Some(audit) = self.audit {
+            let ran = Ran {
+                stats,
+                started,
+                exit_code,
+                status,
+            };
+            let end = audit_end(outcome, ran, recording_error);
+            audit.end(match self.watch {
+                Some(watch) => end.with_port_forwards(watch.finish()),
+                None => end,
+            });
+        }
+        drop(self.slot);
+        self.guard
+            .finish(outcome, stats.client_to_upstream, stats.upstream_to_client);
+        info!(
+            session = self.session_id,
+            kind = self.kind.label(),
+            user = self.user.as_deref().unwrap_or(""),
+            http_version = self.client_stream.form.http_version(),
+            connection = self.client_stream.connection.0,
+            path = %self.path,
+            outcome = outcome.label(),
+            bytes_up = stats.client_to_upstream,
+            bytes_down = stats.upstream_to_client,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "relayed upgrade finished"
+        );
+    }
+}
+
+/// What a relayed session did while it ran.
+struct Ran {
+    stats: RelayStats,
+    started: Instant,
+    /// From the error stream's Status, if it was followed and sent one.
+    exit_code: Option<i32>,
+    status: Option<String>,
+}
+
+/// The audit event's end of a relayed session.
+fn audit_end(outcome: SessionOutcome, ran: Ran, recording_error: Option<String>) -> AuditEnd {
+    AuditEnd {
+        bytes_in: ran.stats.client_to_upstream,
+        bytes_out: ran.stats.upstream_to_client,
+        duration_ms: ran.started.elapsed().as_millis() as u64,
+        exit_code: ran.exit_code,
+        status: ran.status,
+        outcome: outcome.label(),
+        ended_by: match outcome {
+            SessionOutcome::Drained => "drained",
+            SessionOutcome::IdleTimeout => "idle timeout",
+            SessionOutcome::RecordingFailed => "recording failed",
+            SessionOutcome::ClientUnresponsive => "client unresponsive",
+            _ => "connection closed",
+        },
+        recording_error,
+        ..Default::default()
+    }
+}
