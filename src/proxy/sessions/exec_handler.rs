@@ -11,9 +11,10 @@ use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
+use super::session_end::{remote_command_outcome, Finished, Running};
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
-use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
+use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
@@ -26,7 +27,7 @@ use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::{ExecOptions, Subresource};
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
 pub use crate::translate::remote_command::ExecStreams;
-use crate::translate::remote_command::{self, Outcome, SessionEndKind, SessionRecording};
+use crate::translate::remote_command::{self, SessionRecording};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 
@@ -205,7 +206,7 @@ pub async fn handle(
     if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
         info.recording = Some(r.recorder.path().display().to_string());
     }
-    let audit = session_audit::start(&state, info);
+    let running = Running::new(session_audit::start(&state, info), slot, guard);
     let ready = options.ready_channel();
     let tty = options.tty;
     let mut limits = state.session_limits.clone();
@@ -221,20 +222,17 @@ pub async fn handle(
                     if let Ok(streams) = setup {
                         streams.conn.close().await;
                     }
-                    session_audit::end_unstarted(
-                        audit,
+                    running.unstarted(
                         SessionOutcome::ClientGone,
                         session_audit::CLIENT_UPGRADE_FAILED,
-                        None,
                         recording_error,
                     );
-                    guard.finish(SessionOutcome::ClientGone, 0, 0);
                     return;
                 }
             };
             let outcome = match setup {
                 Ok(streams) => {
-                    let stop = slot.stop_token();
+                    let stop = running.slot().stop_token();
                     remote_command::run(ws, streams, ready, tty, &limits, stop, recording.as_ref())
                         .await
                 }
@@ -244,28 +242,13 @@ pub async fn handle(
             let result = if refused_for_recording {
                 SessionOutcome::RecordingFailed
             } else {
-                metrics_outcome(&outcome)
+                remote_command_outcome(&outcome)
             };
             let recording_error =
                 recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
             // The recording is complete once its recorder is gone.
             drop(recording);
-            // Before the slot goes: a drained proxy exits once every slot is back.
-            if let Some(audit) = audit {
-                audit.end(AuditEnd {
-                    bytes_in: outcome.bytes_in,
-                    bytes_out: outcome.bytes_out,
-                    duration_ms: outcome.duration.as_millis() as u64,
-                    exit_code: exit_code.map(i32::from),
-                    status: outcome.status.as_ref().map(|s| s.summary()),
-                    outcome: result.label(),
-                    ended_by: outcome.end.describe(),
-                    recording_error,
-                    ..Default::default()
-                });
-            }
-            drop(slot);
-            guard.finish(result, outcome.bytes_in, outcome.bytes_out);
+            running.finish(Finished::remote_command(&outcome, result, recording_error));
             info!(
                 session = session_id,
                 verb = kind.label(),
@@ -359,23 +342,5 @@ async fn dial_streams(
                 ),
             ))))
         }
-    }
-}
-
-/// How a finished session counts in the metrics.
-fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
-    match outcome.end {
-        SessionEndKind::Completed => match outcome.status.as_ref() {
-            Some(s) if s.exit_code() == Some(0) => SessionOutcome::Success,
-            Some(s) if s.exit_code().is_some() => SessionOutcome::NonZeroExit,
-            _ => SessionOutcome::UpstreamError,
-        },
-        SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
-        SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
-        SessionEndKind::Drained => SessionOutcome::Drained,
-        SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
-        SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
-        SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
-        SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
     }
 }

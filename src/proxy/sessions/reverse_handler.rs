@@ -16,9 +16,10 @@ use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
+use super::session_end::{remote_command_outcome, Finished, Running};
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
-use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd};
+use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
@@ -210,7 +211,7 @@ pub async fn handle_dialled(
     if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
         info.recording = Some(r.recorder.path().display().to_string());
     }
-    let audit = session_audit::start(&state, info);
+    let running = Running::new(session_audit::start(&state, info), slot, guard);
     let on_upgrade = req.on_upgrade;
     let task_state = state.clone();
     tokio::spawn(
@@ -220,23 +221,20 @@ pub async fn handle_dialled(
                 Ok(Ok(io)) => TokioIo::new(io),
                 _ => {
                     warn!(session = session_id, "client upgrade failed");
-                    session_audit::end_unstarted(
-                        audit,
+                    running.unstarted(
                         SessionOutcome::ClientGone,
                         session_audit::CLIENT_UPGRADE_FAILED,
-                        None,
                         recording_error,
                     );
-                    guard.finish(SessionOutcome::ClientGone, 0, 0);
                     return;
                 }
             };
             let Some(version) = version else {
-                let watch = audit.as_ref().map(|_| PortForwardWatch::new());
+                let watch = running.is_audited().then(PortForwardWatch::new);
                 let outcome = port_forward::run(
                     client,
                     upstream.socket,
-                    slot.stop_token(),
+                    running.slot().stop_token(),
                     state.stream_idle_timeout,
                     watch.as_ref(),
                 )
@@ -247,22 +245,16 @@ pub async fn handle_dialled(
                     TunnelEnd::Upstream => SessionOutcome::Success,
                     _ => SessionOutcome::ClientGone,
                 };
-                if let Some(audit) = audit {
-                    let end = AuditEnd {
-                        bytes_in: outcome.bytes_up,
-                        bytes_out: outcome.bytes_down,
-                        duration_ms: outcome.duration.as_millis() as u64,
-                        outcome: result.label(),
-                        ended_by: outcome.ended_by.describe(),
-                        ..Default::default()
-                    };
-                    audit.end(match watch {
-                        Some(watch) => end.with_port_forwards(watch.finish()),
-                        None => end,
-                    });
-                }
-                drop(slot);
-                guard.finish(result, outcome.bytes_up, outcome.bytes_down);
+                running.finish(
+                    Finished::new(
+                        result,
+                        outcome.bytes_up,
+                        outcome.bytes_down,
+                        outcome.duration,
+                        outcome.ended_by.describe(),
+                    )
+                    .with_port_forwards(watch),
+                );
                 info!(
                     session = session_id,
                     verb = "portforward",
@@ -286,18 +278,16 @@ pub async fn handle_dialled(
                 upstream,
                 version,
                 options,
-                &slot,
+                running.slot(),
                 recording.as_ref(),
             )
             .await;
             let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
-            let result = metrics_outcome(&outcome);
+            let result = remote_command_outcome(&outcome);
             let recording_error =
                 recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
             drop(recording);
-            end_audit(audit, &outcome, result, exit_code, recording_error);
-            drop(slot);
-            guard.finish(result, outcome.bytes_in, outcome.bytes_out);
+            running.finish(Finished::remote_command(&outcome, result, recording_error));
             info!(
                 session = session_id,
                 verb = kind.label(),
@@ -384,46 +374,6 @@ async fn exec(
         recording,
     )
     .await
-}
-
-fn end_audit(
-    audit: Option<SessionAudit>,
-    outcome: &Outcome,
-    result: SessionOutcome,
-    exit_code: Option<u8>,
-    recording_error: Option<String>,
-) {
-    if let Some(audit) = audit {
-        audit.end(AuditEnd {
-            bytes_in: outcome.bytes_in,
-            bytes_out: outcome.bytes_out,
-            duration_ms: outcome.duration.as_millis() as u64,
-            exit_code: exit_code.map(i32::from),
-            status: outcome.status.as_ref().map(|s| s.summary()),
-            outcome: result.label(),
-            ended_by: outcome.end.describe(),
-            recording_error,
-            ..Default::default()
-        });
-    }
-}
-
-/// How a finished session counts in the metrics.
-fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
-    match outcome.end {
-        SessionEndKind::Completed => match outcome.status.as_ref().and_then(|s| s.exit_code()) {
-            Some(0) => SessionOutcome::Success,
-            Some(_) => SessionOutcome::NonZeroExit,
-            None => SessionOutcome::UpstreamError,
-        },
-        SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
-        SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
-        SessionEndKind::Drained => SessionOutcome::Drained,
-        SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
-        SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
-        SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
-        SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
-    }
 }
 
 /// The 101 to the client's SPDY upgrade, naming the negotiated version.

@@ -13,8 +13,9 @@ use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
+use super::session_end::{Finished, Running};
 use super::state::ProxyState;
-use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
+use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
@@ -128,6 +129,7 @@ pub async fn handle(
     // watch. Without the log nothing looks at them.
     let watch = (audit.is_some() && upgraded_upstream.protocol.as_deref() == Some(PORT_FORWARD))
         .then(PortForwardWatch::new);
+    let running = Running::new(audit, slot, guard);
     let ws_config = state.client_socket_config();
     let handshake_timeout = state.handshake_timeout;
     tokio::spawn(
@@ -136,14 +138,11 @@ pub async fn handle(
                 Ok(ws) => ws,
                 Err(e) => {
                     warn!(error = %e, "client upgrade failed");
-                    session_audit::end_unstarted(
-                        audit,
+                    running.unstarted(
                         SessionOutcome::ClientGone,
                         session_audit::CLIENT_UPGRADE_FAILED,
                         None,
-                        None,
                     );
-                    guard.finish(SessionOutcome::ClientGone, 0, 0);
                     return;
                 }
             };
@@ -151,7 +150,7 @@ pub async fn handle(
                 ws,
                 upgraded_upstream.io,
                 upgraded_upstream.leftover,
-                slot.stop_token(),
+                running.slot().stop_token(),
                 state.stream_idle_timeout,
                 watch.as_ref(),
             )
@@ -163,26 +162,16 @@ pub async fn handle(
                 TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
                 TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
             };
-            // Before the slot goes: a drained proxy exits once every slot is back.
-            if let Some(audit) = audit {
-                let end = AuditEnd {
-                    bytes_in: outcome.bytes_up,
-                    bytes_out: outcome.bytes_down,
-                    duration_ms: outcome.duration.as_millis() as u64,
-                    exit_code: None,
-                    status: None,
-                    outcome: result.label(),
-                    ended_by: outcome.ended_by.describe(),
-                    recording_error: None,
-                    ..Default::default()
-                };
-                audit.end(match watch {
-                    Some(watch) => end.with_port_forwards(watch.finish()),
-                    None => end,
-                });
-            }
-            drop(slot);
-            guard.finish(result, outcome.bytes_up, outcome.bytes_down);
+            running.finish(
+                Finished::new(
+                    result,
+                    outcome.bytes_up,
+                    outcome.bytes_down,
+                    outcome.duration,
+                    outcome.ended_by.describe(),
+                )
+                .with_port_forwards(watch),
+            );
             info!(
                 session = session_id,
                 verb = "portforward",
