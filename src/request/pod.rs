@@ -45,6 +45,22 @@ pub struct PodTarget {
 /// is allowed (API servers mounted below a path), and so are trailing slashes: the API server's
 /// request info trims them, and reading too many paths as streaming ones only audits more.
 pub fn parse_pod_subresource(path: &str) -> Option<PodTarget> {
+    let (namespace, pod, subresource) = pod_subresource_parts(path)?;
+    Some(PodTarget {
+        namespace: namespace.to_owned(),
+        pod: pod.to_owned(),
+        subresource,
+    })
+}
+
+/// Which streaming subresource a decoded path addresses, read as [`parse_pod_subresource`]
+/// reads it, without copying the names (the classifier asks this of every upgrade).
+pub fn pod_subresource(path: &str) -> Option<Subresource> {
+    pod_subresource_parts(path).map(|(_, _, subresource)| subresource)
+}
+
+/// The namespace, pod and subresource of a decoded path, borrowed from it.
+fn pod_subresource_parts(path: &str) -> Option<(&str, &str, Subresource)> {
     let start = path.find("/api/v1/namespaces/")?;
     let rest = path[start + "/api/v1/namespaces/".len()..].trim_end_matches('/');
     let mut parts = rest.split('/');
@@ -57,11 +73,7 @@ pub fn parse_pod_subresource(path: &str) -> Option<PodTarget> {
     if parts.next().is_some() {
         return None;
     }
-    Some(PodTarget {
-        namespace: namespace.to_owned(),
-        pod: pod.to_owned(),
-        subresource,
-    })
+    Some((namespace, pod, subresource))
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 
 use super::channel::Channel;
 use super::protocol::UpstreamVersion;
-use crate::request::go_url::{parse_query, slice_to_bool};
-pub use crate::request::pod::{parse_pod_subresource, PodTarget, Subresource};
+use crate::request::go_url::slice_to_bool;
+pub use crate::request::pod::{PodTarget, Subresource};
+use crate::request::target::RequestTarget;
 
 /// The `streamtype` of an SPDY stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,27 +61,25 @@ pub struct ExecOptions {
 impl ExecOptions {
     /// Reads the query string (without `?`) as kube-apiserver reads `PodExecOptions`: pairs as
     /// Go's `url.ParseQuery` keeps them, the first value of each single-valued option,
-    /// every `command` in order.
+    /// every `command` in order. The proxy reads a request once ([`from_target`](Self::from_target));
+    /// this is for clients and tests that hold only a query string.
     pub fn from_query(query: &str) -> ExecOptions {
-        let pairs = parse_query(query);
-        let first = |key: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == key.as_bytes())
-                .map(|(_, v)| String::from_utf8_lossy(v))
-        };
-        let flag = |key: &str| slice_to_bool(first(key).as_deref());
+        let target =
+            RequestTarget::parse("/", Some(query)).expect("a path without escapes always reads");
+        ExecOptions::from_target(&target)
+    }
+
+    /// Reads the options of a request target already read ([`RequestTarget`]), as
+    /// [`from_query`](Self::from_query) reads its query.
+    pub fn from_target(target: &RequestTarget) -> ExecOptions {
+        let flag = |key: &str| slice_to_bool(target.first(key));
         ExecOptions {
             stdin: flag("stdin"),
             stdout: flag("stdout"),
             stderr: flag("stderr"),
             tty: flag("tty"),
-            container: first("container").map(|c| c.into_owned()),
-            command: pairs
-                .iter()
-                .filter(|(k, _)| k == b"command")
-                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-                .collect(),
+            container: target.first("container").map(str::to_owned),
+            command: target.all("command").map(str::to_owned).collect(),
         }
     }
 

@@ -29,6 +29,7 @@ use crate::proxy::client::upgrade_request::{
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::HandshakeRejection;
 use crate::proxy::route::classify::{classify, Class, RelayKind};
+use crate::proxy::route::stream_request::{is_followed_log, StreamRequest, StreamTarget};
 use crate::proxy::sessions::forward::forward;
 use crate::proxy::sessions::pass_through;
 use crate::proxy::sessions::registry::{next_session_id, Refusal};
@@ -329,11 +330,11 @@ async fn route_authenticated(
             let caller = authenticate(&state, req.headers(), None, conn).await?;
             let method = req.method().clone();
             let started = Instant::now();
-            if state.audit.is_some() && session_audit::is_followed_log(&method, &target) {
+            if state.audit.is_some() && is_followed_log(&method, &target) {
                 if let Err(why) = canonical_target(&mut req, &target) {
                     return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
                 }
-                return Ok(followed_log(&state, req, peer, &caller).await);
+                return Ok(followed_log(&state, req, peer, &caller, &target).await);
             }
             let resp = forward(&state, req, peer, &caller).await;
             state
@@ -390,6 +391,13 @@ async fn route_authenticated(
         Ok(slot) => slot,
         Err(refusal) => return Ok(refuse(&state, refusal)),
     };
+    let stream = StreamRequest {
+        target: StreamTarget::read(&target),
+        caller,
+        peer,
+        client: req.client,
+        audit_id: request_layers::audit_id(&req.parts.headers),
+    };
     let form = req.client.form;
     state.metrics.session_admitted(form);
     // An HTTP/1.1 upgrade takes its connection away from hyper; an HTTP/2 one is a stream the
@@ -400,29 +408,29 @@ async fn route_authenticated(
         // `--upstream-streaming` decides whether these are translated or passed through.
         Session::Translate(subresource) => {
             let streamed = pass_through::Streamed::RemoteCommand(subresource);
-            pass_through::handle(state.clone(), req, peer, caller, streamed, slot).await
+            pass_through::handle(state.clone(), req, stream, streamed, slot).await
         }
         Session::Tunnel(protocols) => {
             let streamed = pass_through::Streamed::Tunnel(protocols);
-            pass_through::handle(state.clone(), req, peer, caller, streamed, slot).await
+            pass_through::handle(state.clone(), req, stream, streamed, slot).await
         }
         // SPDY exec/attach/port-forward: relayed, or translated to WebSocket where the
         // upstream takes only that (`websocket`, or `auto` once SPDY was refused).
         Session::Relay(RelayKind::Spdy) => {
             match (
                 state.upstream_streaming,
-                reverse_handler::streaming_subresource(req.parts.uri.path()),
+                stream.target.streaming_subresource(),
             ) {
                 (UpstreamStreaming::WebSocket, Some(_)) => {
-                    reverse_handler::handle(state.clone(), req, peer, caller, slot).await
+                    reverse_handler::handle(state.clone(), req, stream, slot).await
                 }
                 (UpstreamStreaming::Auto, Some(subresource)) => {
-                    spdy_auto::handle(state.clone(), req, peer, caller, subresource, slot).await
+                    spdy_auto::handle(state.clone(), req, stream, subresource, slot).await
                 }
-                _ => relay(&state, req, peer, RelayKind::Spdy, slot, &caller).await,
+                _ => relay(&state, req, stream, RelayKind::Spdy, slot).await,
             }
         }
-        Session::Relay(kind) => relay(&state, req, peer, kind, slot, &caller).await,
+        Session::Relay(kind) => relay(&state, req, stream, kind, slot).await,
     })
 }
 
@@ -459,15 +467,11 @@ async fn followed_log(
     req: Request<Incoming>,
     peer: SocketAddr,
     caller: &Caller,
+    target: &RequestTarget,
 ) -> Response<ProxyBody> {
     let method = req.method().clone();
     let http_version = req.version();
     let started = Instant::now();
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map(|pq| pq.as_str().to_owned())
-        .unwrap_or_default();
     let audit_id = request_layers::audit_id(req.headers());
     // The credentials as they go upstream: in passthrough mode, the caller's own.
     let credentials = req.headers().get(http::header::AUTHORIZATION).cloned();
@@ -482,7 +486,7 @@ async fn followed_log(
         state,
         session_audit::session_info(
             next_session_id(),
-            &path_and_query,
+            &StreamTarget::read(target),
             SessionClient::new(peer, http_version),
             identity,
             ProtocolPath::Http,

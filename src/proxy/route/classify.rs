@@ -4,8 +4,8 @@
 
 use http::{header, HeaderMap, Method};
 
+use crate::request::pod::{pod_subresource, Subresource};
 use crate::request::target::RequestTarget;
-use crate::translate::exec_options::{parse_pod_subresource, Subresource};
 use crate::translate::protocol::ChannelProtocol;
 use crate::translate::subprotocol::{BearerToken, OfferedProtocols};
 
@@ -82,7 +82,7 @@ pub fn classify(method: &Method, target: &RequestTarget, headers: &HeaderMap) ->
         return relay(RelayKind::Other, &mut offered);
     }
     let _ = method;
-    let subresource = parse_pod_subresource(target.path()).map(|t| t.subresource);
+    let subresource = pod_subresource(target.path());
     // Only port-forward is tunnelled, as kube-apiserver tunnels only port-forward: a tunnel
     // offered on an exec path would carry a SPDY exec inside the WebSocket, which nothing on
     // the way could record.

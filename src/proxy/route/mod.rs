@@ -2,6 +2,8 @@
 //!
 //! - [`classify`]: a request's class (translated exec, tunnel, relay, reverse, plain forward)
 //!   from its method, target and headers.
+//! - [`stream_request`]: a streaming request read once (pod, subresource, options, ports,
+//!   caller, client, audit id), which the front door hands to its session.
 //!
 //! One proxy in front of many clusters picks the upstream here too: the route names the
 //! upstream (with its credentials, auth mode and streaming mode) a request goes to.
@@ -9,3 +11,4 @@
 //! `sessions` and `listen`.
 
 pub mod classify;
+pub mod stream_request;

@@ -3,7 +3,6 @@
 //! `--upstream-streaming auto` the dial ([`dial`]) is made by the caller, which decides on its
 //! answer before handing it over ([`Prepared`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,24 +10,24 @@ use http::{HeaderMap, Response, StatusCode};
 use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
-use super::session_audit::{self, SessionClient};
+use super::session_audit;
+use super::session_end::{remote_command_outcome, Finished, Running};
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
-use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
-use crate::proxy::auth::Caller;
-use crate::proxy::client::request_layers;
+use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
+use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
 use crate::spdy::upgrade::UpgradeError;
-use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
+use crate::translate::exec_options::{ExecOptions, Subresource};
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
 pub use crate::translate::remote_command::ExecStreams;
-use crate::translate::remote_command::{self, Outcome, SessionEndKind, SessionRecording};
+use crate::translate::remote_command::{self, SessionRecording};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 
@@ -85,13 +84,17 @@ impl SetupError {
 pub async fn dial(
     state: &ProxyState,
     req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: &StreamRequest,
 ) -> Result<ExecStreams, SetupError> {
-    let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
-    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
-    state.auth.apply(caller, &mut headers);
-    dial_streams(state, &req.path_and_query(), headers, &options).await
+    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
+    state.auth.apply(&stream.caller, &mut headers);
+    dial_streams(
+        state,
+        &req.path_and_query(),
+        headers,
+        &stream.target.options,
+    )
+    .await
 }
 
 /// Handles a request the classifier marked for translation; `slot` is its admission and
@@ -99,13 +102,12 @@ pub async fn dial(
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     subresource: Subresource,
     slot: SessionSlot,
     prepared: Prepared,
 ) -> Response<ProxyBody> {
-    let client = req.client;
+    let client = stream.client;
     let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
         Ok(answer) => answer,
         Err(e) => {
@@ -115,11 +117,10 @@ pub async fn handle(
             return failure(e.status(), "BadRequest", e.to_string());
         }
     };
-    let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
+    let options = &stream.target.options;
     let path_and_query = req.path_and_query();
-    let audit_id = request_layers::audit_id(&req.parts.headers);
-    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
-    state.auth.apply(&caller, &mut headers);
+    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
+    state.auth.apply(&stream.caller, &mut headers);
     let on_upgrade = req.on_upgrade;
 
     // A pass-through the upstream refused counts where the session was headed.
@@ -130,7 +131,6 @@ pub async fn handle(
     };
     let guard = state.metrics.session(kind);
     let session_id = next_session_id();
-    let target = parse_pod_subresource(path_without_query(&path_and_query));
 
     // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
     // Who the caller is (for the audit) is found out meanwhile.
@@ -143,7 +143,7 @@ pub async fn handle(
         let dialled = match prepared {
             Prepared::Refused(status) => return Err(status),
             Prepared::Dialled(dialled) => dialled,
-            Prepared::Dial => dial_streams(&state, &path_and_query, headers, &options).await,
+            Prepared::Dial => dial_streams(&state, &path_and_query, headers, options).await,
         };
         dialled.map_err(|e| {
             match &e {
@@ -158,17 +158,15 @@ pub async fn handle(
             e.into_status()
         })
     };
-    let (mut setup, identity) =
-        tokio::join!(setup, session_audit::identify(&state, &caller, credentials),);
+    let (mut setup, identity) = tokio::join!(
+        setup,
+        session_audit::identify(&state, &stream.caller, credentials),
+    );
     // The recording starts once the session is real (its streams are open).
     let mut recording_error = None;
     let recording = match (&state.recordings, &setup) {
         (Some(recordings), Ok(_)) => {
-            let title = match (&target, &options.container) {
-                (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
-                (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
-                (None, _) => String::new(),
-            };
+            let title = stream.target.recording_title();
             let id = crate::audit::instance::session_id(session_id);
             match recordings.open(&id, &options.command, title).await {
                 Ok(recorder) => Some(SessionRecording {
@@ -198,26 +196,23 @@ pub async fn handle(
         _ => None,
     };
     let refused_for_recording = recording_error.is_some() && setup.is_err();
-    let mut info = session_audit::session_info(
+    let mut info = session_audit::stream_info(
         session_id,
-        &path_and_query,
-        SessionClient::new(peer, client.form),
+        &stream,
         identity,
         protocol_path,
         Some(ChannelProtocol::V5.name().to_owned()),
-        audit_id,
     );
     if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
         info.recording = Some(r.recorder.path().display().to_string());
     }
-    let audit = session_audit::start(&state, info);
+    let running = Running::new(session_audit::start(&state, info), slot, guard);
     let ready = options.ready_channel();
     let tty = options.tty;
     let mut limits = state.session_limits.clone();
     limits.idle_timeout = state.stream_idle_timeout;
     let ws_config = state.client_socket_config();
     let handshake_timeout = state.handshake_timeout;
-    let user = caller.user().map(str::to_owned);
     tokio::spawn(
         async move {
             let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
@@ -227,20 +222,17 @@ pub async fn handle(
                     if let Ok(streams) = setup {
                         streams.conn.close().await;
                     }
-                    session_audit::end_unstarted(
-                        audit,
+                    running.unstarted(
                         SessionOutcome::ClientGone,
                         session_audit::CLIENT_UPGRADE_FAILED,
-                        None,
                         recording_error,
                     );
-                    guard.finish(SessionOutcome::ClientGone, 0, 0);
                     return;
                 }
             };
             let outcome = match setup {
                 Ok(streams) => {
-                    let stop = slot.stop_token();
+                    let stop = running.slot().stop_token();
                     remote_command::run(ws, streams, ready, tty, &limits, stop, recording.as_ref())
                         .await
                 }
@@ -250,37 +242,22 @@ pub async fn handle(
             let result = if refused_for_recording {
                 SessionOutcome::RecordingFailed
             } else {
-                metrics_outcome(&outcome)
+                remote_command_outcome(&outcome)
             };
             let recording_error =
                 recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
             // The recording is complete once its recorder is gone.
             drop(recording);
-            // Before the slot goes: a drained proxy exits once every slot is back.
-            if let Some(audit) = audit {
-                audit.end(AuditEnd {
-                    bytes_in: outcome.bytes_in,
-                    bytes_out: outcome.bytes_out,
-                    duration_ms: outcome.duration.as_millis() as u64,
-                    exit_code: exit_code.map(i32::from),
-                    status: outcome.status.as_ref().map(|s| s.summary()),
-                    outcome: result.label(),
-                    ended_by: outcome.end.describe(),
-                    recording_error,
-                    ..Default::default()
-                });
-            }
-            drop(slot);
-            guard.finish(result, outcome.bytes_in, outcome.bytes_out);
+            running.finish(Finished::remote_command(&outcome, result, recording_error));
             info!(
                 session = session_id,
                 verb = kind.label(),
-                user = user.as_deref().unwrap_or(""),
+                user = stream.caller.user().unwrap_or(""),
                 http_version = client.form.http_version(),
                 connection = client.connection.0,
-                namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
-                pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
-                container = options.container.as_deref().unwrap_or(""),
+                namespace = stream.target.namespace(),
+                pod = stream.target.pod_name(),
+                container = stream.target.container(),
                 tty,
                 bytes_in = outcome.bytes_in,
                 bytes_out = outcome.bytes_out,
@@ -366,27 +343,4 @@ async fn dial_streams(
             ))))
         }
     }
-}
-
-/// How a finished session counts in the metrics.
-fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
-    match outcome.end {
-        SessionEndKind::Completed => match outcome.status.as_ref() {
-            Some(s) if s.exit_code() == Some(0) => SessionOutcome::Success,
-            Some(s) if s.exit_code().is_some() => SessionOutcome::NonZeroExit,
-            _ => SessionOutcome::UpstreamError,
-        },
-        SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
-        SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
-        SessionEndKind::Drained => SessionOutcome::Drained,
-        SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
-        SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
-        SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
-        SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
-    }
-}
-
-/// The path without the query, which may carry commands with secrets in them.
-fn path_without_query(pq: &str) -> &str {
-    pq.split('?').next().unwrap_or(pq)
 }

@@ -20,6 +20,7 @@
 //! What they share:
 //! - [`state`]: what every runner is given (the upstream, limits, metrics, audit).
 //! - [`session_audit`]: the audit hooks every streaming session calls at its start and end.
+//! - [`session_end`]: the one way a running session ends (audit event, slot, metrics).
 //! - [`registry`]: admission (`--max-sessions`) and draining of running sessions; the
 //!   registry of live sessions that operators list, follow and end grows here, every session
 //!   kind registering the same way.
@@ -41,6 +42,7 @@ pub mod relay_recording;
 pub mod relay_session;
 pub mod reverse_handler;
 pub mod session_audit;
+pub mod session_end;
 pub mod spdy_auto;
 pub mod state;
 pub mod tunnel_handler;

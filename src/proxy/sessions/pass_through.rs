@@ -9,7 +9,6 @@
 //! upstream's 101 is remembered, so later sessions go to the path that last worked without
 //! asking again for a while (src/proxy/upstream/streaming.rs).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,15 +19,14 @@ use hyper::body::Incoming;
 use super::exec_handler::{ExecStreams, Prepared, SetupError};
 use super::registry::{next_session_id, SessionSlot};
 use super::relay::{self, RelayError};
-use super::session_audit::{self, AuditIdentity, SessionClient};
+use super::session_audit::{self, AuditIdentity};
 use super::state::ProxyState;
 use super::{exec_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
-use crate::proxy::auth::Caller;
-use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::is_valid_key;
 use crate::proxy::observability::metrics::SessionKind;
+use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::refusal_body::{HeldRefusal, MAX_STATUS_BODY};
 use crate::proxy::upstream::spdy_dial::DialError;
 use crate::proxy::upstream::streaming::{
@@ -161,14 +159,13 @@ impl Dialled {
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     streamed: Streamed,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
     let setting = state.upstream_streaming;
     if setting == UpstreamStreaming::Spdy {
-        return translate(state, req, peer, caller, streamed, slot, None).await;
+        return translate(state, req, stream, streamed, slot, None).await;
     }
     if !req
         .parts
@@ -190,19 +187,18 @@ pub async fn handle(
         Instant::now(),
     );
     if setting == UpstreamStreaming::Auto && remembered == Some(UpstreamPath::Spdy) {
-        return remembered_translation(state, req, peer, caller, streamed, slot).await;
+        return remembered_translation(state, req, stream, streamed, slot).await;
     }
-    let (asked, identity) = match ask(&state, &req, peer, &caller, &streamed).await {
+    let (asked, identity) = match ask(&state, &req, &stream, &streamed).await {
         Ok(asked) => asked,
         Err(refused) => return refused,
     };
     if setting == UpstreamStreaming::Auto {
-        return auto_after_pass_through(state, req, peer, caller, streamed, slot, asked, identity)
-            .await;
+        return auto_after_pass_through(state, req, stream, streamed, slot, asked, identity).await;
     }
     let delivered = match asked {
         Asked::Accepted(resp) => {
-            return carry(&state, req, peer, &caller, slot, resp, identity).await;
+            return carry(&state, req, stream, slot, resp, identity).await;
         }
         Asked::Refused(held) if held.answer() == RefusalAnswer::Deliver => Delivered::Replay(held),
         Asked::Refused(held) => Delivered::Unsupported {
@@ -219,10 +215,7 @@ pub async fn handle(
         },
         Asked::Failed(e) => Delivered::Failed(e),
     };
-    deliver(
-        state, req, peer, caller, streamed, slot, delivered, identity,
-    )
-    .await
+    deliver(state, req, stream, streamed, slot, delivered, identity).await
 }
 
 /// Asks the upstream with the client's WebSocket upgrade (offering only what the translation
@@ -230,13 +223,17 @@ pub async fn handle(
 async fn ask(
     state: &ProxyState,
     req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: &StreamRequest,
     streamed: &Streamed,
 ) -> Result<(Asked, AuditIdentity), Response<ProxyBody>> {
-    let mut upstream_req =
-        relay::upstream_request(state, &req.parts, req.body.clone(), peer, caller)
-            .map_err(|e| e.response())?;
+    let mut upstream_req = relay::upstream_request(
+        state,
+        &req.parts,
+        req.body.clone(),
+        stream.peer,
+        &stream.caller,
+    )
+    .map_err(|e| e.response())?;
     // Only what the translation would speak is offered: a client that also offers v4 must not
     // end up with a v4 session on an old cluster (which picks v4, and starts the command, where
     // the translation would have given it v5).
@@ -258,7 +255,7 @@ async fn ask(
     let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
     let (answer, identity) = tokio::join!(
         relay::ask_upstream(state, upstream_req),
-        session_audit::identify(state, caller, credentials),
+        session_audit::identify(state, &stream.caller, credentials),
     );
     let asked = match answer {
         Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
@@ -282,8 +279,7 @@ async fn ask(
 async fn auto_after_pass_through(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     streamed: Streamed,
     slot: SessionSlot,
     asked: Asked,
@@ -293,34 +289,28 @@ async fn auto_after_pass_through(
     match (after_first(false, asked.answer()), asked) {
         (AfterFirst::Serve, Asked::Accepted(resp)) => {
             learn(&state, family, UpstreamPath::PassThrough);
-            carry(&state, req, peer, &caller, slot, resp, identity).await
+            carry(&state, req, stream, slot, resp, identity).await
         }
         (AfterFirst::TryOther { .. }, asked) => {
-            let dialled = dial_translation(&state, &req, peer, &caller, &streamed).await;
+            let dialled = dial_translation(&state, &req, &stream, &streamed).await;
             match after_second(dialled.answer()) {
                 // The translation's session or its Status; only a 101 is learned.
                 second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
                     if second == AfterSecond::Serve {
                         learn(&state, family, UpstreamPath::Spdy);
                     }
-                    translate(state, req, peer, caller, streamed, slot, Some(dialled)).await
+                    translate(state, req, stream, streamed, slot, Some(dialled)).await
                 }
                 AfterSecond::DeliverFirst => {
                     dialled.discard().await;
                     let delivered = asked.into_delivered();
-                    deliver(
-                        state, req, peer, caller, streamed, slot, delivered, identity,
-                    )
-                    .await
+                    deliver(state, req, stream, streamed, slot, delivered, identity).await
                 }
             }
         }
         (_, asked) => {
             let delivered = asked.into_delivered();
-            deliver(
-                state, req, peer, caller, streamed, slot, delivered, identity,
-            )
-            .await
+            deliver(state, req, stream, streamed, slot, delivered, identity).await
         }
     }
 }
@@ -332,20 +322,19 @@ async fn auto_after_pass_through(
 async fn remembered_translation(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     streamed: Streamed,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
     let family = streamed.family();
-    let dialled = dial_translation(&state, &req, peer, &caller, &streamed).await;
+    let dialled = dial_translation(&state, &req, &stream, &streamed).await;
     match after_first(true, dialled.answer()) {
         AfterFirst::Serve => {
             learn(&state, family, UpstreamPath::Spdy);
-            return translate(state, req, peer, caller, streamed, slot, Some(dialled)).await;
+            return translate(state, req, stream, streamed, slot, Some(dialled)).await;
         }
         AfterFirst::Deliver => {
-            return translate(state, req, peer, caller, streamed, slot, Some(dialled)).await;
+            return translate(state, req, stream, streamed, slot, Some(dialled)).await;
         }
         AfterFirst::TryOther { .. } => {}
     }
@@ -356,7 +345,7 @@ async fn remembered_translation(
     {
         log_forgotten(&upstream, family, UpstreamPath::Spdy);
     }
-    let (asked, identity) = match ask(&state, &req, peer, &caller, &streamed).await {
+    let (asked, identity) = match ask(&state, &req, &stream, &streamed).await {
         Ok(asked) => asked,
         Err(refused) => {
             dialled.discard().await;
@@ -367,18 +356,15 @@ async fn remembered_translation(
         (AfterSecond::Serve, Asked::Accepted(resp)) => {
             dialled.discard().await;
             learn(&state, family, UpstreamPath::PassThrough);
-            carry(&state, req, peer, &caller, slot, resp, identity).await
+            carry(&state, req, stream, slot, resp, identity).await
         }
         (AfterSecond::DeliverSecond, asked) => {
             dialled.discard().await;
             let delivered = asked.into_delivered();
-            deliver(
-                state, req, peer, caller, streamed, slot, delivered, identity,
-            )
-            .await
+            deliver(state, req, stream, streamed, slot, delivered, identity).await
         }
         // The translation's own refusal, as the translation reports it.
-        _ => translate(state, req, peer, caller, streamed, slot, Some(dialled)).await,
+        _ => translate(state, req, stream, streamed, slot, Some(dialled)).await,
     }
 }
 
@@ -397,16 +383,13 @@ fn learn(state: &ProxyState, family: StreamFamily, path: UpstreamPath) {
 async fn dial_translation(
     state: &ProxyState,
     req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: &StreamRequest,
     streamed: &Streamed,
 ) -> Dialled {
     match streamed {
-        Streamed::RemoteCommand(_) => {
-            Dialled::Exec(exec_handler::dial(state, req, peer, caller).await)
-        }
+        Streamed::RemoteCommand(_) => Dialled::Exec(exec_handler::dial(state, req, stream).await),
         Streamed::Tunnel(protocols) => {
-            Dialled::Tunnel(tunnel_handler::dial(state, req, peer, caller, protocols.clone()).await)
+            Dialled::Tunnel(tunnel_handler::dial(state, req, stream, protocols.clone()).await)
         }
     }
 }
@@ -438,8 +421,7 @@ fn unusable(offer: &[String], resp: &Response<Incoming>) -> Option<String> {
 async fn translate(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     streamed: Streamed,
     slot: SessionSlot,
     dialled: Option<Dialled>,
@@ -450,14 +432,14 @@ async fn translate(
                 Some(Dialled::Exec(dialled)) => Prepared::Dialled(dialled),
                 _ => Prepared::Dial,
             };
-            exec_handler::handle(state, req, peer, caller, subresource, slot, prepared).await
+            exec_handler::handle(state, req, stream, subresource, slot, prepared).await
         }
         (Streamed::Tunnel(protocols), dialled) => {
             let dialled = match dialled {
                 Some(Dialled::Tunnel(dialled)) => Some(dialled),
                 _ => None,
             };
-            tunnel_handler::handle(state, req, peer, caller, protocols, slot, dialled).await
+            tunnel_handler::handle(state, req, stream, protocols, slot, dialled).await
         }
     }
 }
@@ -541,8 +523,7 @@ async fn refusal_status(delivered: Delivered, timeout: std::time::Duration) -> S
 async fn deliver(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     streamed: Streamed,
     slot: SessionSlot,
     delivered: Delivered,
@@ -555,18 +536,16 @@ async fn deliver(
         Streamed::RemoteCommand(subresource) => {
             let status = refusal_status(delivered, state.handshake_timeout).await;
             let prepared = Prepared::Refused(status);
-            exec_handler::handle(state, req, peer, caller, subresource, slot, prepared).await
+            exec_handler::handle(state, req, stream, subresource, slot, prepared).await
         }
         Streamed::Tunnel(_) => {
             drop(slot);
-            let info = session_audit::session_info(
+            let info = session_audit::stream_info(
                 next_session_id(),
-                &req.path_and_query(),
-                SessionClient::new(peer, req.client.form),
+                &stream,
                 identity,
                 ProtocolPath::PassThrough,
                 None,
-                request_layers::audit_id(&req.parts.headers),
             );
             let summary = delivered.summary();
             session_audit::end_upstream_refused(session_audit::start(&state, info), summary);
@@ -587,8 +566,7 @@ async fn deliver(
 async fn carry(
     state: &ProxyState,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: StreamRequest,
     slot: SessionSlot,
     resp: Response<Incoming>,
     identity: AuditIdentity,
@@ -597,10 +575,9 @@ async fn carry(
     relay::relay_answered(
         state,
         req,
-        peer,
+        stream,
         SessionKind::PassThrough,
         slot,
-        caller,
         resp,
         identity,
     )

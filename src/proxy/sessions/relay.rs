@@ -28,15 +28,14 @@ use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionAudit, Verb};
 use crate::proxy::auth::Caller;
-use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::is_valid_key;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::classify::RelayKind;
+use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
 use crate::proxy::wire::status_response::failure;
-use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
 use crate::translate::observe::{
     Observer, PortForwardWatch, Scope, WebSocketFraming, PORT_FORWARD,
 };
@@ -71,10 +70,9 @@ impl RelayError {
 pub async fn relay(
     state: &ProxyState,
     req: UpgradeRequest,
-    peer: SocketAddr,
+    stream: StreamRequest,
     kind: RelayKind,
     slot: SessionSlot,
-    caller: &Caller,
 ) -> Response<ProxyBody> {
     if kind == RelayKind::WebSocket
         && !req
@@ -96,10 +94,11 @@ pub async fn relay(
     let session_id = next_session_id();
     // The recording is opened before anything goes upstream, so that under --record=required
     // a session that cannot be recorded is refused before it starts.
-    let recording = match start_recording(state, &req, peer, caller, session_id, kind).await {
+    let recording = match start_recording(state, &req, &stream, session_id, kind).await {
         Ok(recording) => recording,
         Err(refusal) => return refusal,
     };
+    let (peer, caller) = (stream.peer, &stream.caller);
     let upstream_req = match upstream_request(state, &req.parts, req.body.clone(), peer, caller) {
         Ok(r) => r,
         Err(e) => return e.response(),
@@ -110,8 +109,8 @@ pub async fn relay(
         session_audit::identify(state, caller, credentials),
     );
     let answer = answer.map(|resp| resp.map(BodyExt::boxed));
-    let relayed = Relayed::new(state, req, peer, kind, slot, session_id, recording);
-    carry(state, relayed, answer, identity, caller).await
+    let relayed = Relayed::new(state, req, stream, kind, slot, session_id, recording);
+    carry(state, relayed, answer, identity).await
 }
 
 /// Relays an upgrade whose upstream answer is already in: WebSocket pass-through, and SPDY
@@ -122,23 +121,22 @@ pub async fn relay(
 pub(super) async fn relay_answered(
     state: &ProxyState,
     req: UpgradeRequest,
-    peer: SocketAddr,
+    stream: StreamRequest,
     kind: SessionKind,
     slot: SessionSlot,
-    caller: &Caller,
     answer: Result<Response<ProxyBody>, RelayError>,
     identity: AuditIdentity,
 ) -> Response<ProxyBody> {
     let session_id = next_session_id();
-    let recording = match start_recording(state, &req, peer, caller, session_id, kind).await {
+    let recording = match start_recording(state, &req, &stream, session_id, kind).await {
         Ok(recording) => recording,
         Err(refusal) => {
             drop(answer);
             return refusal;
         }
     };
-    let relayed = Relayed::new(state, req, peer, kind, slot, session_id, recording);
-    carry(state, relayed, answer, identity, caller).await
+    let relayed = Relayed::new(state, req, stream, kind, slot, session_id, recording);
+    carry(state, relayed, answer, identity).await
 }
 
 /// A relayed session's recording as it starts.
@@ -157,8 +155,7 @@ pub(super) struct RelayRecording {
 async fn start_recording(
     state: &ProxyState,
     req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: &StreamRequest,
     session_id: u64,
     kind: SessionKind,
 ) -> Result<RelayRecording, Response<ProxyBody>> {
@@ -166,14 +163,16 @@ async fn start_recording(
         .recordings
         .as_ref()
         .is_some_and(|r| r.policy() == RecordPolicy::Required);
-    let recordable = parse_pod_subresource(req.parts.uri.path())
-        .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
+    let recordable = stream.target.is_remote_command();
     let Some(recordings) = state.recordings.as_ref().filter(|_| recordable) else {
         return Ok(RelayRecording::default());
     };
-    let (command, title) = recording_title(&req.path_and_query());
+    let (command, title) = (
+        &stream.target.options.command,
+        stream.target.recording_title(),
+    );
     let id = crate::audit::instance::session_id(session_id);
-    match recordings.open(&id, &command, title).await {
+    match recordings.open(&id, command, title).await {
         Ok(r) => Ok(RelayRecording {
             recorder: Some(r),
             error: None,
@@ -188,7 +187,7 @@ async fn start_recording(
                     required,
                 });
             }
-            refused_unrecorded(state, req, peer, caller, session_id, kind, &e.to_string()).await;
+            refused_unrecorded(state, req, stream, session_id, kind, &e.to_string()).await;
             Err(failure(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
@@ -205,7 +204,10 @@ async fn start_recording(
 pub(super) struct Relayed {
     pub on_upgrade: hyper::upgrade::OnUpgrade,
     pub path: String,
-    pub path_and_query: String,
+    /// What the request names, as the front door read it.
+    pub target: StreamTarget,
+    /// Who asks.
+    pub caller: Caller,
     pub peer: SocketAddr,
     pub kind: SessionKind,
     pub slot: SessionSlot,
@@ -230,16 +232,18 @@ impl Relayed {
     fn new(
         state: &ProxyState,
         req: UpgradeRequest,
-        peer: SocketAddr,
+        stream: StreamRequest,
         kind: SessionKind,
         slot: SessionSlot,
         session_id: u64,
         recording: RelayRecording,
     ) -> Relayed {
+        let peer = stream.peer;
         Relayed {
             path: req.parts.uri.path().to_owned(),
-            path_and_query: req.path_and_query(),
-            audit_id: request_layers::audit_id(&req.parts.headers),
+            target: stream.target,
+            caller: stream.caller,
+            audit_id: stream.audit_id,
             // On HTTP/2 the key is the proxy's own (extended_connect.rs): the upstream's
             // accept is checked against it here, not by the client.
             sent_key: req.parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned(),
@@ -267,7 +271,6 @@ pub(super) async fn carry(
     mut relayed: Relayed,
     answer: Result<Response<ProxyBody>, RelayError>,
     identity: AuditIdentity,
-    caller: &Caller,
 ) -> Response<ProxyBody> {
     let protocol = answer.as_ref().ok().and_then(negotiated_protocol);
     let (tap, refusal) = match &answer {
@@ -298,7 +301,7 @@ pub(super) async fn carry(
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         return not_switched(state, relayed, resp, audit);
     }
-    start_session(state, relayed, resp, audit, tap, caller).await
+    start_session(state, relayed, resp, audit, tap).await
 }
 
 /// How a session the upstream switched protocols for is followed: with a recording, its tap
@@ -336,9 +339,7 @@ fn follow_session<B>(
     // Without a recording, an audited exec or attach is still followed for its exit code: its
     // error stream alone, the other streams' payloads passed over unread.
     if let (None, Some(_)) = (&tap, &state.audit) {
-        let remote_command = parse_pod_subresource(&relayed.path)
-            .is_some_and(|t| matches!(t.subresource, Subresource::Exec | Subresource::Attach));
-        if remote_command {
+        if relayed.target.is_remote_command() {
             tap = observer_for(resp, Scope::ErrorStream).map(RelayTap::observing);
         }
     }
@@ -355,7 +356,7 @@ fn start_audit(
 ) -> Option<SessionAudit> {
     let mut info = session_audit::session_info(
         relayed.session_id,
-        &relayed.path_and_query,
+        &relayed.target,
         SessionClient::new(relayed.peer, relayed.client_stream.form),
         identity,
         protocol_path(relayed.kind),
@@ -438,7 +439,6 @@ async fn start_session(
     mut resp: Response<ProxyBody>,
     audit: Option<SessionAudit>,
     tap: Option<RelayTap>,
-    caller: &Caller,
 ) -> Response<ProxyBody> {
     // The audit log lists a port-forward's connections (kubectl ≤ 1.30's SPDY, the tunnel's
     // WebSocket passed through, the legacy WebSocket one): the relay shows its bytes to a
@@ -483,7 +483,7 @@ async fn start_session(
         };
     let on_upgrade = relayed.on_upgrade;
     let session = RelaySession {
-        user: caller.user().map(str::to_owned),
+        user: relayed.caller.user().map(str::to_owned),
         linger: state.session_limits.close_drain_timeout,
         // A relayed WebSocket (pass-through, legacy protocols, logs) can be pinged between the
         // upstream's frames; SPDY cannot from outside its session.
@@ -636,28 +636,12 @@ fn agreed<B>(resp: &Response<B>) -> (Option<&str>, Option<&str>) {
     (upgrade, sub)
 }
 
-/// The command and title of a session's recording, from its request: `ns/pod`, with the
-/// container when one is named.
-fn recording_title(path_and_query: &str) -> (Vec<String>, String) {
-    let (path, query) = path_and_query
-        .split_once('?')
-        .unwrap_or((path_and_query, ""));
-    let options = ExecOptions::from_query(query);
-    let title = match (parse_pod_subresource(path), &options.container) {
-        (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
-        (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
-        (None, _) => String::new(),
-    };
-    (options.command, title)
-}
-
 /// Audits a relayed session refused before it went upstream because it could not be
 /// recorded.
 async fn refused_unrecorded(
     state: &ProxyState,
     req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: &StreamRequest,
     session_id: u64,
     kind: SessionKind,
     error: &str,
@@ -666,15 +650,15 @@ async fn refused_unrecorded(
         return;
     }
     let credentials = req.parts.headers.get(header::AUTHORIZATION).cloned();
-    let identity = session_audit::identify(state, caller, credentials).await;
+    let identity = session_audit::identify(state, &stream.caller, credentials).await;
     let info = session_audit::session_info(
         session_id,
-        &req.path_and_query(),
-        SessionClient::new(peer, req.client.form),
+        &stream.target,
+        SessionClient::new(stream.peer, stream.client.form),
         identity,
         protocol_path(kind),
         None,
-        request_layers::audit_id(&req.parts.headers),
+        stream.audit_id.clone(),
     );
     end_refused(session_audit::start(state, info), error);
 }

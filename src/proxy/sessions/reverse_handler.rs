@@ -6,7 +6,6 @@
 //! `--upstream-streaming auto` the dial ([`dial`]) may be made by the caller, which decides on
 //! its answer before handing it over ([`handle_dialled`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,20 +15,20 @@ use hyper_util::rt::TokioIo;
 use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
-use super::session_audit::{self, SessionClient};
+use super::session_audit;
+use super::session_end::{remote_command_outcome, Finished, Running};
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
-use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd};
-use crate::proxy::auth::Caller;
-use crate::proxy::client::request_layers;
+use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
+use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::spdy_dial::upstream_headers;
 use crate::proxy::upstream::websocket_dial::{dial_websocket, DialedWebSocket, WebSocketDialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
-use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
+use crate::translate::exec_options::{ExecOptions, Subresource};
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion, TUNNEL_PREFIX};
 use crate::translate::remote_command::{Outcome, SessionEndKind, SessionRecording};
@@ -37,29 +36,15 @@ use crate::translate::reverse::negotiation::{self, NegotiationError, ACCEPTED_VE
 use crate::translate::reverse::{self, port_forward, ReverseLimits};
 use crate::translate::tunnel::TunnelEnd;
 
-/// A SPDY upgrade's streaming subresource (exec, attach, port-forward of a pod): the requests
-/// `--upstream-streaming` decides on for SPDY clients; anything else is always relayed.
-pub fn streaming_subresource(path: &str) -> Option<Subresource> {
-    parse_pod_subresource(path)
-        .map(|t| t.subresource)
-        .filter(|s| {
-            matches!(
-                s,
-                Subresource::Exec | Subresource::Attach | Subresource::PortForward
-            )
-        })
-}
-
 /// Handles a SPDY upgrade that goes to the reverse translator (`--upstream-streaming
 /// websocket`, or `auto` against a path that refuses SPDY); `slot` is its admission.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
-    handle_dialled(state, req, peer, caller, slot, None).await
+    handle_dialled(state, req, stream, slot, None).await
 }
 
 /// The reverse translator's upstream WebSocket (with the subprotocol offered), or why there is
@@ -68,16 +53,10 @@ pub type Dialled = Result<DialedWebSocket, WebSocketDialError>;
 
 /// Asks the upstream for the WebSocket the reverse translator of `req` would use, without
 /// committing the client to it: `auto` decides on the answer first.
-pub async fn dial(
-    state: &ProxyState,
-    req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
-) -> Dialled {
-    let port_forward = parse_pod_subresource(req.parts.uri.path())
-        .is_some_and(|t| t.subresource == Subresource::PortForward);
-    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
-    state.auth.apply(caller, &mut headers);
+pub async fn dial(state: &ProxyState, req: &UpgradeRequest, stream: &StreamRequest) -> Dialled {
+    let port_forward = stream.target.subresource() == Some(Subresource::PortForward);
+    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
+    state.auth.apply(&stream.caller, &mut headers);
     dial_upstream(state, &req.path_and_query(), headers, port_forward).await
 }
 
@@ -124,19 +103,16 @@ async fn dial_upstream(
 pub async fn handle_dialled(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     slot: SessionSlot,
     dialled: Option<Dialled>,
 ) -> Response<ProxyBody> {
     let path_and_query = req.path_and_query();
-    let client_form = req.client.form;
-    let audit_id = request_layers::audit_id(&req.parts.headers);
-    let Some(target) = parse_pod_subresource(req.parts.uri.path()) else {
+    let Some(subresource) = stream.target.subresource() else {
         return failure(StatusCode::NOT_FOUND, "NotFound", "not a pod subresource");
     };
     let offered = negotiation::offered(&req.parts.headers);
-    let port_forward = target.subresource == Subresource::PortForward;
+    let port_forward = subresource == Subresource::PortForward;
     let negotiated = if port_forward {
         negotiation::port_forward(&offered).map(|_| None)
     } else {
@@ -146,9 +122,9 @@ pub async fn handle_dialled(
         Ok(version) => version,
         Err(e) => return refuse_offer(&e),
     };
-    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
-    state.auth.apply(&caller, &mut headers);
-    let kind = match target.subresource {
+    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
+    state.auth.apply(&stream.caller, &mut headers);
+    let kind = match subresource {
         Subresource::Attach => SessionKind::Attach,
         Subresource::PortForward => SessionKind::PortForwardTunnel,
         _ => SessionKind::Exec,
@@ -162,21 +138,21 @@ pub async fn handle_dialled(
             None => dial_upstream(&state, &path_and_query, headers, port_forward).await,
         }
     };
-    let (dialed, identity) =
-        tokio::join!(dial, session_audit::identify(&state, &caller, credentials),);
+    let (dialed, identity) = tokio::join!(
+        dial,
+        session_audit::identify(&state, &stream.caller, credentials),
+    );
     // What the client is answered with: `X-Stream-Protocol-Version` of its own SPDY upgrade.
     let client_protocol = match version {
         Some(v) => v.name(),
         None => crate::translate::protocol::PORT_FORWARD_PROTOCOL,
     };
-    let mut info = session_audit::session_info(
+    let mut info = session_audit::stream_info(
         session_id,
-        &path_and_query,
-        SessionClient::new(peer, client_form),
+        &stream,
         identity,
         ProtocolPath::ReverseTranslated,
         Some(format!("SPDY/3.1+{client_protocol}")),
-        audit_id,
     );
     let upstream = match dialed {
         Ok(d) => d,
@@ -194,13 +170,12 @@ pub async fn handle_dialled(
     let mut recording_error = None;
     let mut recording = None;
     if let (Some(recordings), false) = (&state.recordings, port_forward) {
-        let options = ExecOptions::from_query(req.parts.uri.query().unwrap_or(""));
-        let title = match &options.container {
-            Some(c) => format!("{}/{} ({c})", target.namespace, target.pod),
-            None => format!("{}/{}", target.namespace, target.pod),
-        };
+        let title = stream.target.recording_title();
         let id = crate::audit::instance::session_id(session_id);
-        match recordings.open(&id, &options.command, title).await {
+        match recordings
+            .open(&id, &stream.target.options.command, title)
+            .await
+        {
             Ok(recorder) => {
                 recording = Some(SessionRecording {
                     recorder,
@@ -236,10 +211,8 @@ pub async fn handle_dialled(
     if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
         info.recording = Some(r.recorder.path().display().to_string());
     }
-    let audit = session_audit::start(&state, info);
+    let running = Running::new(session_audit::start(&state, info), slot, guard);
     let on_upgrade = req.on_upgrade;
-    let user = caller.user().map(str::to_owned);
-    let query = req.parts.uri.query().unwrap_or("").to_owned();
     let task_state = state.clone();
     tokio::spawn(
         async move {
@@ -248,23 +221,20 @@ pub async fn handle_dialled(
                 Ok(Ok(io)) => TokioIo::new(io),
                 _ => {
                     warn!(session = session_id, "client upgrade failed");
-                    session_audit::end_unstarted(
-                        audit,
+                    running.unstarted(
                         SessionOutcome::ClientGone,
                         session_audit::CLIENT_UPGRADE_FAILED,
-                        None,
                         recording_error,
                     );
-                    guard.finish(SessionOutcome::ClientGone, 0, 0);
                     return;
                 }
             };
             let Some(version) = version else {
-                let watch = audit.as_ref().map(|_| PortForwardWatch::new());
+                let watch = running.is_audited().then(PortForwardWatch::new);
                 let outcome = port_forward::run(
                     client,
                     upstream.socket,
-                    slot.stop_token(),
+                    running.slot().stop_token(),
                     state.stream_idle_timeout,
                     watch.as_ref(),
                 )
@@ -275,29 +245,23 @@ pub async fn handle_dialled(
                     TunnelEnd::Upstream => SessionOutcome::Success,
                     _ => SessionOutcome::ClientGone,
                 };
-                if let Some(audit) = audit {
-                    let end = AuditEnd {
-                        bytes_in: outcome.bytes_up,
-                        bytes_out: outcome.bytes_down,
-                        duration_ms: outcome.duration.as_millis() as u64,
-                        outcome: result.label(),
-                        ended_by: outcome.ended_by.describe(),
-                        ..Default::default()
-                    };
-                    audit.end(match watch {
-                        Some(watch) => end.with_port_forwards(watch.finish()),
-                        None => end,
-                    });
-                }
-                drop(slot);
-                guard.finish(result, outcome.bytes_up, outcome.bytes_down);
+                running.finish(
+                    Finished::new(
+                        result,
+                        outcome.bytes_up,
+                        outcome.bytes_down,
+                        outcome.duration,
+                        outcome.ended_by.describe(),
+                    )
+                    .with_port_forwards(watch),
+                );
                 info!(
                     session = session_id,
                     verb = "portforward",
                     path = "reverse_translated",
-                    user = user.as_deref().unwrap_or(""),
-                    namespace = target.namespace.as_str(),
-                    pod = target.pod.as_str(),
+                    user = stream.caller.user().unwrap_or(""),
+                    namespace = stream.target.namespace(),
+                    pod = stream.target.pod_name(),
                     outcome = result.label(),
                     bytes_up = outcome.bytes_up,
                     bytes_down = outcome.bytes_down,
@@ -307,33 +271,31 @@ pub async fn handle_dialled(
                 );
                 return;
             };
-            let options = ExecOptions::from_query(&query);
+            let options = &stream.target.options;
             let outcome = exec(
                 &state,
                 client,
                 upstream,
                 version,
-                &options,
-                &slot,
+                options,
+                running.slot(),
                 recording.as_ref(),
             )
             .await;
             let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
-            let result = metrics_outcome(&outcome);
+            let result = remote_command_outcome(&outcome);
             let recording_error =
                 recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
             drop(recording);
-            end_audit(audit, &outcome, result, exit_code, recording_error);
-            drop(slot);
-            guard.finish(result, outcome.bytes_in, outcome.bytes_out);
+            running.finish(Finished::remote_command(&outcome, result, recording_error));
             info!(
                 session = session_id,
                 verb = kind.label(),
                 path = "reverse_translated",
-                user = user.as_deref().unwrap_or(""),
-                namespace = target.namespace.as_str(),
-                pod = target.pod.as_str(),
-                container = options.container.as_deref().unwrap_or(""),
+                user = stream.caller.user().unwrap_or(""),
+                namespace = stream.target.namespace(),
+                pod = stream.target.pod_name(),
+                container = stream.target.container(),
                 tty = options.tty,
                 version = version.name(),
                 bytes_in = outcome.bytes_in,
@@ -412,46 +374,6 @@ async fn exec(
         recording,
     )
     .await
-}
-
-fn end_audit(
-    audit: Option<SessionAudit>,
-    outcome: &Outcome,
-    result: SessionOutcome,
-    exit_code: Option<u8>,
-    recording_error: Option<String>,
-) {
-    if let Some(audit) = audit {
-        audit.end(AuditEnd {
-            bytes_in: outcome.bytes_in,
-            bytes_out: outcome.bytes_out,
-            duration_ms: outcome.duration.as_millis() as u64,
-            exit_code: exit_code.map(i32::from),
-            status: outcome.status.as_ref().map(|s| s.summary()),
-            outcome: result.label(),
-            ended_by: outcome.end.describe(),
-            recording_error,
-            ..Default::default()
-        });
-    }
-}
-
-/// How a finished session counts in the metrics.
-fn metrics_outcome(outcome: &Outcome) -> SessionOutcome {
-    match outcome.end {
-        SessionEndKind::Completed => match outcome.status.as_ref().and_then(|s| s.exit_code()) {
-            Some(0) => SessionOutcome::Success,
-            Some(_) => SessionOutcome::NonZeroExit,
-            None => SessionOutcome::UpstreamError,
-        },
-        SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
-        SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
-        SessionEndKind::Drained => SessionOutcome::Drained,
-        SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
-        SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
-        SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
-        SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
-    }
 }
 
 /// The 101 to the client's SPDY upgrade, naming the negotiated version.

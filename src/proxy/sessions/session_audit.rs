@@ -20,10 +20,9 @@ use crate::audit::{
 };
 use crate::proxy::auth::Caller;
 use crate::proxy::observability::metrics::SessionOutcome;
+use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
 use crate::proxy::wire::body::ProxyBody;
-use crate::request::go_url::{parse_query, slice_to_bool};
-use crate::request::target::RequestTarget;
-use crate::translate::exec_options::{parse_pod_subresource, ExecOptions, Subresource};
+use crate::translate::exec_options::Subresource;
 
 /// Longest wait for a passthrough caller's SelfSubjectReview.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
@@ -113,23 +112,20 @@ impl SessionClient {
     }
 }
 
-/// What a session's events say about it, from its request; `None` for a path that is not a
-/// pod's streaming subresource (nothing to audit).
+/// What a session's events say about it, from its request as the front door read it; `None`
+/// for a path that is not a pod's streaming subresource (nothing to audit).
 pub fn session_info(
     session: u64,
-    path_and_query: &str,
+    target: &StreamTarget,
     client: SessionClient,
     identity: AuditIdentity,
     protocol_path: ProtocolPath,
     protocol: Option<String>,
     audit_id: Option<String>,
 ) -> Option<SessionInfo> {
-    let (path, query) = path_and_query
-        .split_once('?')
-        .unwrap_or((path_and_query, ""));
-    let target = parse_pod_subresource(path)?;
-    let options = ExecOptions::from_query(query);
-    let verb = match target.subresource {
+    let pod = target.pod.as_ref()?;
+    let options = &target.options;
+    let verb = match pod.subresource {
         Subresource::Exec => Verb::Exec,
         Subresource::Attach => Verb::Attach,
         Subresource::PortForward => Verb::PortForward,
@@ -138,13 +134,13 @@ pub fn session_info(
     Some(SessionInfo {
         session_id: crate::audit::instance::session_id(session),
         verb,
-        namespace: target.namespace,
-        pod: target.pod,
-        container: options.container,
-        command: options.command,
+        namespace: pod.namespace.clone(),
+        pod: pod.pod.clone(),
+        container: options.container.clone(),
+        command: options.command.clone(),
         tty: options.tty,
         stdin: options.stdin,
-        ports: ports(query),
+        ports: target.ports.clone(),
         user: identity.user,
         groups: identity.groups,
         identity_source: identity.source,
@@ -156,6 +152,26 @@ pub fn session_info(
         recording: None,
         audit_id,
     })
+}
+
+/// [`session_info`] of a streaming request: its target, client and audit id as the front door
+/// read them.
+pub fn stream_info(
+    session: u64,
+    stream: &StreamRequest,
+    identity: AuditIdentity,
+    protocol_path: ProtocolPath,
+    protocol: Option<String>,
+) -> Option<SessionInfo> {
+    session_info(
+        session,
+        &stream.target,
+        SessionClient::new(stream.peer, stream.client.form),
+        identity,
+        protocol_path,
+        protocol,
+        stream.audit_id.clone(),
+    )
 }
 
 /// Ends the trail (if any) of a session that never carried a byte.
@@ -190,15 +206,6 @@ pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
 pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAudit> {
     let log = state.audit.clone()?;
     Some(SessionAudit::start(log, info?))
-}
-
-/// Whether a plain request is a followed pod log (`kubectl logs -f`): a streaming session over
-/// plain HTTP, audited like the others. `follow` is read as the API server reads it: its first
-/// value, true unless `0` or `false`.
-pub fn is_followed_log(method: &http::Method, target: &RequestTarget) -> bool {
-    method == http::Method::GET
-        && parse_pod_subresource(target.path()).is_some_and(|t| t.subresource == Subresource::Log)
-        && slice_to_bool(target.first("follow"))
 }
 
 /// A followed log's response body: counts what it carries and ends the trail when the log
@@ -284,24 +291,15 @@ impl Drop for AuditedBody {
     }
 }
 
-/// The ports a port-forward request names (`ports=8080&ports=9090` or `ports=8080,9090`).
-fn ports(query: &str) -> Vec<u16> {
-    parse_query(query)
-        .into_iter()
-        .filter(|(k, _)| k == b"ports")
-        .flat_map(|(_, v)| {
-            String::from_utf8_lossy(&v)
-                .split(',')
-                .filter_map(|p| p.trim().parse().ok())
-                .collect::<Vec<u16>>()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proxy::wire::client_stream::HandshakeForm;
+    use crate::request::target::RequestTarget;
+
+    fn target(pq: &str) -> StreamTarget {
+        StreamTarget::read(&RequestTarget::parse_path_and_query(pq).unwrap())
+    }
 
     fn who() -> AuditIdentity {
         AuditIdentity {
@@ -317,7 +315,7 @@ mod tests {
         let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
         let info = session_info(
             7,
-            "/api/v1/namespaces/team/pods/web/exec?command=tar&command=cf&command=-&container=main&stdin=true&tty=false",
+            &target("/api/v1/namespaces/team/pods/web/exec?command=tar&command=cf&command=-&container=main&stdin=true&tty=false"),
             SessionClient::new(peer, HandshakeForm::ExtendedConnect),
             who(),
             ProtocolPath::Translated,
@@ -339,38 +337,11 @@ mod tests {
     }
 
     #[test]
-    fn followed_logs_are_told_apart() {
-        let get = http::Method::GET;
-        let target = |pq: &str| RequestTarget::parse_path_and_query(pq).unwrap();
-        let follows = |pq: &str| is_followed_log(&get, &target(pq));
-        assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=true"));
-        assert!(follows(
-            "/api/v1/namespaces/a/pods/p/log?container=c&follow=1"
-        ));
-        assert!(!follows("/api/v1/namespaces/a/pods/p/log"));
-        assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=false"));
-        assert!(!follows("/api/v1/namespaces/a/pods?follow=true"));
-        // As the API server reads `follow`: the first value, true unless 0 or false.
-        assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=yes"));
-        assert!(follows(
-            "/api/v1/namespaces/a/pods/p/%6Cog?follow=&follow=false"
-        ));
-        assert!(!follows(
-            "/api/v1/namespaces/a/pods/p/log?follow=0&follow=true"
-        ));
-        assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=true;x"));
-        assert!(!is_followed_log(
-            &http::Method::POST,
-            &target("/api/v1/namespaces/a/pods/p/log?follow=true")
-        ));
-    }
-
-    #[test]
     fn port_forward_ports_and_non_pod_paths() {
         let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let info = session_info(
             1,
-            "/api/v1/namespaces/default/pods/db/portforward?ports=5432&ports=8080,9090",
+            &target("/api/v1/namespaces/default/pods/db/portforward?ports=5432&ports=8080,9090"),
             SessionClient::new(peer, HandshakeForm::Http1Upgrade),
             who(),
             ProtocolPath::RelayWebsocket,
@@ -383,7 +354,7 @@ mod tests {
         assert_eq!(info.http_version, HttpVersion::Http11);
         assert!(session_info(
             1,
-            "/api/v1/namespaces/default/services/x/proxy",
+            &target("/api/v1/namespaces/default/services/x/proxy"),
             SessionClient::new(peer, http::Version::HTTP_11),
             who(),
             ProtocolPath::RelayWebsocket,

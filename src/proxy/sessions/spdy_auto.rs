@@ -9,7 +9,6 @@
 //! A Kubernetes `Status` (401, 403, 404 …) is the cluster's answer and is delivered as the
 //! relay delivers it.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,9 +21,9 @@ use super::relay::{self, RelayError};
 use super::reverse_handler;
 use super::session_audit::{self, AuditIdentity};
 use super::state::ProxyState;
-use crate::proxy::auth::Caller;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::SessionKind;
+use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::refusal_body::HeldRefusal;
 use crate::proxy::upstream::streaming::{
     after_first, after_refusal, after_second, log_decision, log_forgotten, AfterFirst, AfterSecond,
@@ -83,8 +82,7 @@ fn reverse_answer(dialled: &reverse_handler::Dialled) -> Answer {
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     subresource: Subresource,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
@@ -98,9 +96,9 @@ pub async fn handle(
             .streaming_memory
             .recall(&upstream, family, ClientProtocol::Spdy, Instant::now());
     if remembered == Some(UpstreamPath::Reverse) {
-        return remembered_reverse(state, req, peer, caller, family, slot).await;
+        return remembered_reverse(state, req, stream, family, slot).await;
     }
-    let (relayed, identity) = match ask_relay(&state, &req, peer, &caller).await {
+    let (relayed, identity) = match ask_relay(&state, &req, &stream).await {
         Ok(asked) => asked,
         Err(refused) => return refused,
     };
@@ -108,7 +106,7 @@ pub async fn handle(
         AfterFirst::Serve => learn(&state, family, UpstreamPath::Relay),
         AfterFirst::Deliver => {}
         AfterFirst::TryOther { .. } => {
-            let dialled = reverse_handler::dial(&state, &req, peer, &caller).await;
+            let dialled = reverse_handler::dial(&state, &req, &stream).await;
             match after_second(reverse_answer(&dialled)) {
                 // The reverse translator's session or its Status; only a 101 is learned.
                 second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
@@ -118,8 +116,7 @@ pub async fn handle(
                     return reverse_handler::handle_dialled(
                         state,
                         req,
-                        peer,
-                        caller,
+                        stream,
                         slot,
                         Some(dialled),
                     )
@@ -129,7 +126,7 @@ pub async fn handle(
             }
         }
     }
-    relay_answer(&state, req, peer, &caller, slot, relayed, identity).await
+    relay_answer(&state, req, stream, slot, relayed, identity).await
 }
 
 /// The reverse translator remembered: asked first. A 101 is served (and keeps the memory
@@ -139,12 +136,11 @@ pub async fn handle(
 async fn remembered_reverse(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     family: StreamFamily,
     slot: SessionSlot,
 ) -> Response<ProxyBody> {
-    let dialled = reverse_handler::dial(&state, &req, peer, &caller).await;
+    let dialled = reverse_handler::dial(&state, &req, &stream).await;
     match after_first(true, reverse_answer(&dialled)) {
         AfterFirst::Serve => learn(&state, family, UpstreamPath::Reverse),
         AfterFirst::Deliver => {}
@@ -156,7 +152,7 @@ async fn remembered_reverse(
             {
                 log_forgotten(&upstream, family, UpstreamPath::Reverse);
             }
-            let (relayed, identity) = match ask_relay(&state, &req, peer, &caller).await {
+            let (relayed, identity) = match ask_relay(&state, &req, &stream).await {
                 Ok(asked) => asked,
                 Err(refused) => return refused,
             };
@@ -164,21 +160,14 @@ async fn remembered_reverse(
                 AfterSecond::Serve => learn(&state, family, UpstreamPath::Relay),
                 AfterSecond::DeliverSecond => {}
                 AfterSecond::DeliverFirst => {
-                    return reverse_handler::handle_dialled(
-                        state,
-                        req,
-                        peer,
-                        caller,
-                        slot,
-                        Some(dialled),
-                    )
-                    .await
+                    return reverse_handler::handle_dialled(state, req, stream, slot, Some(dialled))
+                        .await
                 }
             }
-            return relay_answer(&state, req, peer, &caller, slot, relayed, identity).await;
+            return relay_answer(&state, req, stream, slot, relayed, identity).await;
         }
     }
-    reverse_handler::handle_dialled(state, req, peer, caller, slot, Some(dialled)).await
+    reverse_handler::handle_dialled(state, req, stream, slot, Some(dialled)).await
 }
 
 /// Asks the upstream with the client's SPDY upgrade, as the relay sends it, finding out who
@@ -186,15 +175,20 @@ async fn remembered_reverse(
 async fn ask_relay(
     state: &ProxyState,
     req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: &StreamRequest,
 ) -> Result<(Relayed, AuditIdentity), Response<ProxyBody>> {
-    let upstream_req = relay::upstream_request(state, &req.parts, req.body.clone(), peer, caller)
-        .map_err(|e| e.response())?;
+    let upstream_req = relay::upstream_request(
+        state,
+        &req.parts,
+        req.body.clone(),
+        stream.peer,
+        &stream.caller,
+    )
+    .map_err(|e| e.response())?;
     let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
     let (answer, identity) = tokio::join!(
         relay::ask_upstream(state, upstream_req),
-        session_audit::identify(state, caller, credentials),
+        session_audit::identify(state, &stream.caller, credentials),
     );
     let relayed = match answer {
         Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Relayed::Accepted(resp),
@@ -210,8 +204,7 @@ async fn ask_relay(
 async fn relay_answer(
     state: &ProxyState,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: StreamRequest,
     slot: SessionSlot,
     relayed: Relayed,
     identity: AuditIdentity,
@@ -224,10 +217,9 @@ async fn relay_answer(
     relay::relay_answered(
         state,
         req,
-        peer,
+        stream,
         SessionKind::SpdyRelay,
         slot,
-        caller,
         answer,
         identity,
     )

@@ -4,7 +4,6 @@
 //! Under `--upstream-streaming auto` the dial ([`dial`]) is made by the caller, which decides
 //! on its answer before handing it over.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,20 +12,19 @@ use http_body_util::{BodyExt, Full};
 use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
-use super::session_audit::{self, SessionClient};
+use super::session_audit;
+use super::session_end::{Finished, Running};
 use super::state::ProxyState;
-use crate::audit::{ProtocolPath, SessionEnd as AuditEnd};
-use crate::proxy::auth::Caller;
-use crate::proxy::client::request_layers;
+use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
+use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::UpstreamIo;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, upstream_headers, DialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::spdy::upgrade::{UpgradeError, Upgraded};
-use crate::translate::exec_options::parse_pod_subresource;
 use crate::translate::observe::{PortForwardWatch, PORT_FORWARD};
 use crate::translate::protocol::TUNNEL_PREFIX;
 use crate::translate::tunnel::{self, TunnelEnd};
@@ -39,12 +37,11 @@ pub type Dialled = Result<Upgraded<UpstreamIo>, DialError>;
 pub async fn dial(
     state: &ProxyState,
     req: &UpgradeRequest,
-    peer: SocketAddr,
-    caller: &Caller,
+    stream: &StreamRequest,
     protocols: Vec<String>,
 ) -> Dialled {
-    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
-    state.auth.apply(caller, &mut headers);
+    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
+    state.auth.apply(&stream.caller, &mut headers);
     dial_spdy(
         &state.upstream,
         &req.path_and_query(),
@@ -60,13 +57,12 @@ pub async fn dial(
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
-    peer: SocketAddr,
-    caller: Caller,
+    stream: StreamRequest,
     protocols: Vec<String>,
     slot: SessionSlot,
     dialled: Option<Dialled>,
 ) -> Response<ProxyBody> {
-    let client = req.client;
+    let client = stream.client;
     let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
         Ok(answer) => answer,
         Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
@@ -79,9 +75,8 @@ pub async fn handle(
         );
     }
     let path_and_query = req.path_and_query();
-    let audit_id = request_layers::audit_id(&req.parts.headers);
-    let mut headers = upstream_headers(&req.parts.headers, peer, state.trust_forwarded_for);
-    state.auth.apply(&caller, &mut headers);
+    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
+    state.auth.apply(&stream.caller, &mut headers);
     let on_upgrade = req.on_upgrade;
     let guard = state.metrics.session(SessionKind::PortForwardTunnel);
     let session_id = next_session_id();
@@ -102,8 +97,10 @@ pub async fn handle(
             }
         }
     };
-    let (dialed, identity) =
-        tokio::join!(dial, session_audit::identify(&state, &caller, credentials),);
+    let (dialed, identity) = tokio::join!(
+        dial,
+        session_audit::identify(&state, &stream.caller, credentials),
+    );
     // No version header in the 101 → no subprotocol (the client then rejects it, as designed).
     let chosen = dialed
         .as_ref()
@@ -111,14 +108,12 @@ pub async fn handle(
         .and_then(|u| u.protocol.as_ref().map(|p| format!("{TUNNEL_PREFIX}{p}")));
     let audit = session_audit::start(
         &state,
-        session_audit::session_info(
+        session_audit::stream_info(
             session_id,
-            &path_and_query,
-            SessionClient::new(peer, client.form),
+            &stream,
             identity,
             ProtocolPath::Tunnel,
             chosen.clone(),
-            audit_id,
         ),
     );
     let upgraded_upstream = match dialed {
@@ -134,23 +129,20 @@ pub async fn handle(
     // watch. Without the log nothing looks at them.
     let watch = (audit.is_some() && upgraded_upstream.protocol.as_deref() == Some(PORT_FORWARD))
         .then(PortForwardWatch::new);
+    let running = Running::new(audit, slot, guard);
     let ws_config = state.client_socket_config();
     let handshake_timeout = state.handshake_timeout;
-    let user = caller.user().map(str::to_owned);
     tokio::spawn(
         async move {
             let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
                 Ok(ws) => ws,
                 Err(e) => {
                     warn!(error = %e, "client upgrade failed");
-                    session_audit::end_unstarted(
-                        audit,
+                    running.unstarted(
                         SessionOutcome::ClientGone,
                         session_audit::CLIENT_UPGRADE_FAILED,
                         None,
-                        None,
                     );
-                    guard.finish(SessionOutcome::ClientGone, 0, 0);
                     return;
                 }
             };
@@ -158,7 +150,7 @@ pub async fn handle(
                 ws,
                 upgraded_upstream.io,
                 upgraded_upstream.leftover,
-                slot.stop_token(),
+                running.slot().stop_token(),
                 state.stream_idle_timeout,
                 watch.as_ref(),
             )
@@ -170,36 +162,24 @@ pub async fn handle(
                 TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
                 TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
             };
-            // Before the slot goes: a drained proxy exits once every slot is back.
-            if let Some(audit) = audit {
-                let end = AuditEnd {
-                    bytes_in: outcome.bytes_up,
-                    bytes_out: outcome.bytes_down,
-                    duration_ms: outcome.duration.as_millis() as u64,
-                    exit_code: None,
-                    status: None,
-                    outcome: result.label(),
-                    ended_by: outcome.ended_by.describe(),
-                    recording_error: None,
-                    ..Default::default()
-                };
-                audit.end(match watch {
-                    Some(watch) => end.with_port_forwards(watch.finish()),
-                    None => end,
-                });
-            }
-            drop(slot);
-            guard.finish(result, outcome.bytes_up, outcome.bytes_down);
-            let path = path_and_query.split('?').next().unwrap_or("");
-            let target = parse_pod_subresource(path);
+            running.finish(
+                Finished::new(
+                    result,
+                    outcome.bytes_up,
+                    outcome.bytes_down,
+                    outcome.duration,
+                    outcome.ended_by.describe(),
+                )
+                .with_port_forwards(watch),
+            );
             info!(
                 session = session_id,
                 verb = "portforward",
-                user = user.as_deref().unwrap_or(""),
+                user = stream.caller.user().unwrap_or(""),
                 http_version = client.form.http_version(),
                 connection = client.connection.0,
-                namespace = target.as_ref().map(|t| t.namespace.as_str()).unwrap_or(""),
-                pod = target.as_ref().map(|t| t.pod.as_str()).unwrap_or(""),
+                namespace = stream.target.namespace(),
+                pod = stream.target.pod_name(),
                 outcome = result.label(),
                 bytes_up = outcome.bytes_up,
                 bytes_down = outcome.bytes_down,

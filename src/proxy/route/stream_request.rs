@@ -1,0 +1,219 @@
+//! A streaming request read once: what it asks for (pod, subresource, exec options, ports) and
+//! who asks and how (caller, client connection and handshake form, audit id). The front door
+//! (src/proxy/listen/server.rs) builds it from the one reading of the request target
+//! ([`RequestTarget`]) and hands it to the session; nothing downstream re-reads the path or
+//! the query. What goes upstream is still the request's canonical URI.
+
+use std::net::SocketAddr;
+
+use crate::proxy::auth::Caller;
+use crate::proxy::wire::client_stream::ClientStream;
+use crate::request::go_url::slice_to_bool;
+use crate::request::pod::{parse_pod_subresource, pod_subresource, PodTarget, Subresource};
+use crate::request::target::RequestTarget;
+use crate::translate::exec_options::ExecOptions;
+
+/// What a request names, as the API server reads it: the pod subresource and its options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamTarget {
+    /// The pod and streaming subresource; `None` for a path that is not one (an upgrade
+    /// relayed as it is, unaudited).
+    pub pod: Option<PodTarget>,
+    /// The exec/attach options (a log's `container` among them).
+    pub options: ExecOptions,
+    /// The ports a port-forward names (`ports=8080&ports=9090` or `ports=8080,9090`).
+    pub ports: Vec<u16>,
+}
+
+impl StreamTarget {
+    /// Reads `target`'s pod subresource, options and ports.
+    pub fn read(target: &RequestTarget) -> StreamTarget {
+        let Some(pod) = parse_pod_subresource(target.path()) else {
+            return StreamTarget::default();
+        };
+        // Every option is read whatever the subresource: the audit names a log's container too.
+        let options = ExecOptions::from_target(target);
+        let ports = ports(target);
+        StreamTarget {
+            pod: Some(pod),
+            options,
+            ports,
+        }
+    }
+
+    /// The subresource named, if the path is a pod's streaming subresource.
+    pub fn subresource(&self) -> Option<Subresource> {
+        self.pod.as_ref().map(|p| p.subresource)
+    }
+
+    /// Whether it is an exec or an attach (a remote command: recorded, its exit code followed).
+    pub fn is_remote_command(&self) -> bool {
+        matches!(
+            self.subresource(),
+            Some(Subresource::Exec | Subresource::Attach)
+        )
+    }
+
+    /// Exec, attach or port-forward: the requests `--upstream-streaming` decides on for SPDY
+    /// clients; anything else is always relayed.
+    pub fn streaming_subresource(&self) -> Option<Subresource> {
+        self.subresource().filter(|s| {
+            matches!(
+                s,
+                Subresource::Exec | Subresource::Attach | Subresource::PortForward
+            )
+        })
+    }
+
+    /// The title of its recording: `ns/pod`, with the container when one is named (empty for
+    /// a path that is no pod's).
+    pub fn recording_title(&self) -> String {
+        match (&self.pod, &self.options.container) {
+            (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
+            (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
+            (None, _) => String::new(),
+        }
+    }
+
+    /// The namespace, or `""` (log fields).
+    pub fn namespace(&self) -> &str {
+        self.pod.as_ref().map_or("", |p| p.namespace.as_str())
+    }
+
+    /// The pod's name, or `""` (log fields).
+    pub fn pod_name(&self) -> &str {
+        self.pod.as_ref().map_or("", |p| p.pod.as_str())
+    }
+
+    /// The container named, or `""` (log fields).
+    pub fn container(&self) -> &str {
+        self.options.container.as_deref().unwrap_or("")
+    }
+}
+
+/// One streaming request as every session handler takes it: read once by the front door.
+#[derive(Debug, Clone)]
+pub struct StreamRequest {
+    /// What it names.
+    pub target: StreamTarget,
+    /// Who asks (authenticated as `--auth-mode` says).
+    pub caller: Caller,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// The client connection and its handshake form (HTTP/1.1 upgrade or HTTP/2 CONNECT).
+    pub client: ClientStream,
+    /// The request's `Audit-ID`.
+    pub audit_id: Option<String>,
+}
+
+/// Whether a plain request is a followed pod log (`kubectl logs -f`): a streaming session over
+/// plain HTTP, audited like the others. `follow` is read as the API server reads it: its first
+/// value, true unless `0` or `false`.
+pub fn is_followed_log(method: &http::Method, target: &RequestTarget) -> bool {
+    method == http::Method::GET
+        && pod_subresource(target.path()) == Some(Subresource::Log)
+        && slice_to_bool(target.first("follow"))
+}
+
+/// The ports a port-forward request names.
+fn ports(target: &RequestTarget) -> Vec<u16> {
+    target
+        .all("ports")
+        .flat_map(|v| v.split(','))
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(pq: &str) -> StreamTarget {
+        StreamTarget::read(&RequestTarget::parse_path_and_query(pq).unwrap())
+    }
+
+    #[test]
+    fn exec_requests_name_pod_container_and_command() {
+        let t = read("/api/v1/namespaces/team/pods/web/%65xec?command=tar&command=cf&command=-&container=main&container=x&stdin=true&tty=false");
+        let pod = t.pod.as_ref().unwrap();
+        assert_eq!((pod.namespace.as_str(), pod.pod.as_str()), ("team", "web"));
+        assert_eq!(t.subresource(), Some(Subresource::Exec));
+        assert_eq!(t.options.container.as_deref(), Some("main"));
+        assert_eq!(t.options.command, ["tar", "cf", "-"]);
+        assert!(t.options.stdin && !t.options.tty);
+        assert!(t.is_remote_command());
+        assert_eq!(t.recording_title(), "team/web (main)");
+    }
+
+    #[test]
+    fn port_forward_ports_and_other_paths() {
+        let t = read("/api/v1/namespaces/default/pods/db/portforward?ports=5432&ports=8080,9090");
+        assert_eq!(t.ports, [5432, 8080, 9090]);
+        assert_eq!(t.streaming_subresource(), Some(Subresource::PortForward));
+        assert!(!t.is_remote_command());
+        let log = read("/api/v1/namespaces/default/pods/db/log?follow=true");
+        assert_eq!(log.subresource(), Some(Subresource::Log));
+        assert_eq!(log.streaming_subresource(), None);
+        let other = read("/api/v1/namespaces/default/services/x/proxy?command=id");
+        assert_eq!(other, StreamTarget::default());
+        assert_eq!(other.recording_title(), "");
+    }
+
+    #[test]
+    fn followed_logs_are_told_apart() {
+        let get = http::Method::GET;
+        let target = |pq: &str| RequestTarget::parse_path_and_query(pq).unwrap();
+        let follows = |pq: &str| is_followed_log(&get, &target(pq));
+        assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=true"));
+        assert!(follows(
+            "/api/v1/namespaces/a/pods/p/log?container=c&follow=1"
+        ));
+        assert!(!follows("/api/v1/namespaces/a/pods/p/log"));
+        assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=false"));
+        assert!(!follows("/api/v1/namespaces/a/pods?follow=true"));
+        // As the API server reads `follow`: the first value, true unless 0 or false.
+        assert!(follows("/api/v1/namespaces/a/pods/p/log?follow=yes"));
+        assert!(follows(
+            "/api/v1/namespaces/a/pods/p/%6Cog?follow=&follow=false"
+        ));
+        assert!(!follows(
+            "/api/v1/namespaces/a/pods/p/log?follow=0&follow=true"
+        ));
+        assert!(!follows("/api/v1/namespaces/a/pods/p/log?follow=true;x"));
+        assert!(!is_followed_log(
+            &http::Method::POST,
+            &target("/api/v1/namespaces/a/pods/p/log?follow=true")
+        ));
+    }
+
+    /// The sessions take the request as the front door read it: none of them reads the path
+    /// or the query again.
+    #[test]
+    fn no_session_reads_the_request_target_again() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/proxy/sessions");
+        let forbidden = [
+            "parse_pod_subresource",
+            "pod_subresource",
+            "ExecOptions::from_query",
+            "ExecOptions::from_target",
+            "RequestTarget::parse",
+            "parse_query",
+        ];
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Test code may build requests any way it likes.
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (n, line) in code.lines().enumerate() {
+                for name in forbidden {
+                    assert!(
+                        !line.contains(name),
+                        "{}:{}: `{name}`: sessions take the StreamRequest the front door read",
+                        path.display(),
+                        n + 1
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The one way a streaming session ends. Each kind of session says how it ended in a
+//! [`Finished`]; [`Running::finish`] turns that into its audit `ended` event, gives its slot
+//! back and counts it in the metrics, in that order, for every kind alike. The registry of live
+//! sessions (list, follow, end) hooks in here.
+
+use std::time::Duration;
+
+use super::registry::SessionSlot;
+use super::session_audit;
+use crate::audit::{SessionAudit, SessionEnd as AuditEnd};
+use crate::proxy::observability::metrics::{SessionGuard, SessionOutcome};
+use crate::translate::observe::PortForwardWatch;
+use crate::translate::remote_command::{Outcome, SessionEndKind};
+
+/// A session that runs: its audit trail (if the audit log is on), its `--max-sessions` slot
+/// and its metrics, each ended exactly once by [`finish`](Self::finish) or
+/// [`unstarted`](Self::unstarted).
+pub struct Running {
+    audit: Option<SessionAudit>,
+    slot: SessionSlot,
+    guard: SessionGuard,
+}
+
+/// How a session ended, as its audit event and metrics say it.
+pub struct Finished {
+    /// The metric's outcome (and the event's `outcome` label).
+    pub outcome: SessionOutcome,
+    /// Bytes from the client towards the pod.
+    pub bytes_in: u64,
+    /// Bytes from the pod towards the client.
+    pub bytes_out: u64,
+    pub duration: Duration,
+    /// Who or what ended it, in words.
+    pub ended_by: &'static str,
+    /// The command's exit code, where the session carried one.
+    pub exit_code: Option<i32>,
+    /// The final Status in short, where known.
+    pub status: Option<String>,
+    /// Why the recording could not start or was cut short.
+    pub recording_error: Option<String>,
+    /// The connections a port-forward was seen to carry (only when audited).
+    pub port_forwards: Option<PortForwardWatch>,
+}
+
+impl Finished {
+    /// A session that moved bytes and ended for `ended_by`; nothing else known yet.
+    pub fn new(
+        outcome: SessionOutcome,
+        bytes_in: u64,
+        bytes_out: u64,
+        duration: Duration,
+        ended_by: &'static str,
+    ) -> Finished {
+        Finished {
+            outcome,
+            bytes_in,
+            bytes_out,
+            duration,
+            ended_by,
+            exit_code: None,
+            status: None,
+            recording_error: None,
+            port_forwards: None,
+        }
+    }
+
+    /// A translated exec or attach (either direction) that ran to `outcome`, counted as
+    /// `result`.
+    pub fn remote_command(
+        outcome: &Outcome,
+        result: SessionOutcome,
+        recording_error: Option<String>,
+    ) -> Finished {
+        Finished {
+            exit_code: outcome
+                .status
+                .as_ref()
+                .and_then(|s| s.exit_code())
+                .map(i32::from),
+            status: outcome.status.as_ref().map(|s| s.summary()),
+            recording_error,
+            ..Finished::new(
+                result,
+                outcome.bytes_in,
+                outcome.bytes_out,
+                outcome.duration,
+                outcome.end.describe(),
+            )
+        }
+    }
+
+    /// The same end, with the port-forward watch whose connections its event lists.
+    pub fn with_port_forwards(self, watch: Option<PortForwardWatch>) -> Finished {
+        Finished {
+            port_forwards: watch,
+            ..self
+        }
+    }
+
+    /// The audit log's `ended` event.
+    fn audit_event(self) -> AuditEnd {
+        let end = AuditEnd {
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            duration_ms: self.duration.as_millis() as u64,
+            exit_code: self.exit_code,
+            status: self.status,
+            outcome: self.outcome.label(),
+            ended_by: self.ended_by,
+            recording_error: self.recording_error,
+            ..Default::default()
+        };
+        match self.port_forwards {
+            Some(watch) => end.with_port_forwards(watch.finish()),
+            None => end,
+        }
+    }
+}
+
+impl Running {
+    /// The session admitted with `slot`, counted by `guard`, audited by `audit`.
+    pub fn new(audit: Option<SessionAudit>, slot: SessionSlot, guard: SessionGuard) -> Running {
+        Running { audit, slot, guard }
+    }
+
+    /// Whether the session is audited (the audit log is on and it names a pod).
+    pub fn is_audited(&self) -> bool {
+        self.audit.is_some()
+    }
+
+    /// Its `--max-sessions` slot (the drain signal).
+    pub fn slot(&self) -> &SessionSlot {
+        &self.slot
+    }
+
+    /// Ends a session that ran: its audit `ended` event, then its slot, then its metrics.
+    pub fn finish(self, end: Finished) {
+        let (outcome, bytes_in, bytes_out) = (end.outcome, end.bytes_in, end.bytes_out);
+        // Before the slot goes: a drained proxy exits once every slot is back.
+        if let Some(audit) = self.audit {
+            audit.end(end.audit_event());
+        }
+        drop(self.slot);
+        self.guard.finish(outcome, bytes_in, bytes_out);
+    }
+
+    /// Ends a session that never carried a byte (its client's upgrade did not complete, or it
+    /// was refused once admitted): its audit `ended` event, its metrics, then its slot.
+    pub fn unstarted(
+        self,
+        outcome: SessionOutcome,
+        ended_by: &'static str,
+        recording_error: Option<String>,
+    ) {
+        session_audit::end_unstarted(self.audit, outcome, ended_by, None, recording_error);
+        self.guard.finish(outcome, 0, 0);
+        drop(self.slot);
+    }
+}
+
+/// How a translated exec or attach that ran counts in the metrics.
+pub fn remote_command_outcome(outcome: &Outcome) -> SessionOutcome {
+    match outcome.end {
+        SessionEndKind::Completed => match outcome.status.as_ref().and_then(|s| s.exit_code()) {
+            Some(0) => SessionOutcome::Success,
+            Some(_) => SessionOutcome::NonZeroExit,
+            None => SessionOutcome::UpstreamError,
+        },
+        SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
+        SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
+        SessionEndKind::Drained => SessionOutcome::Drained,
+        SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
+        SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
+        SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
+        SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
+    }
+}
