@@ -277,8 +277,11 @@ pub(super) async fn admit_down(
     tap: Option<&RelayTap>,
     held: Option<&Liveness>,
 ) -> Option<Followed> {
-    // Kept only where a tap may refuse the read (a copy, no allocation).
-    let sent = tap.and(frames.as_deref().copied());
+    // Kept only where the tap may refuse the read (`--record=required`): a copy, no
+    // allocation, but one per read that nothing else needs.
+    let sent = tap
+        .filter(|t| t.may_refuse())
+        .and(frames.as_deref().copied());
     let followed = match frames.as_deref_mut() {
         Some(cursor) => cursor.follow(bytes),
         None => Followed::whole(bytes.len()),

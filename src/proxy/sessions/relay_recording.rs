@@ -201,6 +201,12 @@ impl RelayTap {
         }
     }
 
+    /// Whether [`RelayTap::pass_down`] can ever refuse a read: only under `--record=required`
+    /// (best-effort passes everything on, recorded or not).
+    pub fn may_refuse(&self) -> bool {
+        self.required
+    }
+
     /// Whether a session that must end is ended with a Status of the proxy's (see
     /// [`RelayTap::ending_with`]).
     pub fn ends_with_status(&self) -> bool {
