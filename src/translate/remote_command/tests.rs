@@ -126,17 +126,15 @@ async fn a_refusal_ends_even_when_the_client_reads_nothing() {
     assert_eq!(outcome.end, SessionEndKind::UpstreamRefused);
 }
 
-/// A session whose output waits for its recording (the shared budget spent by others, as behind
-/// a slow disk) still pings its client and answers it, so a client that answers is never ended
-/// as unresponsive, however long the recording holds the output back. The audited soak found
-/// this: downloads cut after the keepalive's interval plus timeout under a busy writer.
-#[tokio::test]
-async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
+/// Best-effort recordings into a fresh directory, and a `tar` session's recorder named `id`.
+async fn recorded_session(
+    id: &str,
+) -> (
+    tempfile::TempDir,
+    crate::audit::recording::Recordings,
+    crate::audit::recording::Recorder,
+) {
     use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
-    use crate::translate::ws::Keepalive;
-    use futures_util::StreamExt;
-    use tokio_tungstenite::tungstenite::protocol::Role;
-
     let dir = tempfile::tempdir().unwrap();
     let recordings = Recordings::start(
         RecordingConfig {
@@ -152,9 +150,23 @@ async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
     )
     .unwrap();
     let recorder = recordings
-        .open("held-1", &["tar".into()], "default/held".into())
+        .open(id, &["tar".into()], format!("default/{id}"))
         .await
         .unwrap();
+    (dir, recordings, recorder)
+}
+
+/// A session whose output waits for its recording (the shared budget spent by others, as behind
+/// a slow disk) still pings its client and answers it, so a client that answers is never ended
+/// as unresponsive, however long the recording holds the output back. The audited soak found
+/// this: downloads cut after the keepalive's interval plus timeout under a busy writer.
+#[tokio::test]
+async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
+    use crate::translate::ws::Keepalive;
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    let (_dir, recordings, recorder) = recorded_session("held-1").await;
     let spent = recordings.spend_budget();
 
     let keepalive = Keepalive {
@@ -229,28 +241,10 @@ async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
 /// ending seconds after it.
 #[tokio::test]
 async fn a_session_cut_off_by_its_upstream_ends_without_waiting_its_recording_turn() {
-    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
     use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::protocol::Role;
 
-    let dir = tempfile::tempdir().unwrap();
-    let recordings = Recordings::start(
-        RecordingConfig {
-            dir: dir.path().to_owned(),
-            policy: RecordPolicy::BestEffort,
-            record_stdin: false,
-            min_free: 0,
-        },
-        RecordingCounters {
-            recorded_bytes: prometheus::IntCounter::new("r", "r").unwrap(),
-            failures: prometheus::IntCounter::new("f", "f").unwrap(),
-        },
-    )
-    .unwrap();
-    let recorder = recordings
-        .open("cut-1", &["tar".into()], "default/cut".into())
-        .await
-        .unwrap();
+    let (_dir, recordings, recorder) = recorded_session("cut-1").await;
     let spent = recordings.spend_budget();
 
     // The kubelet sits behind a relay the test can cut, as the soak's faulty relay does.
