@@ -16,7 +16,7 @@ use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
-use super::session_end::{remote_command_outcome, Finished, Running};
+use super::session_end::{remote_command_outcome, tunnel_outcome, Finished, Running};
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
 use crate::audit::ProtocolPath;
@@ -34,7 +34,6 @@ use crate::translate::protocol::{ChannelProtocol, UpstreamVersion, TUNNEL_PREFIX
 use crate::translate::remote_command::{Outcome, SessionEndKind, SessionRecording};
 use crate::translate::reverse::negotiation::{self, NegotiationError, ACCEPTED_VERSIONS_HEADER};
 use crate::translate::reverse::{self, port_forward, ReverseLimits};
-use crate::translate::tunnel::TunnelEnd;
 
 /// Handles a SPDY upgrade that goes to the reverse translator (`--upstream-streaming
 /// websocket`, or `auto` against a path that refuses SPDY); `slot` is its admission.
@@ -239,12 +238,7 @@ pub async fn handle_dialled(
                     watch.as_ref(),
                 )
                 .await;
-                let result = match outcome.ended_by {
-                    TunnelEnd::Drained => SessionOutcome::Drained,
-                    TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
-                    TunnelEnd::Upstream => SessionOutcome::Success,
-                    _ => SessionOutcome::ClientGone,
-                };
+                let result = tunnel_outcome(outcome.ended_by);
                 running.finish(
                     Finished::new(
                         result,

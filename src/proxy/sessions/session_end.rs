@@ -11,6 +11,7 @@ use crate::audit::{SessionAudit, SessionEnd as AuditEnd};
 use crate::proxy::observability::metrics::{SessionGuard, SessionOutcome};
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::remote_command::{Outcome, SessionEndKind};
+use crate::translate::tunnel::TunnelEnd;
 
 /// A session that runs: its audit trail (if the audit log is on), its `--max-sessions` slot
 /// and its metrics, each ended exactly once by [`finish`](Self::finish) or
@@ -173,5 +174,17 @@ pub fn remote_command_outcome(outcome: &Outcome) -> SessionOutcome {
         SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
         SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
         SessionEndKind::RecordingFailed => SessionOutcome::RecordingFailed,
+    }
+}
+
+/// How a port-forward (tunnelled, or reverse-translated for a SPDY client) counts in the
+/// metrics, by how it ended.
+pub fn tunnel_outcome(end: TunnelEnd) -> SessionOutcome {
+    match end {
+        TunnelEnd::Drained => SessionOutcome::Drained,
+        TunnelEnd::Upstream => SessionOutcome::Success,
+        TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
+        TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
+        TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
     }
 }

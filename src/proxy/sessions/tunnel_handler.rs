@@ -13,7 +13,7 @@ use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
-use super::session_end::{Finished, Running};
+use super::session_end::{tunnel_outcome, Finished, Running};
 use super::state::ProxyState;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
@@ -27,7 +27,7 @@ use crate::proxy::wire::status_response::failure;
 use crate::spdy::upgrade::{UpgradeError, Upgraded};
 use crate::translate::observe::{PortForwardWatch, PORT_FORWARD};
 use crate::translate::protocol::TUNNEL_PREFIX;
-use crate::translate::tunnel::{self, TunnelEnd};
+use crate::translate::tunnel;
 
 /// The tunnel's upstream SPDY connection, or why there is none.
 pub type Dialled = Result<Upgraded<UpstreamIo>, DialError>;
@@ -155,13 +155,7 @@ pub async fn handle(
                 watch.as_ref(),
             )
             .await;
-            let result = match outcome.ended_by {
-                TunnelEnd::Drained => SessionOutcome::Drained,
-                TunnelEnd::Upstream => SessionOutcome::Success,
-                TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
-                TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
-                TunnelEnd::IdleTimeout => SessionOutcome::IdleTimeout,
-            };
+            let result = tunnel_outcome(outcome.ended_by);
             running.finish(
                 Finished::new(
                     result,
