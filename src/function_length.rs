@@ -21,13 +21,6 @@ const MAX_BODY_LINES: usize = 100;
 const TEMPORARY_ALLOWLIST: &[(&str, &str, usize)] = &[
     ("src/proxy/listen/server.rs", "route_authenticated", 140),
     ("src/proxy/listen/server.rs", "serve_connection", 128),
-    ("src/proxy/sessions/exec_handler.rs", "handle", 171),
-    (
-        "src/proxy/sessions/reverse_handler.rs",
-        "handle_dialled",
-        210,
-    ),
-    ("src/proxy/sessions/tunnel_handler.rs", "handle", 132),
 ];
 
 /// One function found in a file.

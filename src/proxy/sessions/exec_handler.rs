@@ -12,14 +12,14 @@ use tracing::{info, warn, Instrument};
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
 use super::session_end::{remote_command_outcome, Finished, Running};
+use super::session_recording::{self, OpenedRecording};
 use super::state::ProxyState;
-use crate::audit::recording::RecordPolicy;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
-use crate::proxy::upstream::spdy_dial::{dial_spdy, upstream_headers, DialError};
+use crate::proxy::upstream::spdy_dial::{dial_spdy, DialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
@@ -27,7 +27,7 @@ use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::{ExecOptions, Subresource};
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
 pub use crate::translate::remote_command::ExecStreams;
-use crate::translate::remote_command::{self, SessionRecording};
+use crate::translate::remote_command::{self, Outcome};
 use crate::translate::status::Status;
 use crate::translate::status_mapping::from_upgrade_refusal;
 
@@ -86,8 +86,7 @@ pub async fn dial(
     req: &UpgradeRequest,
     stream: &StreamRequest,
 ) -> Result<ExecStreams, SetupError> {
-    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
-    state.auth.apply(&stream.caller, &mut headers);
+    let headers = state.upstream_headers(&req.parts.headers, stream);
     dial_streams(
         state,
         &req.path_and_query(),
@@ -98,7 +97,11 @@ pub async fn dial(
 }
 
 /// Handles a request the classifier marked for translation; `slot` is its admission and
-/// `prepared` says whether the upstream was asked already.
+/// `prepared` says whether the upstream was asked already. In order: the client's handshake
+/// is checked, the upstream is set up while the caller is identified, the recording opens,
+/// the audit trail starts, and the client's WebSocket is answered while the session runs in
+/// the background ([`ExecSession::run`]). A refusal is still reported inside the WebSocket,
+/// as a Status on channel 3.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
@@ -107,8 +110,8 @@ pub async fn handle(
     slot: SessionSlot,
     prepared: Prepared,
 ) -> Response<ProxyBody> {
-    let client = stream.client;
-    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
+    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, stream.client.form)
+    {
         Ok(answer) => answer,
         Err(e) => {
             if let Prepared::Dialled(Ok(streams)) = prepared {
@@ -117,85 +120,33 @@ pub async fn handle(
             return failure(e.status(), "BadRequest", e.to_string());
         }
     };
-    let options = &stream.target.options;
-    let path_and_query = req.path_and_query();
-    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
-    state.auth.apply(&stream.caller, &mut headers);
-    let on_upgrade = req.on_upgrade;
-
-    // A pass-through the upstream refused counts where the session was headed.
-    let kind = match (subresource, &prepared) {
-        (_, Prepared::Refused(_)) => SessionKind::PassThrough,
-        (Subresource::Attach, _) => SessionKind::Attach,
-        _ => SessionKind::Exec,
+    // A pass-through the upstream refused counts, and is audited, where it was headed.
+    let (kind, protocol_path) = match (subresource, &prepared) {
+        (_, Prepared::Refused(_)) => (SessionKind::PassThrough, ProtocolPath::PassThrough),
+        (Subresource::Attach, _) => (SessionKind::Attach, ProtocolPath::Translated),
+        _ => (SessionKind::Exec, ProtocolPath::Translated),
     };
     let guard = state.metrics.session(kind);
     let session_id = next_session_id();
-
-    // Dial first: a refusal is still reported inside the WebSocket, as a Status on channel 3.
-    // Who the caller is (for the audit) is found out meanwhile.
+    let headers = state.upstream_headers(&req.parts.headers, &stream);
     let credentials = headers.get(http::header::AUTHORIZATION).cloned();
-    let protocol_path = match prepared {
-        Prepared::Refused(_) => ProtocolPath::PassThrough,
-        _ => ProtocolPath::Translated,
-    };
-    let setup = async {
-        let dialled = match prepared {
-            Prepared::Refused(status) => return Err(status),
-            Prepared::Dialled(dialled) => dialled,
-            Prepared::Dial => dial_streams(&state, &path_and_query, headers, options).await,
-        };
-        dialled.map_err(|e| {
-            match &e {
-                SetupError::Refused { status, .. } => {
-                    state.metrics.upstream_upgrade_failure(status.as_u16())
-                }
-                SetupError::Unanswered(e) => {
-                    state.metrics.upstream_upgrade_failure(e.upstream_status())
-                }
-                SetupError::Streams(_) => {}
-            }
-            e.into_status()
-        })
-    };
-    let (mut setup, identity) = tokio::join!(
-        setup,
+    let path_and_query = req.path_and_query();
+    let (setup, identity) = tokio::join!(
+        set_up(
+            &state,
+            &path_and_query,
+            headers,
+            &stream.target.options,
+            prepared
+        ),
         session_audit::identify(&state, &stream.caller, credentials),
     );
     // The recording starts once the session is real (its streams are open).
-    let mut recording_error = None;
-    let recording = match (&state.recordings, &setup) {
-        (Some(recordings), Ok(_)) => {
-            let title = stream.target.recording_title();
-            let id = crate::audit::instance::session_id(session_id);
-            match recordings.open(&id, &options.command, title).await {
-                Ok(recorder) => Some(SessionRecording {
-                    recorder,
-                    required: recordings.policy() == RecordPolicy::Required,
-                }),
-                Err(e) => {
-                    warn!(session = session_id, error = %e, "the session's recording could not start");
-                    if recordings.policy() == RecordPolicy::Required {
-                        let refusal = Status::failure(
-                            503,
-                            "ServiceUnavailable",
-                            format!(
-                                "kube-ws-proxy cannot record this session and recordings are \
-                                 required (--record=required): {e}"
-                            ),
-                        );
-                        if let Ok(streams) = std::mem::replace(&mut setup, Err(refusal)) {
-                            streams.conn.close().await;
-                        }
-                    }
-                    recording_error = Some(e.to_string());
-                    None
-                }
-            }
-        }
-        _ => None,
+    let recording = match &setup {
+        Ok(_) => OpenedRecording::open(&state, session_id, &stream).await,
+        Err(_) => OpenedRecording::default(),
     };
-    let refused_for_recording = recording_error.is_some() && setup.is_err();
+    let setup = refuse_unrecordable(setup, &recording).await;
     let mut info = session_audit::stream_info(
         session_id,
         &stream,
@@ -203,79 +154,159 @@ pub async fn handle(
         protocol_path,
         Some(ChannelProtocol::V5.name().to_owned()),
     );
-    if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
-        info.recording = Some(r.recorder.path().display().to_string());
-    }
+    recording.name_in(&mut info);
     let running = Running::new(session_audit::start(&state, info), slot, guard);
-    let ready = options.ready_channel();
-    let tty = options.tty;
-    let mut limits = state.session_limits.clone();
-    limits.idle_timeout = state.stream_idle_timeout;
-    let ws_config = state.client_socket_config();
-    let handshake_timeout = state.handshake_timeout;
-    tokio::spawn(
-        async move {
-            let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
-                Ok(ws) => ws,
-                Err(e) => {
-                    warn!(error = %e, "client upgrade failed");
-                    if let Ok(streams) = setup {
-                        streams.conn.close().await;
-                    }
-                    running.unstarted(
-                        SessionOutcome::ClientGone,
-                        session_audit::CLIENT_UPGRADE_FAILED,
-                        recording_error,
-                    );
-                    return;
-                }
-            };
-            let outcome = match setup {
-                Ok(streams) => {
-                    let stop = running.slot().stop_token();
-                    remote_command::run(ws, streams, ready, tty, &limits, stop, recording.as_ref())
-                        .await
-                }
-                Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
-            };
-            let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
-            let result = if refused_for_recording {
-                SessionOutcome::RecordingFailed
-            } else {
-                remote_command_outcome(&outcome)
-            };
-            let recording_error =
-                recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
-            // The recording is complete once its recorder is gone.
-            drop(recording);
-            running.finish(Finished::remote_command(&outcome, result, recording_error));
-            info!(
-                session = session_id,
-                verb = kind.label(),
-                user = stream.caller.user().unwrap_or(""),
-                http_version = client.form.http_version(),
-                connection = client.connection.0,
-                namespace = stream.target.namespace(),
-                pod = stream.target.pod_name(),
-                container = stream.target.container(),
-                tty,
-                bytes_in = outcome.bytes_in,
-                bytes_out = outcome.bytes_out,
-                duration_ms = outcome.duration.as_millis() as u64,
-                exit_code = exit_code.map(i64::from).unwrap_or(-1),
-                status = outcome
-                    .status
-                    .as_ref()
-                    .map(|s| s.summary())
-                    .unwrap_or_default(),
-                close_reason = outcome.end.describe(),
-                "exec session finished"
-            );
-        }
-        // The session's log lines name the request they came from (its audit id).
-        .in_current_span(),
-    );
+    let session = ExecSession {
+        state,
+        stream,
+        kind,
+        session_id,
+        running,
+        recording,
+    };
+    // The session's log lines name the request they came from (its audit id).
+    tokio::spawn(session.run(req.on_upgrade, setup).in_current_span());
     answer.response(Some(ChannelProtocol::V5.name()))
+}
+
+/// The upstream's SPDY session as `prepared` has it (dialled now when it was not asked yet),
+/// or the Status the client is told instead; a failed upgrade is counted.
+async fn set_up(
+    state: &ProxyState,
+    path_and_query: &str,
+    headers: http::HeaderMap,
+    options: &ExecOptions,
+    prepared: Prepared,
+) -> Result<ExecStreams, Status> {
+    let dialled = match prepared {
+        Prepared::Refused(status) => return Err(status),
+        Prepared::Dialled(dialled) => dialled,
+        Prepared::Dial => dial_streams(state, path_and_query, headers, options).await,
+    };
+    dialled.map_err(|e| {
+        match &e {
+            SetupError::Refused { status, .. } => {
+                state.metrics.upstream_upgrade_failure(status.as_u16())
+            }
+            SetupError::Unanswered(e) => {
+                state.metrics.upstream_upgrade_failure(e.upstream_status())
+            }
+            SetupError::Streams(_) => {}
+        }
+        e.into_status()
+    })
+}
+
+/// Under `--record=required`, a session whose recording could not start is refused: its
+/// upstream session is closed, and the client hears why inside its WebSocket.
+async fn refuse_unrecordable(
+    setup: Result<ExecStreams, Status>,
+    recording: &OpenedRecording,
+) -> Result<ExecStreams, Status> {
+    let Some(why) = recording.refusal() else {
+        return setup;
+    };
+    if let Ok(streams) = setup {
+        streams.conn.close().await;
+    }
+    Err(Status::failure(
+        503,
+        "ServiceUnavailable",
+        session_recording::unrecordable(why),
+    ))
+}
+
+/// A translated exec or attach whose audit trail has started, from the client's upgrade to
+/// its end.
+struct ExecSession {
+    state: Arc<ProxyState>,
+    stream: StreamRequest,
+    kind: SessionKind,
+    session_id: u64,
+    running: Running,
+    recording: OpenedRecording,
+}
+
+impl ExecSession {
+    /// Waits for the client's WebSocket, translates until the session ends (or reports the
+    /// refusal `setup` holds), then finishes it (recording, audit, slot, metrics) and logs it.
+    async fn run(self, on_upgrade: hyper::upgrade::OnUpgrade, setup: Result<ExecStreams, Status>) {
+        let state = &self.state;
+        let ws = match upgraded(
+            on_upgrade,
+            state.client_socket_config(),
+            state.handshake_timeout,
+        )
+        .await
+        {
+            Ok(ws) => ws,
+            Err(e) => {
+                warn!(error = %e, "client upgrade failed");
+                if let Ok(streams) = setup {
+                    streams.conn.close().await;
+                }
+                self.running.unstarted(
+                    SessionOutcome::ClientGone,
+                    session_audit::CLIENT_UPGRADE_FAILED,
+                    self.recording.finish(),
+                );
+                return;
+            }
+        };
+        let options = &self.stream.target.options;
+        let ready = options.ready_channel();
+        let mut limits = state.session_limits.clone();
+        limits.idle_timeout = state.stream_idle_timeout;
+        let outcome = match setup {
+            Ok(streams) => {
+                let stop = self.running.slot().stop_token();
+                let recording = self.recording.recording.as_ref();
+                remote_command::run(ws, streams, ready, options.tty, &limits, stop, recording).await
+            }
+            Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
+        };
+        let result = if self.recording.refusal().is_some() {
+            SessionOutcome::RecordingFailed
+        } else {
+            remote_command_outcome(&outcome)
+        };
+        let recording_error = self.recording.finish();
+        self.running
+            .finish(Finished::remote_command(&outcome, result, recording_error));
+        log_finished(&self.stream, self.kind, self.session_id, &outcome);
+    }
+}
+
+/// The session's log line.
+fn log_finished(stream: &StreamRequest, kind: SessionKind, session_id: u64, outcome: &Outcome) {
+    let client = stream.client;
+    info!(
+        session = session_id,
+        verb = kind.label(),
+        user = stream.caller.user().unwrap_or(""),
+        http_version = client.form.http_version(),
+        connection = client.connection.0,
+        namespace = stream.target.namespace(),
+        pod = stream.target.pod_name(),
+        container = stream.target.container(),
+        tty = stream.target.options.tty,
+        bytes_in = outcome.bytes_in,
+        bytes_out = outcome.bytes_out,
+        duration_ms = outcome.duration.as_millis() as u64,
+        exit_code = outcome
+            .status
+            .as_ref()
+            .and_then(|s| s.exit_code())
+            .map(i64::from)
+            .unwrap_or(-1),
+        status = outcome
+            .status
+            .as_ref()
+            .map(|s| s.summary())
+            .unwrap_or_default(),
+        close_reason = outcome.end.describe(),
+        "exec session finished"
+    );
 }
 
 /// Dials, upgrades and opens the streams.

@@ -21,6 +21,9 @@
 //! - [`state`]: what every runner is given (the upstream, limits, metrics, audit).
 //! - [`session_audit`]: the audit hooks every streaming session calls at its start and end.
 //! - [`session_end`]: the one way a running session ends (audit event, slot, metrics).
+//! - [`session_recording`]: a translated exec or attach's recording, opened one way.
+//! - [`upstream_refusal`]: an upstream that would not open a session, answered as
+//!   kube-apiserver answers it.
 //! - [`registry`]: admission (`--max-sessions`) and draining of running sessions; the
 //!   registry of live sessions that operators list, follow and end grows here, every session
 //!   kind registering the same way.
@@ -43,6 +46,8 @@ pub mod relay_session;
 pub mod reverse_handler;
 pub mod session_audit;
 pub mod session_end;
+pub mod session_recording;
 pub mod spdy_auto;
 pub mod state;
 pub mod tunnel_handler;
+pub mod upstream_refusal;

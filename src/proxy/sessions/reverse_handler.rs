@@ -16,14 +16,14 @@ use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
-use super::session_end::{remote_command_outcome, tunnel_outcome, Finished, Running};
+use super::session_end::{remote_command_outcome, Finished, Running};
+use super::session_recording::{self, OpenedRecording};
 use super::state::ProxyState;
-use crate::audit::recording::RecordPolicy;
+use super::upstream_refusal;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
-use crate::proxy::upstream::spdy_dial::upstream_headers;
 use crate::proxy::upstream::websocket_dial::{dial_websocket, DialedWebSocket, WebSocketDialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
@@ -54,8 +54,7 @@ pub type Dialled = Result<DialedWebSocket, WebSocketDialError>;
 /// committing the client to it: `auto` decides on the answer first.
 pub async fn dial(state: &ProxyState, req: &UpgradeRequest, stream: &StreamRequest) -> Dialled {
     let port_forward = stream.target.subresource() == Some(Subresource::PortForward);
-    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
-    state.auth.apply(&stream.caller, &mut headers);
+    let headers = state.upstream_headers(&req.parts.headers, stream);
     dial_upstream(state, &req.path_and_query(), headers, port_forward).await
 }
 
@@ -98,7 +97,11 @@ async fn dial_upstream(
     }
 }
 
-/// [`handle`], with the upstream already asked when `dialled` is given ([`dial`]).
+/// [`handle`], with the upstream already asked when `dialled` is given ([`dial`]). In order:
+/// the client's version offer is negotiated, the upstream is dialled while the caller is
+/// identified (a refusal is replayed to the client), an exec or attach's recording opens, the
+/// audit trail starts, and the client's 101 is answered while the session runs in the
+/// background ([`ReverseSession::run`]).
 pub async fn handle_dialled(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
@@ -106,23 +109,14 @@ pub async fn handle_dialled(
     slot: SessionSlot,
     dialled: Option<Dialled>,
 ) -> Response<ProxyBody> {
-    let path_and_query = req.path_and_query();
     let Some(subresource) = stream.target.subresource() else {
         return failure(StatusCode::NOT_FOUND, "NotFound", "not a pod subresource");
     };
-    let offered = negotiation::offered(&req.parts.headers);
     let port_forward = subresource == Subresource::PortForward;
-    let negotiated = if port_forward {
-        negotiation::port_forward(&offered).map(|_| None)
-    } else {
-        negotiation::remote_command(&offered).map(Some)
-    };
-    let version = match negotiated {
+    let version = match negotiate(&req, port_forward) {
         Ok(version) => version,
         Err(e) => return refuse_offer(&e),
     };
-    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
-    state.auth.apply(&stream.caller, &mut headers);
     let kind = match subresource {
         Subresource::Attach => SessionKind::Attach,
         Subresource::PortForward => SessionKind::PortForwardTunnel,
@@ -130,7 +124,9 @@ pub async fn handle_dialled(
     };
     let guard = state.metrics.session(kind);
     let session_id = next_session_id();
+    let headers = state.upstream_headers(&req.parts.headers, &stream);
     let credentials = headers.get(header::AUTHORIZATION).cloned();
+    let path_and_query = req.path_and_query();
     let dial = async {
         match dialled {
             Some(dialled) => dialled,
@@ -156,159 +152,197 @@ pub async fn handle_dialled(
     let upstream = match dialed {
         Ok(d) => d,
         Err(e) => {
-            state.metrics.upstream_upgrade_failure(e.upstream_status());
-            let audit = session_audit::start(&state, info);
-            session_audit::end_upstream_refused(audit, format!("upstream refused: {e}"));
-            guard.finish(SessionOutcome::UpstreamError, 0, 0);
-            return refusal_response(e);
+            let running = Running::new(session_audit::start(&state, info), slot, guard);
+            return upstream_refusal::refuse(&state, running, e);
         }
     };
-
     // Exec and attach are recorded; a recording that cannot start under --record=required
     // refuses the session before the client's 101.
-    let mut recording_error = None;
-    let mut recording = None;
-    if let (Some(recordings), false) = (&state.recordings, port_forward) {
-        let title = stream.target.recording_title();
-        let id = crate::audit::instance::session_id(session_id);
-        match recordings
-            .open(&id, &stream.target.options.command, title)
-            .await
-        {
-            Ok(recorder) => {
-                recording = Some(SessionRecording {
-                    recorder,
-                    required: recordings.policy() == RecordPolicy::Required,
-                })
-            }
-            Err(e) => {
-                warn!(session = session_id, error = %e, "the session's recording could not start");
-                if recordings.policy() == RecordPolicy::Required {
-                    drop(upstream);
-                    drop(slot);
-                    session_audit::end_unstarted(
-                        session_audit::start(&state, info),
-                        SessionOutcome::RecordingFailed,
-                        "refused: it could not be recorded",
-                        None,
-                        Some(e.to_string()),
-                    );
-                    guard.finish(SessionOutcome::RecordingFailed, 0, 0);
-                    return failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "ServiceUnavailable",
-                        format!(
-                            "kube-ws-proxy cannot record this session and recordings are \
-                             required (--record=required): {e}"
-                        ),
-                    );
-                }
-                recording_error = Some(e.to_string());
-            }
-        }
-    }
-    if let (Some(info), Some(r)) = (info.as_mut(), &recording) {
-        info.recording = Some(r.recorder.path().display().to_string());
-    }
+    let recording = match port_forward {
+        false => OpenedRecording::open(&state, session_id, &stream).await,
+        true => OpenedRecording::default(),
+    };
+    recording.name_in(&mut info);
     let running = Running::new(session_audit::start(&state, info), slot, guard);
-    let on_upgrade = req.on_upgrade;
-    let task_state = state.clone();
+    if let Some(why) = recording.refusal() {
+        drop(upstream);
+        let refusal = session_recording::unrecordable(why);
+        running.unstarted(
+            SessionOutcome::RecordingFailed,
+            "refused: it could not be recorded",
+            recording.finish(),
+        );
+        return failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            refusal,
+        );
+    }
+    let session = ReverseSession {
+        state,
+        stream,
+        kind,
+        session_id,
+        running,
+        recording,
+    };
+    // The session's log lines name the request they came from (its audit id).
     tokio::spawn(
-        async move {
-            let state = task_state;
-            let client = match tokio::time::timeout(state.handshake_timeout, on_upgrade).await {
-                Ok(Ok(io)) => TokioIo::new(io),
-                _ => {
-                    warn!(session = session_id, "client upgrade failed");
-                    running.unstarted(
-                        SessionOutcome::ClientGone,
-                        session_audit::CLIENT_UPGRADE_FAILED,
-                        recording_error,
-                    );
-                    return;
-                }
-            };
-            let Some(version) = version else {
-                let watch = running.is_audited().then(PortForwardWatch::new);
-                let outcome = port_forward::run(
-                    client,
-                    upstream.socket,
-                    running.slot().stop_token(),
-                    state.stream_idle_timeout,
-                    watch.as_ref(),
-                )
-                .await;
-                let result = tunnel_outcome(outcome.ended_by);
-                running.finish(
-                    Finished::new(
-                        result,
-                        outcome.bytes_up,
-                        outcome.bytes_down,
-                        outcome.duration,
-                        outcome.ended_by.describe(),
-                    )
-                    .with_port_forwards(watch),
-                );
-                info!(
-                    session = session_id,
-                    verb = "portforward",
-                    path = "reverse_translated",
-                    user = stream.caller.user().unwrap_or(""),
-                    namespace = stream.target.namespace(),
-                    pod = stream.target.pod_name(),
-                    outcome = result.label(),
-                    bytes_up = outcome.bytes_up,
-                    bytes_down = outcome.bytes_down,
-                    ended_by = outcome.ended_by.describe(),
-                    duration_ms = outcome.duration.as_millis() as u64,
-                    "port-forward (SPDY client, WebSocket upstream) finished"
-                );
-                return;
-            };
-            let options = &stream.target.options;
-            let outcome = exec(
-                &state,
-                client,
-                upstream,
-                version,
-                options,
-                running.slot(),
-                recording.as_ref(),
-            )
-            .await;
-            let exit_code = outcome.status.as_ref().and_then(|s| s.exit_code());
-            let result = remote_command_outcome(&outcome);
-            let recording_error =
-                recording_error.or_else(|| recording.as_ref().and_then(|r| r.recorder.error()));
-            drop(recording);
-            running.finish(Finished::remote_command(&outcome, result, recording_error));
-            info!(
-                session = session_id,
-                verb = kind.label(),
-                path = "reverse_translated",
-                user = stream.caller.user().unwrap_or(""),
-                namespace = stream.target.namespace(),
-                pod = stream.target.pod_name(),
-                container = stream.target.container(),
-                tty = options.tty,
-                version = version.name(),
-                bytes_in = outcome.bytes_in,
-                bytes_out = outcome.bytes_out,
-                duration_ms = outcome.duration.as_millis() as u64,
-                exit_code = exit_code.map(i64::from).unwrap_or(-1),
-                status = outcome
-                    .status
-                    .as_ref()
-                    .map(|s| s.summary())
-                    .unwrap_or_default(),
-                close_reason = outcome.end.describe(),
-                "exec session (SPDY client, WebSocket upstream) finished"
-            );
-        }
-        // The session's log lines name the request they came from (its audit id).
-        .in_current_span(),
+        session
+            .run(req.on_upgrade, upstream, version)
+            .in_current_span(),
     );
     spdy_switching_protocols(client_protocol)
+}
+
+/// The version the client's SPDY upgrade offers that the reverse translator speaks: `None` for
+/// port-forward (one protocol), else the remote-command version.
+fn negotiate(
+    req: &UpgradeRequest,
+    port_forward: bool,
+) -> Result<Option<UpstreamVersion>, NegotiationError> {
+    let offered = negotiation::offered(&req.parts.headers);
+    if port_forward {
+        negotiation::port_forward(&offered).map(|_| None)
+    } else {
+        negotiation::remote_command(&offered).map(Some)
+    }
+}
+
+/// A reverse-translated session whose audit trail has started, from the client's SPDY
+/// upgrade to its end.
+struct ReverseSession {
+    state: Arc<ProxyState>,
+    stream: StreamRequest,
+    kind: SessionKind,
+    session_id: u64,
+    running: Running,
+    recording: OpenedRecording,
+}
+
+impl ReverseSession {
+    /// Waits for the client's upgrade, then runs the port-forward (no `version`) or the exec
+    /// or attach to its end.
+    async fn run(
+        self,
+        on_upgrade: hyper::upgrade::OnUpgrade,
+        upstream: DialedWebSocket,
+        version: Option<UpstreamVersion>,
+    ) {
+        let client = match tokio::time::timeout(self.state.handshake_timeout, on_upgrade).await {
+            Ok(Ok(io)) => TokioIo::new(io),
+            _ => {
+                warn!(session = self.session_id, "client upgrade failed");
+                self.running.unstarted(
+                    SessionOutcome::ClientGone,
+                    session_audit::CLIENT_UPGRADE_FAILED,
+                    self.recording.finish(),
+                );
+                return;
+            }
+        };
+        match version {
+            None => self.port_forward(client, upstream).await,
+            Some(version) => self.exec(client, upstream, version).await,
+        }
+    }
+
+    /// Carries a port-forward to its end, then finishes and logs it.
+    async fn port_forward(
+        self,
+        client: TokioIo<hyper::upgrade::Upgraded>,
+        upstream: DialedWebSocket,
+    ) {
+        let watch = self.running.is_audited().then(PortForwardWatch::new);
+        let outcome = port_forward::run(
+            client,
+            upstream.socket,
+            self.running.slot().stop_token(),
+            self.state.stream_idle_timeout,
+            watch.as_ref(),
+        )
+        .await;
+        let finished = Finished::tunnel(&outcome, watch);
+        let result = finished.outcome;
+        self.running.finish(finished);
+        let stream = &self.stream;
+        info!(
+            session = self.session_id,
+            verb = "portforward",
+            path = "reverse_translated",
+            user = stream.caller.user().unwrap_or(""),
+            namespace = stream.target.namespace(),
+            pod = stream.target.pod_name(),
+            outcome = result.label(),
+            bytes_up = outcome.bytes_up,
+            bytes_down = outcome.bytes_down,
+            ended_by = outcome.ended_by.describe(),
+            duration_ms = outcome.duration.as_millis() as u64,
+            "port-forward (SPDY client, WebSocket upstream) finished"
+        );
+    }
+
+    /// Translates an exec or attach to its end, then finishes it (recording, audit, slot,
+    /// metrics) and logs it.
+    async fn exec(
+        self,
+        client: TokioIo<hyper::upgrade::Upgraded>,
+        upstream: DialedWebSocket,
+        version: UpstreamVersion,
+    ) {
+        let outcome = exec(
+            &self.state,
+            client,
+            upstream,
+            version,
+            &self.stream.target.options,
+            self.running.slot(),
+            self.recording.recording.as_ref(),
+        )
+        .await;
+        let result = remote_command_outcome(&outcome);
+        let recording_error = self.recording.finish();
+        self.running
+            .finish(Finished::remote_command(&outcome, result, recording_error));
+        log_exec_finished(&self.stream, self.kind, self.session_id, version, &outcome);
+    }
+}
+
+/// A reverse-translated exec or attach's log line.
+fn log_exec_finished(
+    stream: &StreamRequest,
+    kind: SessionKind,
+    session_id: u64,
+    version: UpstreamVersion,
+    outcome: &Outcome,
+) {
+    info!(
+        session = session_id,
+        verb = kind.label(),
+        path = "reverse_translated",
+        user = stream.caller.user().unwrap_or(""),
+        namespace = stream.target.namespace(),
+        pod = stream.target.pod_name(),
+        container = stream.target.container(),
+        tty = stream.target.options.tty,
+        version = version.name(),
+        bytes_in = outcome.bytes_in,
+        bytes_out = outcome.bytes_out,
+        duration_ms = outcome.duration.as_millis() as u64,
+        exit_code = outcome
+            .status
+            .as_ref()
+            .and_then(|s| s.exit_code())
+            .map(i64::from)
+            .unwrap_or(-1),
+        status = outcome
+            .status
+            .as_ref()
+            .map(|s| s.summary())
+            .unwrap_or_default(),
+        close_reason = outcome.end.describe(),
+        "exec session (SPDY client, WebSocket upstream) finished"
+    );
 }
 
 /// The client's SPDY session: its streams accepted, then the translator run to the end.
@@ -402,38 +436,4 @@ fn refuse_offer(e: &NegotiationError) -> Response<ProxyBody> {
         }
     }
     resp
-}
-
-/// The answer to a failed upstream dial: a refusal replayed as the upstream sent it, anything
-/// else a 502 Status.
-fn refusal_response(e: WebSocketDialError) -> Response<ProxyBody> {
-    match e {
-        WebSocketDialError::Refused {
-            status,
-            headers,
-            body,
-        } if status.as_u16() >= 400 => {
-            let mut resp = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
-            *resp.status_mut() = status;
-            for (name, value) in headers.iter() {
-                if crate::proxy::wire::headers::is_hop_by_hop(name)
-                    || name == header::CONTENT_LENGTH
-                {
-                    continue;
-                }
-                resp.headers_mut().append(name.clone(), value.clone());
-            }
-            resp
-        }
-        WebSocketDialError::Refused { status, .. } => failure(
-            StatusCode::BAD_GATEWAY,
-            "BadGateway",
-            format!("invalid upgrade response: status code {}", status.as_u16()),
-        ),
-        e => failure(
-            StatusCode::BAD_GATEWAY,
-            "BadGateway",
-            format!("error dialing the upstream: {e}"),
-        ),
-    }
 }

@@ -11,7 +11,7 @@ use crate::audit::{SessionAudit, SessionEnd as AuditEnd};
 use crate::proxy::observability::metrics::{SessionGuard, SessionOutcome};
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::remote_command::{Outcome, SessionEndKind};
-use crate::translate::tunnel::TunnelEnd;
+use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
 
 /// A session that runs: its audit trail (if the audit log is on), its `--max-sessions` slot
 /// and its metrics, each ended exactly once by [`finish`](Self::finish) or
@@ -90,6 +90,19 @@ impl Finished {
         }
     }
 
+    /// A port-forward (tunnelled, or reverse-translated for a SPDY client) that ran to
+    /// `outcome`; `watch` lists its connections in the audit event.
+    pub fn tunnel(outcome: &TunnelOutcome, watch: Option<PortForwardWatch>) -> Finished {
+        Finished::new(
+            tunnel_outcome(outcome.ended_by),
+            outcome.bytes_up,
+            outcome.bytes_down,
+            outcome.duration,
+            outcome.ended_by.describe(),
+        )
+        .with_port_forwards(watch)
+    }
+
     /// The same end, with the port-forward watch whose connections its event lists.
     pub fn with_port_forwards(self, watch: Option<PortForwardWatch>) -> Finished {
         Finished {
@@ -155,6 +168,14 @@ impl Running {
     ) {
         session_audit::end_unstarted(self.audit, outcome, ended_by, None, recording_error);
         self.guard.finish(outcome, 0, 0);
+        drop(self.slot);
+    }
+
+    /// Ends a session its upstream would not open (`why`: what the audit event's status
+    /// says): its audit `ended` event, its metrics, then its slot.
+    pub fn upstream_refused(self, why: String) {
+        session_audit::end_upstream_refused(self.audit, why);
+        self.guard.finish(SessionOutcome::UpstreamError, 0, 0);
         drop(self.slot);
     }
 }

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderMap;
+
 use super::registry::Sessions;
 use crate::audit::recording::Recordings;
 use crate::audit::AuditLog;
@@ -11,7 +13,9 @@ use crate::proxy::auth::Authenticator;
 use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
 use crate::proxy::client::waiting_connections::{WaitingConnections, DEFAULT_MAX_PENDING};
 use crate::proxy::observability::metrics::Metrics;
+use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
+use crate::proxy::upstream::spdy_dial::upstream_headers;
 use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
 use crate::translate::remote_command::SessionLimits;
 use crate::translate::ws::{Config, Keepalive};
@@ -117,6 +121,15 @@ impl ProxyState {
 }
 
 impl ProxyState {
+    /// The headers a streaming request sends upstream: the client's, forwarded as the
+    /// `--trust-forwarded-for` setting says, with the proxy's own credentials for `stream`'s
+    /// caller (the auth mode's).
+    pub fn upstream_headers(&self, client: &HeaderMap, stream: &StreamRequest) -> HeaderMap {
+        let mut headers = upstream_headers(client, stream.peer, self.trust_forwarded_for);
+        self.auth.apply(&stream.caller, &mut headers);
+        headers
+    }
+
     /// WebSocket settings for client connections (buffers size themselves to the traffic).
     pub fn client_socket_config(&self) -> Config {
         Config {

@@ -6,25 +6,24 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 use tracing::{info, warn, Instrument};
 
 use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
-use super::session_end::{tunnel_outcome, Finished, Running};
+use super::session_end::{Finished, Running};
 use super::state::ProxyState;
+use super::upstream_refusal;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::{upgraded, validate_handshake};
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::UpstreamIo;
-use crate::proxy::upstream::spdy_dial::{dial_spdy, upstream_headers, DialError};
+use crate::proxy::upstream::spdy_dial::{dial_spdy, DialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
-use crate::spdy::upgrade::{UpgradeError, Upgraded};
+use crate::spdy::upgrade::Upgraded;
 use crate::translate::observe::{PortForwardWatch, PORT_FORWARD};
 use crate::translate::protocol::TUNNEL_PREFIX;
 use crate::translate::tunnel;
@@ -40,11 +39,20 @@ pub async fn dial(
     stream: &StreamRequest,
     protocols: Vec<String>,
 ) -> Dialled {
-    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
-    state.auth.apply(&stream.caller, &mut headers);
+    let headers = state.upstream_headers(&req.parts.headers, stream);
+    dial_upstream(state, &req.path_and_query(), headers, protocols).await
+}
+
+/// Dials the upstream with a SPDY upgrade offering `protocols`.
+async fn dial_upstream(
+    state: &ProxyState,
+    path_and_query: &str,
+    headers: http::HeaderMap,
+    protocols: Vec<String>,
+) -> Dialled {
     dial_spdy(
         &state.upstream,
-        &req.path_and_query(),
+        path_and_query,
         headers,
         protocols,
         state.handshake_timeout,
@@ -53,7 +61,9 @@ pub async fn dial(
 }
 
 /// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names;
-/// with `dialled` the upstream was asked already ([`dial`]).
+/// with `dialled` the upstream was asked already ([`dial`]). In order: the client's handshake
+/// is checked, the upstream is dialled while the caller is identified, the audit trail starts,
+/// and on the upstream's 101 the tunnel runs in the background ([`TunnelSession::run`]).
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
@@ -62,8 +72,8 @@ pub async fn handle(
     slot: SessionSlot,
     dialled: Option<Dialled>,
 ) -> Response<ProxyBody> {
-    let client = stream.client;
-    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, client.form) {
+    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, stream.client.form)
+    {
         Ok(answer) => answer,
         Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
     };
@@ -74,27 +84,15 @@ pub async fn handle(
             "unable to upgrade: no tunneling spdy protocols provided",
         );
     }
-    let path_and_query = req.path_and_query();
-    let mut headers = upstream_headers(&req.parts.headers, stream.peer, state.trust_forwarded_for);
-    state.auth.apply(&stream.caller, &mut headers);
-    let on_upgrade = req.on_upgrade;
     let guard = state.metrics.session(SessionKind::PortForwardTunnel);
     let session_id = next_session_id();
+    let headers = state.upstream_headers(&req.parts.headers, &stream);
     let credentials = headers.get(http::header::AUTHORIZATION).cloned();
+    let path_and_query = req.path_and_query();
     let dial = async {
         match dialled {
             Some(dialled) => dialled,
-            None => {
-                let timeout = state.handshake_timeout;
-                dial_spdy(
-                    &state.upstream,
-                    &path_and_query,
-                    headers,
-                    protocols,
-                    timeout,
-                )
-                .await
-            }
+            None => dial_upstream(&state, &path_and_query, headers, protocols).await,
         }
     };
     let (dialed, identity) = tokio::join!(
@@ -106,120 +104,94 @@ pub async fn handle(
         .as_ref()
         .ok()
         .and_then(|u| u.protocol.as_ref().map(|p| format!("{TUNNEL_PREFIX}{p}")));
-    let audit = session_audit::start(
-        &state,
-        session_audit::stream_info(
-            session_id,
-            &stream,
-            identity,
-            ProtocolPath::Tunnel,
-            chosen.clone(),
-        ),
+    let info = session_audit::stream_info(
+        session_id,
+        &stream,
+        identity,
+        ProtocolPath::Tunnel,
+        chosen.clone(),
     );
-    let upgraded_upstream = match dialed {
+    let running = Running::new(session_audit::start(&state, info), slot, guard);
+    let upstream = match dialed {
         Ok(u) => u,
-        Err(e) => {
-            state.metrics.upstream_upgrade_failure(e.upstream_status());
-            session_audit::end_upstream_refused(audit, format!("upstream refused: {e}"));
-            guard.finish(SessionOutcome::UpstreamError, 0, 0);
-            return refusal_response(e);
-        }
+        Err(e) => return upstream_refusal::refuse(&state, running, e),
     };
     // The audit log lists a port-forward's connections: the tunnel shows its bytes to a
     // watch. Without the log nothing looks at them.
-    let watch = (audit.is_some() && upgraded_upstream.protocol.as_deref() == Some(PORT_FORWARD))
+    let watch = (running.is_audited() && upstream.protocol.as_deref() == Some(PORT_FORWARD))
         .then(PortForwardWatch::new);
-    let running = Running::new(audit, slot, guard);
-    let ws_config = state.client_socket_config();
-    let handshake_timeout = state.handshake_timeout;
-    tokio::spawn(
-        async move {
-            let ws = match upgraded(on_upgrade, ws_config, handshake_timeout).await {
-                Ok(ws) => ws,
-                Err(e) => {
-                    warn!(error = %e, "client upgrade failed");
-                    running.unstarted(
-                        SessionOutcome::ClientGone,
-                        session_audit::CLIENT_UPGRADE_FAILED,
-                        None,
-                    );
-                    return;
-                }
-            };
-            let outcome = tunnel::run(
-                ws,
-                upgraded_upstream.io,
-                upgraded_upstream.leftover,
-                running.slot().stop_token(),
-                state.stream_idle_timeout,
-                watch.as_ref(),
-            )
-            .await;
-            let result = tunnel_outcome(outcome.ended_by);
-            running.finish(
-                Finished::new(
-                    result,
-                    outcome.bytes_up,
-                    outcome.bytes_down,
-                    outcome.duration,
-                    outcome.ended_by.describe(),
-                )
-                .with_port_forwards(watch),
-            );
-            info!(
-                session = session_id,
-                verb = "portforward",
-                user = stream.caller.user().unwrap_or(""),
-                http_version = client.form.http_version(),
-                connection = client.connection.0,
-                namespace = stream.target.namespace(),
-                pod = stream.target.pod_name(),
-                outcome = result.label(),
-                bytes_up = outcome.bytes_up,
-                bytes_down = outcome.bytes_down,
-                ended_by = outcome.ended_by.describe(),
-                duration_ms = outcome.duration.as_millis() as u64,
-                "port-forward tunnel finished"
-            );
-        }
-        // The session's log lines name the request they came from (its audit id).
-        .in_current_span(),
-    );
+    let session = TunnelSession {
+        state,
+        stream,
+        session_id,
+        running,
+        watch,
+    };
+    // The session's log lines name the request they came from (its audit id).
+    tokio::spawn(session.run(req.on_upgrade, upstream).in_current_span());
     answer.response(chosen.as_deref())
 }
 
-/// The answer to a failed upstream dial: a refusal ≥ 400 replayed as the upstream sent it,
-/// anything else a 502 Status.
-fn refusal_response(e: DialError) -> Response<ProxyBody> {
-    match e {
-        DialError::Upgrade(UpgradeError::Refused {
-            status,
-            headers,
-            body,
-        }) if status.as_u16() >= 400 => replay(status, *headers, body),
-        DialError::Upgrade(UpgradeError::Refused { status, .. }) => failure(
-            StatusCode::BAD_GATEWAY,
-            "BadGateway",
-            format!("invalid upgrade response: status code {}", status.as_u16()),
-        ),
-        e => failure(
-            StatusCode::BAD_GATEWAY,
-            "BadGateway",
-            format!("error dialing the upstream: {e}"),
-        ),
-    }
+/// A tunnel the upstream agreed to, from the client's upgrade to its end.
+struct TunnelSession {
+    state: Arc<ProxyState>,
+    stream: StreamRequest,
+    session_id: u64,
+    running: Running,
+    /// The port-forward's connections, for the audit log.
+    watch: Option<PortForwardWatch>,
 }
 
-/// The upstream's refusal, as it sent it (hop-by-hop headers aside).
-fn replay(status: StatusCode, headers: http::HeaderMap, body: Bytes) -> Response<ProxyBody> {
-    let mut resp = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
-    *resp.status_mut() = status;
-    for (name, value) in &headers {
-        if crate::proxy::wire::headers::is_hop_by_hop(name) || name == http::header::CONTENT_LENGTH
+impl TunnelSession {
+    /// Waits for the client's WebSocket, carries the tunnel until either side ends it, then
+    /// finishes the session (audit, slot, metrics) and logs it.
+    async fn run(self, on_upgrade: hyper::upgrade::OnUpgrade, upstream: Upgraded<UpstreamIo>) {
+        let state = &self.state;
+        let ws = match upgraded(
+            on_upgrade,
+            state.client_socket_config(),
+            state.handshake_timeout,
+        )
+        .await
         {
-            continue;
-        }
-        resp.headers_mut().append(name.clone(), value.clone());
+            Ok(ws) => ws,
+            Err(e) => {
+                warn!(error = %e, "client upgrade failed");
+                self.running.unstarted(
+                    SessionOutcome::ClientGone,
+                    session_audit::CLIENT_UPGRADE_FAILED,
+                    None,
+                );
+                return;
+            }
+        };
+        let outcome = tunnel::run(
+            ws,
+            upstream.io,
+            upstream.leftover,
+            self.running.slot().stop_token(),
+            state.stream_idle_timeout,
+            self.watch.as_ref(),
+        )
+        .await;
+        let finished = Finished::tunnel(&outcome, self.watch);
+        let result = finished.outcome;
+        self.running.finish(finished);
+        let (stream, client) = (&self.stream, self.stream.client);
+        info!(
+            session = self.session_id,
+            verb = "portforward",
+            user = stream.caller.user().unwrap_or(""),
+            http_version = client.form.http_version(),
+            connection = client.connection.0,
+            namespace = stream.target.namespace(),
+            pod = stream.target.pod_name(),
+            outcome = result.label(),
+            bytes_up = outcome.bytes_up,
+            bytes_down = outcome.bytes_down,
+            ended_by = outcome.ended_by.describe(),
+            duration_ms = outcome.duration.as_millis() as u64,
+            "port-forward tunnel finished"
+        );
     }
-    resp
 }

@@ -1,0 +1,85 @@
+//! A translated exec or attach's recording (either direction): opened once the upstream has
+//! agreed to the session, named in its audit `started` event, and finished with the session.
+//! Under `--record=required` a recording that cannot start refuses the session.
+
+use tracing::warn;
+
+use super::state::ProxyState;
+use crate::audit::recording::RecordPolicy;
+use crate::audit::SessionInfo;
+use crate::proxy::route::stream_request::StreamRequest;
+use crate::translate::remote_command::SessionRecording;
+
+/// A session's recording as it started: recorded, not recorded (no `--record-dir`, or it
+/// could not start), or refused for it.
+#[derive(Default)]
+pub struct OpenedRecording {
+    /// The recording, when there is one.
+    pub recording: Option<SessionRecording>,
+    /// Why it could not start.
+    error: Option<String>,
+    /// It could not start and `--record=required`: the session is refused.
+    refuses: bool,
+}
+
+impl OpenedRecording {
+    /// Opens the recording of session `session_id` of `stream`, if recordings are on.
+    pub async fn open(state: &ProxyState, session_id: u64, stream: &StreamRequest) -> Self {
+        let Some(recordings) = &state.recordings else {
+            return OpenedRecording::default();
+        };
+        let required = recordings.policy() == RecordPolicy::Required;
+        let id = crate::audit::instance::session_id(session_id);
+        let title = stream.target.recording_title();
+        match recordings
+            .open(&id, &stream.target.options.command, title)
+            .await
+        {
+            Ok(recorder) => OpenedRecording {
+                recording: Some(SessionRecording { recorder, required }),
+                ..OpenedRecording::default()
+            },
+            Err(e) => {
+                warn!(session = session_id, error = %e, "the session's recording could not start");
+                OpenedRecording {
+                    recording: None,
+                    error: Some(e.to_string()),
+                    refuses: required,
+                }
+            }
+        }
+    }
+
+    /// Why the session is refused (its recording could not start under `--record=required`);
+    /// `None` when it may go on.
+    pub fn refusal(&self) -> Option<&str> {
+        self.error.as_deref().filter(|_| self.refuses)
+    }
+
+    /// Why the recording could not start, if it could not.
+    pub fn error(&self) -> Option<String> {
+        self.error.clone()
+    }
+
+    /// Names the recording's file in the session's audit `started` event.
+    pub fn name_in(&self, info: &mut Option<SessionInfo>) {
+        if let (Some(info), Some(r)) = (info.as_mut(), &self.recording) {
+            info.recording = Some(r.recorder.path().display().to_string());
+        }
+    }
+
+    /// Finishes the recording (it is complete once its recorder is gone); why it could not
+    /// start or was cut short, if so.
+    pub fn finish(self) -> Option<String> {
+        self.error
+            .or_else(|| self.recording.as_ref().and_then(|r| r.recorder.error()))
+    }
+}
+
+/// What a client refused for its recording is told.
+pub fn unrecordable(why: &str) -> String {
+    format!(
+        "kube-ws-proxy cannot record this session and recordings are required \
+         (--record=required): {why}"
+    )
+}
