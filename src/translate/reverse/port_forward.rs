@@ -18,14 +18,10 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::activity_clock::ActivityClock;
+use crate::read_sizer::ReadSizer;
 use crate::translate::observe::{Direction, PortForwardWatch};
 use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
 use crate::translate::CLOSE_WAIT;
-
-/// Largest client read sent as one message.
-const CHUNK: usize = 64 * 1024;
-/// What an idle connection parks its client read on.
-const IDLE_READ: usize = 512;
 
 /// Relays until either side ends (or `stop`, or `idle_timeout` without a byte either way), then
 /// closes both: Close 1000 upstream, shutdown to the client. With a `watch` (the audit log's),
@@ -84,19 +80,17 @@ where
     R: AsyncRead + Unpin,
     S: Sink<Message> + Unpin,
 {
+    // Reads of up to 64 KiB while data flows, each sent as one message; a quiet connection
+    // parks on a small buffer again, as the tunnel's reader does.
+    let mut sizer = ReadSizer::new(0);
     let mut buf = BytesMut::new();
-    let mut read_size = IDLE_READ;
     loop {
-        buf.reserve(read_size);
+        let want = sizer.prepare(&mut buf, None);
         match client_read.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return TunnelEnd::Client,
             Ok(n) => {
                 activity.touch();
-                read_size = if n >= read_size {
-                    CHUNK
-                } else {
-                    read_size.max(IDLE_READ)
-                };
+                sizer.observe(n, want, None);
                 let msg = buf.split().freeze();
                 if let Some(watch) = watch {
                     watch.relayed(Direction::ClientToUpstream, &msg);
