@@ -127,8 +127,9 @@ pub async fn handle(
         running,
         watch,
     };
-    // The session's log lines name the request they came from (its audit id).
-    tokio::spawn(session.run(req.on_upgrade, upstream).in_current_span());
+    // The session's log lines name the request they came from (its audit id). Boxed: the task
+    // then moves a pointer, not the session's whole state, each time tokio moves it.
+    tokio::spawn(Box::pin(session.run(req.on_upgrade, upstream)).in_current_span());
     answer.response(chosen.as_deref())
 }
 
