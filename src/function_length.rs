@@ -14,15 +14,6 @@ use crate::layering::{rust_files, src_dir};
 /// The most lines a function's body may have, its braces' lines included.
 const MAX_BODY_LINES: usize = 100;
 
-/// TEMPORARY: the long functions still to be split (the front door's and the handlers'),
-/// each with its body's length now (file, function, lines). An entry may not grow; one that
-/// is short again (or gone) fails `the_temporary_allowlist_has_no_stale_entries`, so the list
-/// empties as that work merges. Nothing new belongs here.
-const TEMPORARY_ALLOWLIST: &[(&str, &str, usize)] = &[
-    ("src/proxy/listen/server.rs", "route_authenticated", 140),
-    ("src/proxy/listen/server.rs", "serve_connection", 128),
-];
-
 /// One function found in a file.
 #[derive(Debug, PartialEq)]
 struct Function {
@@ -264,42 +255,20 @@ fn relative(file: &Path, crate_dir: &Path) -> String {
 
 #[test]
 fn no_function_is_over_a_hundred_lines() {
-    let mut found = Vec::new();
-    for (file, f) in long_functions() {
-        let (name, line, lines) = (&f.name, f.line, f.body_lines);
-        let allowed = TEMPORARY_ALLOWLIST
-            .iter()
-            .find(|(file_, name_, _)| *file_ == file && name_ == name);
-        match allowed {
-            Some((_, _, was)) if lines <= *was => {}
-            Some((_, _, was)) => found.push(format!(
-                "{file}:{line}: fn {name} has {lines} lines (temporarily allowed {was}: it may \
-                 not grow)"
-            )),
-            None => found.push(format!("{file}:{line}: fn {name} has {lines} lines")),
-        }
-    }
+    let found: Vec<String> = long_functions()
+        .into_iter()
+        .map(|(file, f)| {
+            format!(
+                "{file}:{}: fn {} has {} lines",
+                f.line, f.name, f.body_lines
+            )
+        })
+        .collect();
     assert!(
         found.is_empty(),
         "functions whose body is over {MAX_BODY_LINES} lines (src/function_length.rs): split \
          them into named steps\n{}",
         found.join("\n")
-    );
-}
-
-#[test]
-fn the_temporary_allowlist_has_no_stale_entries() {
-    let long = long_functions();
-    let stale: Vec<String> = TEMPORARY_ALLOWLIST
-        .iter()
-        .filter(|(file, name, _)| !long.iter().any(|(f, long)| f == file && long.name == *name))
-        .map(|(file, name, _)| format!("{file}: fn {name}"))
-        .collect();
-    assert!(
-        stale.is_empty(),
-        "no longer over {MAX_BODY_LINES} lines (or gone): remove from \
-         function_length::TEMPORARY_ALLOWLIST\n{}",
-        stale.join("\n")
     );
 }
 

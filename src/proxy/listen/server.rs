@@ -10,6 +10,7 @@ use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -26,13 +27,14 @@ use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::{
     UpgradeRequest, UpgradeRequestError, MAX_UPGRADE_BODY,
 };
+use crate::proxy::client::waiting_connections::Waiter;
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::HandshakeRejection;
 use crate::proxy::route::classify::{classify, Class, RelayKind};
 use crate::proxy::route::stream_request::{is_followed_log, StreamRequest, StreamTarget};
 use crate::proxy::sessions::forward::forward;
 use crate::proxy::sessions::pass_through;
-use crate::proxy::sessions::registry::{next_session_id, Refusal};
+use crate::proxy::sessions::registry::{next_session_id, Refusal, SessionSlot};
 use crate::proxy::sessions::relay::relay;
 use crate::proxy::sessions::reverse_handler;
 use crate::proxy::sessions::session_audit::{self, AuditedBody, SessionClient};
@@ -98,57 +100,95 @@ async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     state: Arc<ProxyState>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     // The request-header clock starts at the accept: the TLS handshake counts against it, and
     // the connection waits for a head (`--max-pending-connections`) from here.
     let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
     let waiting = state.waiting_connections.join();
-    let waiter = waiting.waiter();
-    let (io, certificate) = match &state.tls {
-        None => (ClientIo::Plain(tcp), PeerCertificate::None),
-        Some(acceptor) => {
-            let handshake = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp));
-            let handshake = tokio::select! {
-                handshake = handshake => handshake,
-                () = waiter.evicted() => return shed_waiting(&state, peer),
-            };
-            match handshake {
-                Ok(Ok(stream)) => {
-                    let certificate = peer_certificate(&stream, peer, &state);
-                    (ClientIo::Tls(Box::new(stream)), certificate)
-                }
-                Ok(Err(e)) => {
-                    debug!(error = %e, %peer, "TLS handshake failed");
-                    state
-                        .metrics
-                        .connection_shed(ConnectionShed::TlsHandshakeFailed);
-                    return;
-                }
-                Err(_) => {
-                    debug!(%peer, "TLS handshake timed out");
-                    state
-                        .metrics
-                        .connection_shed(ConnectionShed::RequestHeaderTimeout);
-                    return;
-                }
-            }
-        }
+    let clocks = Clocks {
+        first_request_by,
+        waiter: waiting.waiter(),
     };
-    let activity = Activity::counted(waiter.clone());
+    let Some((io, certificate)) = handshake(tcp, peer, &state, &clocks).await else {
+        return;
+    };
     let conn = Arc::new(Connection {
         peer,
         certificate,
         id: ConnectionId::next(),
-        activity: activity.clone(),
+        activity: Activity::counted(clocks.waiter.clone()),
     });
+    serve_http(io, conn, state, shutdown, &clocks).await;
+}
+
+/// The clocks a connection runs on from its accept: its first request head is due by
+/// `first_request_by`, and while no request is in flight it waits among the pending
+/// connections (`--max-pending-connections`), where `waiter` may be evicted.
+struct Clocks {
+    first_request_by: tokio::time::Instant,
+    waiter: Arc<Waiter>,
+}
+
+/// The connection's stream and its client certificate: TLS when configured, its handshake
+/// within the request-header clock. `None` when the connection is dropped instead (handshake
+/// failed or timed out, or evicted while waiting), each counted as a shed connection.
+async fn handshake(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    state: &ProxyState,
+    clocks: &Clocks,
+) -> Option<(ClientIo, PeerCertificate)> {
+    let Some(acceptor) = &state.tls else {
+        return Some((ClientIo::Plain(tcp), PeerCertificate::None));
+    };
+    let handshake = tokio::time::timeout_at(clocks.first_request_by, acceptor.accept(tcp));
+    let handshake = tokio::select! {
+        handshake = handshake => handshake,
+        () = clocks.waiter.evicted() => {
+            shed_waiting(state, peer);
+            return None;
+        }
+    };
+    match handshake {
+        Ok(Ok(stream)) => {
+            let certificate = peer_certificate(&stream, peer, state);
+            Some((ClientIo::Tls(Box::new(stream)), certificate))
+        }
+        Ok(Err(e)) => {
+            debug!(error = %e, %peer, "TLS handshake failed");
+            state
+                .metrics
+                .connection_shed(ConnectionShed::TlsHandshakeFailed);
+            None
+        }
+        Err(_) => {
+            debug!(%peer, "TLS handshake timed out");
+            state
+                .metrics
+                .connection_shed(ConnectionShed::RequestHeaderTimeout);
+            None
+        }
+    }
+}
+
+/// HTTP/1.1 or HTTP/2 on an established connection, each request routed as one in flight
+/// (the idle clock stopped), until the connection ends, one of its clocks runs out or the
+/// proxy drains. The connection is closed (dropped) by returning.
+async fn serve_http(
+    io: ClientIo,
+    conn: Arc<Connection>,
+    state: Arc<ProxyState>,
+    mut shutdown: watch::Receiver<bool>,
+    clocks: &Clocks,
+) {
+    let (peer, activity) = (conn.peer, conn.activity.clone());
     let service = {
-        let activity = activity.clone();
         let state = state.clone();
         let metrics = state.metrics.clone();
         TowerToHyperService::new(request_layers::wrap(
             service_fn(move |req| {
-                let in_flight = activity.request_started();
+                let in_flight = conn.activity.request_started();
                 let state = state.clone();
                 let conn = conn.clone();
                 async move {
@@ -159,7 +199,46 @@ async fn serve_connection(
             metrics,
         ))
     };
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let builder = http_builder(&state);
+    let served = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(served);
+    let mut closing = false;
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            stop = shutdown.wait_for(|stop| *stop).map(|r| r.is_ok()), if !draining => {
+                draining = true;
+                // (A dropped sender is no signal.) HTTP/2: GOAWAY; an idle HTTP/1.1
+                // keep-alive connection is closed, one with a request in flight after it.
+                if stop {
+                    served.as_mut().graceful_shutdown();
+                }
+            }
+            result = served.as_mut() => return connection_ended(&state, peer, result),
+            () = clocks.waiter.evicted() => return shed_waiting(&state, peer),
+            expiry = activity.expired(clocks.first_request_by, state.idle_connection_timeout) => {
+                if closing {
+                    // Told to close a whole idle period ago and still there: cut.
+                    return;
+                }
+                shed_expired(&state, peer, expiry);
+                if expiry == Expiry::FirstRequest {
+                    // Nothing to say to a peer that never asked anything.
+                    return;
+                }
+                // HTTP/2 gets a GOAWAY, an idle HTTP/1.1 connection is closed; a request that
+                // slipped in meanwhile still finishes.
+                served.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+}
+
+/// hyper's settings for a client connection: the request head's time and size limits, and
+/// HTTP/2's windows and stream limit (with WebSockets over HTTP/2 when enabled).
+fn http_builder(state: &ProxyState) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -177,55 +256,38 @@ async fn serve_connection(
         // (RFC 8441). Without it h2 refuses any `:protocol` itself.
         http2.enable_connect_protocol();
     }
-    let served = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    tokio::pin!(served);
-    let mut closing = false;
-    let mut draining = false;
-    loop {
-        tokio::select! {
-            stop = shutdown.wait_for(|stop| *stop).map(|r| r.is_ok()), if !draining => {
-                draining = true;
-                // (A dropped sender is no signal.) HTTP/2: GOAWAY; an idle HTTP/1.1
-                // keep-alive connection is closed, one with a request in flight after it.
-                if stop {
-                    served.as_mut().graceful_shutdown();
-                }
-            }
-            result = served.as_mut() => {
-                if let Err(e) = result {
-                    // hyper's own header timer may beat ours to a slow request head.
-                    let header_timeout = e
-                        .downcast_ref::<hyper::Error>()
-                        .is_some_and(hyper::Error::is_timeout);
-                    if header_timeout {
-                        state.metrics.connection_shed(ConnectionShed::RequestHeaderTimeout);
-                    }
-                    debug!(error = %e, %peer, "client connection ended with an error");
-                }
-                return;
-            }
-            () = waiter.evicted() => return shed_waiting(&state, peer),
-            expiry = activity.expired(first_request_by, state.idle_connection_timeout) => {
-                if closing {
-                    // Told to close a whole idle period ago and still there: cut.
-                    return;
-                }
-                debug!(%peer, reason = expiry.label(), "closing the client connection");
-                state.metrics.connection_shed(match expiry {
-                    Expiry::FirstRequest => ConnectionShed::RequestHeaderTimeout,
-                    Expiry::Idle => ConnectionShed::IdleTimeout,
-                });
-                if expiry == Expiry::FirstRequest {
-                    // Nothing to say to a peer that never asked anything.
-                    return;
-                }
-                // HTTP/2 gets a GOAWAY, an idle HTTP/1.1 connection is closed; a request that
-                // slipped in meanwhile still finishes.
-                served.as_mut().graceful_shutdown();
-                closing = true;
-            }
+    builder
+}
+
+/// The end of a connection hyper served to its end or to an error; an error is logged, and
+/// counted when it is hyper's own request-header timer that ran out.
+fn connection_ended(
+    state: &ProxyState,
+    peer: SocketAddr,
+    result: Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) {
+    if let Err(e) = result {
+        // hyper's own header timer may beat ours to a slow request head.
+        let header_timeout = e
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout);
+        if header_timeout {
+            state
+                .metrics
+                .connection_shed(ConnectionShed::RequestHeaderTimeout);
         }
+        debug!(error = %e, %peer, "client connection ended with an error");
     }
+}
+
+/// Counts (and logs) a connection whose first request head or idle period ran out; the caller
+/// then drops it or asks it to close.
+fn shed_expired(state: &ProxyState, peer: SocketAddr, expiry: Expiry) {
+    debug!(%peer, reason = expiry.label(), "closing the client connection");
+    state.metrics.connection_shed(match expiry {
+        Expiry::FirstRequest => ConnectionShed::RequestHeaderTimeout,
+        Expiry::Idle => ConnectionShed::IdleTimeout,
+    });
 }
 
 /// Counts a connection shed because it had waited longest for a request head while more than
@@ -294,7 +356,6 @@ async fn route_authenticated(
     mut req: Request<Incoming>,
     conn: &Connection,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
-    let peer = conn.peer;
     // An HTTP/2 WebSocket (extended CONNECT) takes the HTTP/1.1 upgrade's form here, so that
     // everything below is one code path for both.
     if let Err(refusal) = extended_connect::normalize(&mut req) {
@@ -308,93 +369,100 @@ async fn route_authenticated(
     // (classification, audit, recording, what goes upstream) uses it.
     let target = match RequestTarget::parse(req.uri().path(), req.uri().query()) {
         Ok(target) => target,
-        Err(e) => {
-            state
-                .metrics
-                .handshake_rejected(HandshakeRejection::BadRequest);
-            return Ok(failure(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                e.to_string(),
-            ));
-        }
+        Err(e) => return Ok(bad_request(&state, e.to_string())),
     };
-    let (bearer, session) = match classify(req.method(), &target, req.headers()) {
-        Class::BadRequest(reason) => {
-            state
-                .metrics
-                .handshake_rejected(HandshakeRejection::BadRequest);
-            return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", reason));
-        }
-        Class::Forward => {
-            let caller = authenticate(&state, req.headers(), None, conn).await?;
-            let method = req.method().clone();
-            let started = Instant::now();
-            if state.audit.is_some() && is_followed_log(&method, &target) {
-                if let Err(why) = canonical_target(&mut req, &target) {
-                    return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
-                }
-                return Ok(followed_log(&state, req, peer, &caller, &target).await);
-            }
-            let resp = forward(&state, req, peer, &caller).await;
-            state
-                .metrics
-                .request(&method, resp.status().as_u16(), started.elapsed());
-            return Ok(resp);
-        }
+    let upgrade = match classify(req.method(), &target, req.headers()) {
+        Class::BadRequest(reason) => return Ok(bad_request(&state, reason)),
+        Class::Forward => return forward_request(&state, req, conn, &target).await,
         Class::Translate {
             bearer,
             subresource,
-        } => (bearer, Session::Translate(subresource)),
-        Class::Tunnel { bearer, protocols } => (bearer, Session::Tunnel(protocols)),
-        Class::Relay { kind, bearer } => (bearer, Session::Relay(kind)),
+        } => Upgrade {
+            bearer,
+            session: Session::Translate(subresource),
+        },
+        Class::Tunnel { bearer, protocols } => Upgrade {
+            bearer,
+            session: Session::Tunnel(protocols),
+        },
+        Class::Relay { kind, bearer } => Upgrade {
+            bearer,
+            session: Session::Relay(kind),
+        },
     };
-    // What is audited and recorded is what goes upstream.
-    if let Err(why) = canonical_target(&mut req, &target) {
-        state
-            .metrics
-            .handshake_rejected(HandshakeRejection::BadRequest);
-        return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
-    }
-    // A streaming session: its caller is authenticated first (from the headers alone, so that
-    // in the modes that authenticate, a caller without credentials makes the proxy hold no
-    // body), then everything the request carries is read (within a time limit, against the
-    // shared body budget) before it may take one of the `--max-sessions` slots.
-    let caller = authenticate(&state, req.headers(), bearer, conn).await?;
-    let req = match UpgradeRequest::read(
-        req,
-        conn.id,
-        MAX_UPGRADE_BODY,
-        state.handshake_timeout,
-        &state.upgrade_body_budget,
-    )
-    .await
-    {
-        Ok(req) => req,
-        Err(e) => {
-            state.metrics.handshake_rejected(match e {
-                UpgradeRequestError::OverBudget => HandshakeRejection::Busy,
-                _ => HandshakeRejection::BadRequest,
-            });
-            let (code, reason) = e.status();
-            let mut resp = failure(code, reason, e.to_string());
-            if code == StatusCode::SERVICE_UNAVAILABLE {
-                resp.headers_mut().insert(
-                    http::header::RETRY_AFTER,
-                    http::HeaderValue::from_static("1"),
-                );
-            }
-            return Ok(resp);
+    open_session(state, req, conn, &target, upgrade).await
+}
+
+/// Counts a request refused as malformed before anything was done for it, and answers it
+/// with 400 and a Kubernetes Status.
+fn bad_request(state: &ProxyState, why: impl Into<String>) -> Response<ProxyBody> {
+    state
+        .metrics
+        .handshake_rejected(HandshakeRejection::BadRequest);
+    failure(StatusCode::BAD_REQUEST, "BadRequest", why)
+}
+
+/// A plain request (no upgrade): its caller authenticated, then forwarded and counted with its
+/// latency, or, when audited, a followed pod log audited as a session. `Err` is the refusal
+/// by authentication.
+async fn forward_request(
+    state: &ProxyState,
+    mut req: Request<Incoming>,
+    conn: &Connection,
+    target: &RequestTarget,
+) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    let caller = authenticate(state, req.headers(), None, conn).await?;
+    let method = req.method().clone();
+    let started = Instant::now();
+    if state.audit.is_some() && is_followed_log(&method, target) {
+        if let Err(why) = canonical_target(&mut req, target) {
+            return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
         }
+        return Ok(followed_log(state, req, conn.peer, &caller, target).await);
+    }
+    let resp = forward(state, req, conn.peer, &caller).await;
+    state
+        .metrics
+        .request(&method, resp.status().as_u16(), started.elapsed());
+    Ok(resp)
+}
+
+/// A request classified as a streaming session: the handler it goes to, and the bearer token
+/// its WebSocket subprotocol carried (if any).
+struct Upgrade {
+    bearer: Option<BearerToken>,
+    session: Session,
+}
+
+/// A streaming session, in the order that keeps the proxy from holding what it should not:
+/// the target made canonical, the caller authenticated (from the headers alone, so that in the
+/// modes that authenticate, a caller without credentials makes the proxy hold no body), the
+/// request's body read, and only then one of the `--max-sessions` slots taken for its handler.
+/// `Err` is the refusal by authentication.
+async fn open_session(
+    state: Arc<ProxyState>,
+    mut req: Request<Incoming>,
+    conn: &Connection,
+    target: &RequestTarget,
+    upgrade: Upgrade,
+) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    // What is audited and recorded is what goes upstream.
+    if let Err(why) = canonical_target(&mut req, target) {
+        return Ok(bad_request(&state, why));
+    }
+    let caller = authenticate(&state, req.headers(), upgrade.bearer, conn).await?;
+    let req = match read_upgrade_request(&state, req, conn).await {
+        Ok(req) => req,
+        Err(resp) => return Ok(resp),
     };
     let slot = match state.sessions.admit() {
         Ok(slot) => slot,
         Err(refusal) => return Ok(refuse(&state, refusal)),
     };
     let stream = StreamRequest {
-        target: StreamTarget::read(&target),
+        target: StreamTarget::read(target),
         caller,
-        peer,
+        peer: conn.peer,
         client: req.client,
         audit_id: request_layers::audit_id(&req.parts.headers),
     };
@@ -404,7 +472,50 @@ async fn route_authenticated(
     // connection must stay open for: it is busy (never idle-closed) until the session ends.
     let slot = slot
         .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
-    Ok(match session {
+    Ok(run_session(state, req, stream, upgrade.session, slot).await)
+}
+
+/// Everything a streaming request carries, read within the handshake timeout and against the
+/// shared body budget; or the answer refusing it (503 with Retry-After when over budget).
+async fn read_upgrade_request(
+    state: &ProxyState,
+    req: Request<Incoming>,
+    conn: &Connection,
+) -> Result<UpgradeRequest, Response<ProxyBody>> {
+    UpgradeRequest::read(
+        req,
+        conn.id,
+        MAX_UPGRADE_BODY,
+        state.handshake_timeout,
+        &state.upgrade_body_budget,
+    )
+    .await
+    .map_err(|e| {
+        state.metrics.handshake_rejected(match e {
+            UpgradeRequestError::OverBudget => HandshakeRejection::Busy,
+            _ => HandshakeRejection::BadRequest,
+        });
+        let (code, reason) = e.status();
+        let mut resp = failure(code, reason, e.to_string());
+        if code == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        resp
+    })
+}
+
+/// Runs an admitted session in its handler, holding its slot until it ends.
+async fn run_session(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    stream: StreamRequest,
+    session: Session,
+    slot: SessionSlot,
+) -> Response<ProxyBody> {
+    match session {
         // `--upstream-streaming` decides whether these are translated or passed through.
         Session::Translate(subresource) => {
             let streamed = pass_through::Streamed::RemoteCommand(subresource);
@@ -431,7 +542,7 @@ async fn route_authenticated(
             }
         }
         Session::Relay(kind) => relay(&state, req, stream, kind, slot).await,
-    })
+    }
 }
 
 /// Makes a streaming request's URI the canonical form of `target`, so that the upstream acts on
