@@ -539,7 +539,6 @@ async fn deliver(
             exec_handler::handle(state, req, stream, subresource, slot, prepared).await
         }
         Streamed::Tunnel(_) => {
-            drop(slot);
             let info = session_audit::stream_info(
                 next_session_id(),
                 &stream,
@@ -549,6 +548,8 @@ async fn deliver(
             );
             let summary = delivered.summary();
             session_audit::end_upstream_refused(session_audit::start(&state, info), summary);
+            // After its audit trail ends: a drained proxy exits once every slot is back.
+            drop(slot);
             match delivered {
                 Delivered::Replay(held) => held.into_response(),
                 Delivered::Unsupported { why, .. } => {

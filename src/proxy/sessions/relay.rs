@@ -24,6 +24,7 @@ use super::relay_ending;
 use super::relay_recording::RelayTap;
 use super::relay_session::RelaySession;
 use super::session_audit::{self, AuditIdentity, SessionClient};
+use super::session_end::Running;
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionAudit, Verb};
@@ -109,8 +110,8 @@ pub async fn relay(
         session_audit::identify(state, caller, credentials),
     );
     let answer = answer.map(|resp| resp.map(BodyExt::boxed));
-    let relayed = Relayed::new(state, req, stream, kind, slot, session_id, recording);
-    carry(state, relayed, answer, identity).await
+    let relayed = Relayed::new(req, stream, kind, session_id, recording);
+    carry(state, relayed, slot, answer, identity).await
 }
 
 /// Relays an upgrade whose upstream answer is already in: WebSocket pass-through, and SPDY
@@ -135,8 +136,8 @@ pub(super) async fn relay_answered(
             return refusal;
         }
     };
-    let relayed = Relayed::new(state, req, stream, kind, slot, session_id, recording);
-    carry(state, relayed, answer, identity).await
+    let relayed = Relayed::new(req, stream, kind, session_id, recording);
+    carry(state, relayed, slot, answer, identity).await
 }
 
 /// A relayed session's recording as it starts.
@@ -187,15 +188,9 @@ async fn start_recording(
                     required,
                 });
             }
-            refused_unrecorded(state, req, stream, session_id, kind, &e.to_string()).await;
-            Err(failure(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                format!(
-                    "kube-ws-proxy cannot record this session and recordings are required \
-                     (--record=required): {e}"
-                ),
-            ))
+            let e = e.to_string();
+            refused_unrecorded(state, req, stream, session_id, kind, &e).await;
+            Err(unrecordable(&e))
         }
     }
 }
@@ -210,9 +205,7 @@ pub(super) struct Relayed {
     pub caller: Caller,
     pub peer: SocketAddr,
     pub kind: SessionKind,
-    pub slot: SessionSlot,
     pub session_id: u64,
-    pub guard: crate::proxy::observability::metrics::SessionGuard,
     /// The session's recording, opened before the relay starts.
     pub recorder: Option<crate::audit::recording::Recorder>,
     pub recording_error: Option<String>,
@@ -227,14 +220,11 @@ pub(super) struct Relayed {
 }
 
 impl Relayed {
-    /// Takes what the relay needs from the request; from here on a failure is the upstream's
-    /// (an unfinished session guard counts as `upstream_error`).
+    /// Takes what the relay needs from the request.
     fn new(
-        state: &ProxyState,
         req: UpgradeRequest,
         stream: StreamRequest,
         kind: SessionKind,
-        slot: SessionSlot,
         session_id: u64,
         recording: RelayRecording,
     ) -> Relayed {
@@ -251,9 +241,7 @@ impl Relayed {
             client_stream: req.client,
             peer,
             kind,
-            slot,
             session_id,
-            guard: state.metrics.session(kind),
             recorder: recording.recorder,
             recording_error: recording.error,
             required: recording.required,
@@ -261,14 +249,16 @@ impl Relayed {
     }
 }
 
-/// Carries a relayed upgrade on from the upstream's answer: a non-101 goes to the client as it
-/// comes; a 101 starts the byte copy (recorded and audited) in the background and is answered.
-/// In order: how the session is followed (recorded, or watched for its exit code), its audit
-/// trail starts, a session that cannot be recorded under `--record=required` is refused, an
-/// answer that is not a session goes to the client, and a session starts.
-pub(super) async fn carry(
+/// Carries a relayed upgrade admitted with `slot` on from the upstream's answer: a non-101
+/// goes to the client as it comes; a 101 starts the byte copy (recorded and audited) in the
+/// background and is answered. In order: how the session is followed (recorded, or watched
+/// for its exit code), its audit trail starts (and with it the session's [`Running`], which
+/// every end below goes through), a session that cannot be recorded under `--record=required`
+/// is refused, an answer that is not a session goes to the client, and a session starts.
+async fn carry(
     state: &ProxyState,
     mut relayed: Relayed,
+    slot: SessionSlot,
     answer: Result<Response<ProxyBody>, RelayError>,
     identity: AuditIdentity,
 ) -> Response<ProxyBody> {
@@ -284,24 +274,25 @@ pub(super) async fn carry(
         }
     };
     let audit = start_audit(state, &relayed, identity, protocol, tap.as_ref());
+    let running = Running::new(audit, slot, state.metrics.session(relayed.kind));
     if let Some(e) = refusal {
         // The upstream agreed, but nothing has been relayed yet: dropping its connection ends
         // the session there, and the client gets a refusal instead of the 101.
         drop(answer);
-        return refuse_unrecordable(relayed, audit, &e);
+        return refuse_unrecordable(running, e);
     }
     let resp = match answer {
         Ok(resp) => resp,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(0);
-            end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
+            running.upstream_refused(e.to_string());
             return e.response();
         }
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return not_switched(state, relayed, resp, audit);
+        return not_switched(state, relayed, resp, running);
     }
-    start_session(state, relayed, resp, audit, tap).await
+    start_session(state, relayed, resp, running, tap).await
 }
 
 /// How a session the upstream switched protocols for is followed: with a recording, its tap
@@ -380,14 +371,19 @@ fn protocol_path(kind: SessionKind) -> ProtocolPath {
 
 /// Refuses a session the upstream agreed to that cannot be recorded under
 /// `--record=required` (`e`: why), before a byte is relayed.
-fn refuse_unrecordable(
-    relayed: Relayed,
-    audit: Option<SessionAudit>,
-    e: &str,
-) -> Response<ProxyBody> {
-    drop(relayed.slot);
-    end_refused(audit, e);
-    relayed.guard.finish(SessionOutcome::RecordingFailed, 0, 0);
+fn refuse_unrecordable(running: Running, e: String) -> Response<ProxyBody> {
+    let refusal = unrecordable(&e);
+    running.unstarted(
+        SessionOutcome::RecordingFailed,
+        session_audit::REFUSED_UNRECORDABLE,
+        Some(e),
+    );
+    refusal
+}
+
+/// The client's 503 for a session that cannot be recorded under `--record=required` (`e`:
+/// why).
+fn unrecordable(e: &str) -> Response<ProxyBody> {
     failure(
         StatusCode::SERVICE_UNAVAILABLE,
         "ServiceUnavailable",
@@ -404,26 +400,18 @@ fn not_switched(
     state: &ProxyState,
     relayed: Relayed,
     resp: Response<ProxyBody>,
-    audit: Option<SessionAudit>,
+    running: Running,
 ) -> Response<ProxyBody> {
-    drop(relayed.slot);
     let status = resp.status().as_u16();
+    state.metrics.upstream_upgrade_failure(status);
     if !relay_answer::may_pass_refusal(relayed.client_stream.form, resp.status()) {
         let e = format!(
             "the upstream answered the WebSocket upgrade with {status} instead of switching protocols"
         );
-        end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.clone()));
-        state.metrics.upstream_upgrade_failure(status);
-        relayed.guard.finish(SessionOutcome::UpstreamError, 0, 0);
+        running.upstream_refused(e.clone());
         return failure(StatusCode::BAD_GATEWAY, "BadGateway", e);
     }
-    end_unstarted(
-        audit,
-        SessionOutcome::UpstreamError,
-        Some(format!("upstream answered {status}")),
-    );
-    state.metrics.upstream_upgrade_failure(status);
-    relayed.guard.finish(SessionOutcome::UpstreamError, 0, 0);
+    running.upstream_refused(format!("upstream answered {status}"));
     let (mut parts, body) = resp.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::CONTENT_LENGTH);
@@ -437,15 +425,15 @@ async fn start_session(
     state: &ProxyState,
     relayed: Relayed,
     mut resp: Response<ProxyBody>,
-    audit: Option<SessionAudit>,
+    running: Running,
     tap: Option<RelayTap>,
 ) -> Response<ProxyBody> {
     // The audit log lists a port-forward's connections (kubectl ≤ 1.30's SPDY, the tunnel's
     // WebSocket passed through, the legacy WebSocket one): the relay shows its bytes to a
     // watch. Without the log nothing looks at them.
-    let watch = audit
-        .as_ref()
-        .filter(|a| a.info().verb == Verb::PortForward)
+    let watch = running
+        .audit_info()
+        .filter(|info| info.verb == Verb::PortForward)
         .and_then(|_| port_forward_watch(&resp));
     let upgraded_to_websocket = resp
         .headers()
@@ -460,10 +448,8 @@ async fn start_session(
     ) {
         Ok(answer) => answer,
         Err(e) => {
-            drop(relayed.slot);
-            end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
             state.metrics.upstream_upgrade_failure(101);
-            relayed.guard.finish(SessionOutcome::UpstreamError, 0, 0);
+            running.upstream_refused(e.to_string());
             return failure(StatusCode::BAD_GATEWAY, "BadGateway", e.to_string());
         }
     };
@@ -472,12 +458,12 @@ async fn start_session(
         match tokio::time::timeout(handshake_timeout, hyper::upgrade::on(&mut resp)).await {
             Ok(Ok(io)) => io,
             Ok(Err(e)) => {
-                end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
+                running.upstream_refused(e.to_string());
                 return RelayError::Http(e).response();
             }
             Err(_) => {
                 let e = RelayError::Timeout(handshake_timeout);
-                end_unstarted(audit, SessionOutcome::UpstreamError, Some(e.to_string()));
+                running.upstream_refused(e.to_string());
                 return e.response();
             }
         };
@@ -496,14 +482,12 @@ async fn start_session(
         handshake_timeout,
         path: relayed.path,
         kind: relayed.kind,
-        slot: relayed.slot,
         session_id: relayed.session_id,
-        guard: relayed.guard,
         recording_error: relayed.recording_error,
         client_stream: relayed.client_stream,
         tap,
         watch,
-        audit,
+        running,
     };
     // The session's log lines name the request they came from (its audit id).
     tokio::spawn(session.run(on_upgrade, upstream_io).in_current_span());
@@ -660,29 +644,11 @@ async fn refused_unrecorded(
         None,
         stream.audit_id.clone(),
     );
-    end_refused(session_audit::start(state, info), error);
-}
-
-/// Ends the trail of a relay refused because it could not be recorded.
-fn end_refused(audit: Option<SessionAudit>, error: &str) {
     session_audit::end_unstarted(
-        audit,
+        session_audit::start(state, info),
         SessionOutcome::RecordingFailed,
-        "refused: it could not be recorded",
+        session_audit::REFUSED_UNRECORDABLE,
         None,
         Some(error.to_owned()),
     );
-}
-
-/// Ends the trail of a relay that never carried a byte.
-pub(super) fn end_unstarted(
-    audit: Option<SessionAudit>,
-    outcome: SessionOutcome,
-    status: Option<String>,
-) {
-    let ended_by = match outcome {
-        SessionOutcome::ClientGone => session_audit::CLIENT_UPGRADE_FAILED,
-        _ => "upstream refused",
-    };
-    session_audit::end_unstarted(audit, outcome, ended_by, status, None);
 }

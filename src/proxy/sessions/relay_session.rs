@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
-use super::registry::SessionSlot;
 use super::relay_pings::PingInjector;
 use super::relay_pump::{pump, RelayCounters, RelayHooks, RelayKeepalive, RelayStats};
 use super::relay_recording::{RelayTap, TapEnd};
+use super::session_audit;
+use super::session_end::{Finished, Running};
 use crate::activity_clock::ActivityClock;
-use crate::audit::{SessionAudit, SessionEnd as AuditEnd};
-use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOutcome};
+use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::wire::client_stream::ClientStream;
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::ws::{Keepalive, Liveness};
@@ -24,11 +24,9 @@ pub(super) struct RelaySession {
     /// The request's path, for the log line.
     pub path: String,
     pub kind: SessionKind,
-    /// Its admission; given back once its end is audited.
-    pub slot: SessionSlot,
     pub session_id: u64,
-    /// Its metrics, finished with the outcome.
-    pub guard: SessionGuard,
+    /// Its audit trail, admission and metrics, each ended once when the session ends.
+    pub running: Running,
     /// Why the session is not recorded, if it should be and is not.
     pub recording_error: Option<String>,
     /// The client connection and how it asked.
@@ -39,7 +37,6 @@ pub(super) struct RelaySession {
     pub tap: Option<RelayTap>,
     /// A port-forward's audit.
     pub watch: Option<PortForwardWatch>,
-    pub audit: Option<SessionAudit>,
     /// `--handshake-timeout`, for the client's upgrade.
     pub handshake_timeout: Duration,
     /// `--close-drain-timeout`: how long one direction may outlive the other.
@@ -86,8 +83,11 @@ impl RelaySession {
 
     /// The client went before its upgrade: nothing was relayed.
     fn client_gone(self) {
-        super::relay::end_unstarted(self.audit, SessionOutcome::ClientGone, None);
-        self.guard.finish(SessionOutcome::ClientGone, 0, 0);
+        self.running.unstarted(
+            SessionOutcome::ClientGone,
+            session_audit::CLIENT_UPGRADE_FAILED,
+            None,
+        );
     }
 
     /// Relays until the session ends, and says why it did.
@@ -134,7 +134,7 @@ impl RelaySession {
                 info!(session = session_id, silent_ms = silent.as_millis() as u64, "relayed session ended: the client stopped answering pings");
                 SessionOutcome::ClientUnresponsive
             }
-            _ = self.slot.stop_token().cancelled_owned() => SessionOutcome::Drained,
+            _ = self.running.slot().stop_token().cancelled_owned() => SessionOutcome::Drained,
             _ = idle => SessionOutcome::IdleTimeout,
             e = must_end => {
                 warn!(session = session_id, error = %e, "relayed session ended: its recording failed and recordings are required");
@@ -178,23 +178,17 @@ impl RelaySession {
             .recording_failure
             .or(tap_error)
             .or(self.recording_error);
-        // Before the slot goes: a drained proxy exits once every slot is back.
-        if let Some(audit) = self.audit {
-            let ran = Ran {
-                stats,
-                started,
+        let duration = started.elapsed();
+        let (bytes_in, bytes_out) = (stats.client_to_upstream, stats.upstream_to_client);
+        self.running.finish(
+            Finished {
                 exit_code,
                 status,
-            };
-            let end = audit_end(outcome, ran, recording_error);
-            audit.end(match self.watch {
-                Some(watch) => end.with_port_forwards(watch.finish()),
-                None => end,
-            });
-        }
-        drop(self.slot);
-        self.guard
-            .finish(outcome, stats.client_to_upstream, stats.upstream_to_client);
+                recording_error,
+                ..Finished::new(outcome, bytes_in, bytes_out, duration, ended_by(outcome))
+            }
+            .with_port_forwards(self.watch),
+        );
         info!(
             session = self.session_id,
             kind = self.kind.label(),
@@ -205,38 +199,19 @@ impl RelaySession {
             outcome = outcome.label(),
             bytes_up = stats.client_to_upstream,
             bytes_down = stats.upstream_to_client,
-            duration_ms = started.elapsed().as_millis() as u64,
+            duration_ms = duration.as_millis() as u64,
             "relayed upgrade finished"
         );
     }
 }
 
-/// What a relayed session did while it ran.
-struct Ran {
-    stats: RelayStats,
-    started: Instant,
-    /// From the error stream's Status, if it was followed and sent one.
-    exit_code: Option<i32>,
-    status: Option<String>,
-}
-
-/// The audit event's end of a relayed session.
-fn audit_end(outcome: SessionOutcome, ran: Ran, recording_error: Option<String>) -> AuditEnd {
-    AuditEnd {
-        bytes_in: ran.stats.client_to_upstream,
-        bytes_out: ran.stats.upstream_to_client,
-        duration_ms: ran.started.elapsed().as_millis() as u64,
-        exit_code: ran.exit_code,
-        status: ran.status,
-        outcome: outcome.label(),
-        ended_by: match outcome {
-            SessionOutcome::Drained => "drained",
-            SessionOutcome::IdleTimeout => "idle timeout",
-            SessionOutcome::RecordingFailed => "recording failed",
-            SessionOutcome::ClientUnresponsive => "client unresponsive",
-            _ => "connection closed",
-        },
-        recording_error,
-        ..Default::default()
+/// What the audit event says ended a relayed session that ran to `outcome`.
+fn ended_by(outcome: SessionOutcome) -> &'static str {
+    match outcome {
+        SessionOutcome::Drained => "drained",
+        SessionOutcome::IdleTimeout => "idle timeout",
+        SessionOutcome::RecordingFailed => "recording failed",
+        SessionOutcome::ClientUnresponsive => "client unresponsive",
+        _ => "connection closed",
     }
 }

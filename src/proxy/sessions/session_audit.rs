@@ -193,11 +193,18 @@ pub fn end_upstream_refused(audit: Option<SessionAudit>, why: String) {
     end_unstarted(
         audit,
         SessionOutcome::UpstreamError,
-        "upstream refused",
+        UPSTREAM_REFUSED,
         Some(why),
         None,
     );
 }
+
+/// What the trail says of a session the upstream refused (or never answered).
+pub const UPSTREAM_REFUSED: &str = "upstream refused";
+
+/// What the trail says of a session refused because it could not be recorded
+/// (`--record=required`).
+pub const REFUSED_UNRECORDABLE: &str = "refused: it could not be recorded";
 
 /// What the trail says of a client whose upgrade never completed.
 pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::registry::SessionSlot;
 use super::session_audit;
-use crate::audit::{SessionAudit, SessionEnd as AuditEnd};
+use crate::audit::{SessionAudit, SessionEnd as AuditEnd, SessionInfo};
 use crate::proxy::observability::metrics::{SessionGuard, SessionOutcome};
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::remote_command::{Outcome, SessionEndKind};
@@ -142,6 +142,11 @@ impl Running {
         self.audit.is_some()
     }
 
+    /// What its audit events say about it, if it is audited.
+    pub fn audit_info(&self) -> Option<&SessionInfo> {
+        self.audit.as_ref().map(SessionAudit::info)
+    }
+
     /// Its `--max-sessions` slot (the drain signal).
     pub fn slot(&self) -> &SessionSlot {
         &self.slot
@@ -166,7 +171,29 @@ impl Running {
         ended_by: &'static str,
         recording_error: Option<String>,
     ) {
-        session_audit::end_unstarted(self.audit, outcome, ended_by, None, recording_error);
+        self.end_unstarted(outcome, ended_by, None, recording_error);
+    }
+
+    /// Ends, as [`unstarted`](Self::unstarted) does, a session the upstream refused or never
+    /// handed over once admitted; `why` is what its event's status says. Counted as
+    /// `upstream_error`.
+    pub fn upstream_refused(self, why: String) {
+        self.end_unstarted(
+            SessionOutcome::UpstreamError,
+            session_audit::UPSTREAM_REFUSED,
+            Some(why),
+            None,
+        );
+    }
+
+    fn end_unstarted(
+        self,
+        outcome: SessionOutcome,
+        ended_by: &'static str,
+        status: Option<String>,
+        recording_error: Option<String>,
+    ) {
+        session_audit::end_unstarted(self.audit, outcome, ended_by, status, recording_error);
         self.guard.finish(outcome, 0, 0);
         drop(self.slot);
     }
