@@ -25,6 +25,7 @@ use super::relay_recording::RelayTap;
 use super::relay_session::RelaySession;
 use super::session_audit::{self, AuditIdentity, SessionClient};
 use super::session_end::Running;
+use super::session_recording;
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionAudit, Verb};
@@ -190,7 +191,7 @@ async fn start_recording(
             }
             let e = e.to_string();
             refused_unrecorded(state, req, stream, session_id, kind, &e).await;
-            Err(unrecordable(&e))
+            Err(session_recording::unrecordable_response(&e))
         }
     }
 }
@@ -372,26 +373,13 @@ fn protocol_path(kind: SessionKind) -> ProtocolPath {
 /// Refuses a session the upstream agreed to that cannot be recorded under
 /// `--record=required` (`e`: why), before a byte is relayed.
 fn refuse_unrecordable(running: Running, e: String) -> Response<ProxyBody> {
-    let refusal = unrecordable(&e);
+    let refusal = session_recording::unrecordable_response(&e);
     running.unstarted(
         SessionOutcome::RecordingFailed,
         session_audit::REFUSED_UNRECORDABLE,
         Some(e),
     );
     refusal
-}
-
-/// The client's 503 for a session that cannot be recorded under `--record=required` (`e`:
-/// why).
-fn unrecordable(e: &str) -> Response<ProxyBody> {
-    failure(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ServiceUnavailable",
-        format!(
-            "kube-ws-proxy cannot record this session and recordings are required \
-             (--record=required): {e}"
-        ),
-    )
 }
 
 /// An upstream answer other than 101, which is not a session: refused with a 502 where the

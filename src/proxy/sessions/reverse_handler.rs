@@ -166,17 +166,13 @@ pub async fn handle_dialled(
     let running = Running::new(session_audit::start(&state, info), slot, guard);
     if let Some(why) = recording.refusal() {
         drop(upstream);
-        let refusal = session_recording::unrecordable(why);
+        let refusal = session_recording::unrecordable_response(why);
         running.unstarted(
             SessionOutcome::RecordingFailed,
-            "refused: it could not be recorded",
+            session_audit::REFUSED_UNRECORDABLE,
             recording.finish(),
         );
-        return failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            refusal,
-        );
+        return refusal;
     }
     let session = ReverseSession {
         state,

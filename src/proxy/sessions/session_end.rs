@@ -197,14 +197,6 @@ impl Running {
         self.guard.finish(outcome, 0, 0);
         drop(self.slot);
     }
-
-    /// Ends a session its upstream would not open (`why`: what the audit event's status
-    /// says): its audit `ended` event, its metrics, then its slot.
-    pub fn upstream_refused(self, why: String) {
-        session_audit::end_upstream_refused(self.audit, why);
-        self.guard.finish(SessionOutcome::UpstreamError, 0, 0);
-        drop(self.slot);
-    }
 }
 
 /// How a translated exec or attach that ran counts in the metrics.

@@ -2,12 +2,15 @@
 //! agreed to the session, named in its audit `started` event, and finished with the session.
 //! Under `--record=required` a recording that cannot start refuses the session.
 
+use http::{Response, StatusCode};
 use tracing::warn;
 
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
 use crate::audit::SessionInfo;
 use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::status_response::failure;
 use crate::translate::remote_command::SessionRecording;
 
 /// A session's recording as it started: recorded, not recorded (no `--record-dir`, or it
@@ -76,10 +79,20 @@ impl OpenedRecording {
     }
 }
 
-/// What a client refused for its recording is told.
+/// What a client refused for its recording is told (`why`: why it could not start).
 pub fn unrecordable(why: &str) -> String {
     format!(
         "kube-ws-proxy cannot record this session and recordings are required \
          (--record=required): {why}"
+    )
+}
+
+/// The HTTP answer (503) to a session refused before its upgrade because it cannot be
+/// recorded under `--record=required`.
+pub fn unrecordable_response(why: &str) -> Response<ProxyBody> {
+    failure(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        unrecordable(why),
     )
 }
