@@ -390,7 +390,9 @@ async fn route_authenticated(
             session: Session::Relay(kind),
         },
     };
-    open_session(state, req, conn, &target, upgrade).await
+    // Boxed: a session's setup is the largest state a request can have (10-15 KB), and the
+    // request's future is moved by every service layer; plain requests need not carry it.
+    Box::pin(open_session(state, req, conn, &target, upgrade)).await
 }
 
 /// Counts a request refused as malformed before anything was done for it, and answers it

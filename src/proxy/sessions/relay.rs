@@ -477,8 +477,9 @@ async fn start_session(
         watch,
         running,
     };
-    // The session's log lines name the request they came from (its audit id).
-    tokio::spawn(session.run(on_upgrade, upstream_io).in_current_span());
+    // The session's log lines name the request they came from (its audit id). Boxed: the task
+    // then moves a pointer, not the session's whole state, each time tokio moves it.
+    tokio::spawn(Box::pin(session.run(on_upgrade, upstream_io)).in_current_span());
     answer
 }
 
