@@ -308,6 +308,13 @@ async fn required_recordings_refuse_what_cannot_be_recorded() {
         metrics.contains("kube_ws_proxy_recording_failures_total 2"),
         "{metrics}"
     );
+    // Both refusals count as sessions that ended for their recording, whichever path refused.
+    for kind in ["exec", "spdy_relay"] {
+        let refused = format!(
+            "kube_ws_proxy_sessions_total{{kind=\"{kind}\",outcome=\"recording_failed\"}} 1"
+        );
+        assert!(metrics.contains(&refused), "{refused}\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -639,6 +646,13 @@ async fn a_disk_that_fills_up_ends_required_sessions_and_not_best_effort_ones() 
         metrics.contains("kube_ws_proxy_recording_failures_total 2"),
         "{metrics}"
     );
+    // Both refusals count as sessions that ended for their recording, whichever path refused.
+    for kind in ["exec", "spdy_relay"] {
+        let refused = format!(
+            "kube_ws_proxy_sessions_total{{kind=\"{kind}\",outcome=\"recording_failed\"}} 1"
+        );
+        assert!(metrics.contains(&refused), "{refused}\n{metrics}");
+    }
 }
 
 /// How far a required session's output may run ahead of its recording (`AHEAD_BYTES`).

@@ -717,3 +717,28 @@ async fn a_remembered_path_that_stops_working_is_retried_once_and_forgotten() {
     assert_eq!(forgotten, 2);
     assert_no_spdy_fallback(&h);
 }
+
+/// A tunnel the upstream refuses under `websocket` is counted as a passed-through session that
+/// ended with an upstream error, as a refused passed-through exec is: every session kind ends
+/// on one path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_passed_through_tunnel_counts_as_a_session() {
+    let h = harness(SimStreaming::New, "websocket", &[]).await;
+    let path = "/api/v1/namespaces/default/pods/error500-crashloop/portforward";
+    let head = websocket_upgrade(path, "SPDY/3.1+portforward.k8s.io");
+    let (code, answer) = raw_request(h.proxy.addr, head).await;
+    // The kubelet's plain-text 500 is no Status: the proxy says what it means instead.
+    assert_eq!(code, 502, "{answer}");
+    assert!(
+        answer.contains("--upstream-streaming=websocket"),
+        "{answer}"
+    );
+    assert_eq!(sessions_total(&h, "websocket_pass_through"), 1);
+    let metrics = h.proxy.metrics();
+    assert!(
+        metrics.contains(
+            r#"kube_ws_proxy_sessions_total{kind="websocket_pass_through",outcome="upstream_error"} 1"#
+        ),
+        "{metrics}"
+    );
+}

@@ -20,6 +20,7 @@ use super::exec_handler::{ExecStreams, Prepared, SetupError};
 use super::registry::{next_session_id, SessionSlot};
 use super::relay::{self, RelayError};
 use super::session_audit::{self, AuditIdentity};
+use super::session_end::Running;
 use super::state::ProxyState;
 use super::{exec_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
@@ -546,10 +547,11 @@ async fn deliver(
                 ProtocolPath::PassThrough,
                 None,
             );
-            let summary = delivered.summary();
-            session_audit::end_upstream_refused(session_audit::start(&state, info), summary);
-            // After its audit trail ends: a drained proxy exits once every slot is back.
-            drop(slot);
+            // Counted and audited as every refused session is, on the one finish path (the
+            // exec branch's refusal is counted in `exec_handler` the same way).
+            let guard = state.metrics.session(SessionKind::PassThrough);
+            let running = Running::new(session_audit::start(&state, info), slot, guard);
+            running.upstream_refused(delivered.summary());
             match delivered {
                 Delivered::Replay(held) => held.into_response(),
                 Delivered::Unsupported { why, .. } => {

@@ -96,9 +96,9 @@ pub async fn relay(
     let session_id = next_session_id();
     // The recording is opened before anything goes upstream, so that under --record=required
     // a session that cannot be recorded is refused before it starts.
-    let recording = match start_recording(state, &req, &stream, session_id, kind).await {
+    let recording = match start_recording(state, &stream, session_id).await {
         Ok(recording) => recording,
-        Err(refusal) => return refusal,
+        Err(e) => return refuse_unrecorded(state, &req, &stream, session_id, kind, slot, e).await,
     };
     let (peer, caller) = (stream.peer, &stream.caller);
     let upstream_req = match upstream_request(state, &req.parts, req.body.clone(), peer, caller) {
@@ -130,11 +130,11 @@ pub(super) async fn relay_answered(
     identity: AuditIdentity,
 ) -> Response<ProxyBody> {
     let session_id = next_session_id();
-    let recording = match start_recording(state, &req, &stream, session_id, kind).await {
+    let recording = match start_recording(state, &stream, session_id).await {
         Ok(recording) => recording,
-        Err(refusal) => {
+        Err(e) => {
             drop(answer);
-            return refusal;
+            return refuse_unrecorded(state, &req, &stream, session_id, kind, slot, e).await;
         }
     };
     let relayed = Relayed::new(req, stream, kind, session_id, recording);
@@ -153,14 +153,12 @@ pub(super) struct RelayRecording {
 
 /// Opens the recording of an exec or attach about to be relayed (nothing for other requests
 /// or without `--record-dir`). Under `--record=required` a recording that cannot start refuses
-/// the session: the refusal is audited and the 503 for the client is the error.
+/// the session: the error is why ([`refuse_unrecorded`]).
 async fn start_recording(
     state: &ProxyState,
-    req: &UpgradeRequest,
     stream: &StreamRequest,
     session_id: u64,
-    kind: SessionKind,
-) -> Result<RelayRecording, Response<ProxyBody>> {
+) -> Result<RelayRecording, String> {
     let required = state
         .recordings
         .as_ref()
@@ -189,9 +187,7 @@ async fn start_recording(
                     required,
                 });
             }
-            let e = e.to_string();
-            refused_unrecorded(state, req, stream, session_id, kind, &e).await;
-            Err(session_recording::unrecordable_response(&e))
+            Err(e.to_string())
         }
     }
 }
@@ -609,35 +605,40 @@ fn agreed<B>(resp: &Response<B>) -> (Option<&str>, Option<&str>) {
     (upgrade, sub)
 }
 
-/// Audits a relayed session refused before it went upstream because it could not be
-/// recorded.
-async fn refused_unrecorded(
+/// Refuses a relayed session before it goes upstream because it cannot be recorded under
+/// `--record=required` (`error`: why): counted and audited as every session refused for its
+/// recording is, its slot given back; the 503 for the client.
+async fn refuse_unrecorded(
     state: &ProxyState,
     req: &UpgradeRequest,
     stream: &StreamRequest,
     session_id: u64,
     kind: SessionKind,
-    error: &str,
-) {
-    if state.audit.is_none() {
-        return;
-    }
-    let credentials = req.parts.headers.get(header::AUTHORIZATION).cloned();
-    let identity = session_audit::identify(state, &stream.caller, credentials).await;
-    let info = session_audit::session_info(
-        session_id,
-        &stream.target,
-        SessionClient::new(stream.peer, stream.client.form),
-        identity,
-        protocol_path(kind),
-        None,
-        stream.audit_id.clone(),
-    );
-    session_audit::end_unstarted(
-        session_audit::start(state, info),
+    slot: SessionSlot,
+    error: String,
+) -> Response<ProxyBody> {
+    let audit = match state.audit {
+        Some(_) => {
+            let credentials = req.parts.headers.get(header::AUTHORIZATION).cloned();
+            let identity = session_audit::identify(state, &stream.caller, credentials).await;
+            let info = session_audit::session_info(
+                session_id,
+                &stream.target,
+                SessionClient::new(stream.peer, stream.client.form),
+                identity,
+                protocol_path(kind),
+                None,
+                stream.audit_id.clone(),
+            );
+            session_audit::start(state, info)
+        }
+        None => None,
+    };
+    let refusal = session_recording::unrecordable_response(&error);
+    Running::new(audit, slot, state.metrics.session(kind)).unstarted(
         SessionOutcome::RecordingFailed,
         session_audit::REFUSED_UNRECORDABLE,
-        None,
-        Some(error.to_owned()),
+        Some(error),
     );
+    refusal
 }

@@ -187,18 +187,6 @@ pub fn end_unstarted(
     }
 }
 
-/// Ends the trail of a session the upstream refused (or never answered) before it started;
-/// `why` is what the event's status says.
-pub fn end_upstream_refused(audit: Option<SessionAudit>, why: String) {
-    end_unstarted(
-        audit,
-        SessionOutcome::UpstreamError,
-        UPSTREAM_REFUSED,
-        Some(why),
-        None,
-    );
-}
-
 /// What the trail says of a session the upstream refused (or never answered).
 pub const UPSTREAM_REFUSED: &str = "upstream refused";
 
