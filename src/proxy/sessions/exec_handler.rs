@@ -16,7 +16,7 @@ use super::session_recording::{self, OpenedRecording};
 use super::state::ProxyState;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::{upgraded, validate_handshake};
+use crate::proxy::client::websocket::validate_handshake;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, DialError};
@@ -233,13 +233,7 @@ impl ExecSession {
     /// refusal `setup` holds), then finishes it (recording, audit, slot, metrics) and logs it.
     async fn run(self, on_upgrade: hyper::upgrade::OnUpgrade, setup: Result<ExecStreams, Status>) {
         let state = &self.state;
-        let ws = match upgraded(
-            on_upgrade,
-            state.client_socket_config(),
-            state.handshake_timeout,
-        )
-        .await
-        {
+        let ws = match state.client_websocket(on_upgrade).await {
             Ok(ws) => ws,
             Err(e) => {
                 warn!(error = %e, "client upgrade failed");
@@ -294,17 +288,8 @@ fn log_finished(stream: &StreamRequest, kind: SessionKind, session_id: u64, outc
         bytes_in = outcome.bytes_in,
         bytes_out = outcome.bytes_out,
         duration_ms = outcome.duration.as_millis() as u64,
-        exit_code = outcome
-            .status
-            .as_ref()
-            .and_then(|s| s.exit_code())
-            .map(i64::from)
-            .unwrap_or(-1),
-        status = outcome
-            .status
-            .as_ref()
-            .map(|s| s.summary())
-            .unwrap_or_default(),
+        exit_code = outcome.exit_code().map(i64::from).unwrap_or(-1),
+        status = outcome.status_summary(),
         close_reason = outcome.end.describe(),
         "exec session finished"
     );

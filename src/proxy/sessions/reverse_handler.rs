@@ -322,17 +322,8 @@ fn log_exec_finished(
         bytes_in = outcome.bytes_in,
         bytes_out = outcome.bytes_out,
         duration_ms = outcome.duration.as_millis() as u64,
-        exit_code = outcome
-            .status
-            .as_ref()
-            .and_then(|s| s.exit_code())
-            .map(i64::from)
-            .unwrap_or(-1),
-        status = outcome
-            .status
-            .as_ref()
-            .map(|s| s.summary())
-            .unwrap_or_default(),
+        exit_code = outcome.exit_code().map(i64::from).unwrap_or(-1),
+        status = outcome.status_summary(),
         close_reason = outcome.end.describe(),
         "exec session (SPDY client, WebSocket upstream) finished"
     );

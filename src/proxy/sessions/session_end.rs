@@ -73,11 +73,7 @@ impl Finished {
         recording_error: Option<String>,
     ) -> Finished {
         Finished {
-            exit_code: outcome
-                .status
-                .as_ref()
-                .and_then(|s| s.exit_code())
-                .map(i32::from),
+            exit_code: outcome.exit_code().map(i32::from),
             status: outcome.status.as_ref().map(|s| s.summary()),
             recording_error,
             ..Finished::new(
@@ -202,7 +198,7 @@ impl Running {
 /// How a translated exec or attach that ran counts in the metrics.
 pub fn remote_command_outcome(outcome: &Outcome) -> SessionOutcome {
     match outcome.end {
-        SessionEndKind::Completed => match outcome.status.as_ref().and_then(|s| s.exit_code()) {
+        SessionEndKind::Completed => match outcome.exit_code() {
             Some(0) => SessionOutcome::Success,
             Some(_) => SessionOutcome::NonZeroExit,
             None => SessionOutcome::UpstreamError,

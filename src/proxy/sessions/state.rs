@@ -12,6 +12,7 @@ use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
 use crate::proxy::auth::Authenticator;
 use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
 use crate::proxy::client::waiting_connections::{WaitingConnections, DEFAULT_MAX_PENDING};
+use crate::proxy::client::websocket::{upgraded, ClientSocket, ClientUpgradeError};
 use crate::proxy::observability::metrics::Metrics;
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
@@ -128,6 +129,20 @@ impl ProxyState {
         let mut headers = upstream_headers(client, stream.peer, self.trust_forwarded_for);
         self.auth.apply(&stream.caller, &mut headers);
         headers
+    }
+
+    /// The client's WebSocket, once its upgrade completes (within `--handshake-timeout`), with
+    /// the client settings ([`client_socket_config`](Self::client_socket_config)).
+    pub async fn client_websocket(
+        &self,
+        on_upgrade: hyper::upgrade::OnUpgrade,
+    ) -> Result<ClientSocket, ClientUpgradeError> {
+        upgraded(
+            on_upgrade,
+            self.client_socket_config(),
+            self.handshake_timeout,
+        )
+        .await
     }
 
     /// WebSocket settings for client connections (buffers size themselves to the traffic).

@@ -16,7 +16,7 @@ use super::state::ProxyState;
 use super::upstream_refusal;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::{upgraded, validate_handshake};
+use crate::proxy::client::websocket::validate_handshake;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::UpstreamIo;
@@ -148,13 +148,7 @@ impl TunnelSession {
     /// finishes the session (audit, slot, metrics) and logs it.
     async fn run(self, on_upgrade: hyper::upgrade::OnUpgrade, upstream: Upgraded<UpstreamIo>) {
         let state = &self.state;
-        let ws = match upgraded(
-            on_upgrade,
-            state.client_socket_config(),
-            state.handshake_timeout,
-        )
-        .await
-        {
+        let ws = match state.client_websocket(on_upgrade).await {
             Ok(ws) => ws,
             Err(e) => {
                 warn!(error = %e, "client upgrade failed");

@@ -38,6 +38,19 @@ impl Outcome {
             duration: started.elapsed(),
         }
     }
+
+    /// The command's exit code, when its final Status carried one.
+    pub fn exit_code(&self) -> Option<u8> {
+        self.status.as_ref().and_then(Status::exit_code)
+    }
+
+    /// The final Status in short, empty when there was none (for log lines).
+    pub fn status_summary(&self) -> String {
+        self.status
+            .as_ref()
+            .map(Status::summary)
+            .unwrap_or_default()
+    }
 }
 
 /// Why a translated session ended.
