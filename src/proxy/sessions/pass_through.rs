@@ -227,14 +227,7 @@ async fn ask(
     stream: &StreamRequest,
     streamed: &Streamed,
 ) -> Result<(Asked, AuditIdentity), Response<ProxyBody>> {
-    let mut upstream_req = relay::upstream_request(
-        state,
-        &req.parts,
-        req.body.clone(),
-        stream.peer,
-        &stream.caller,
-    )
-    .map_err(|e| e.response())?;
+    let mut upstream_req = relay::upstream_request(state, req, stream).map_err(|e| e.response())?;
     // Only what the translation would speak is offered: a client that also offers v4 must not
     // end up with a v4 session on an old cluster (which picks v4, and starts the command, where
     // the translation would have given it v5).

@@ -100,15 +100,14 @@ pub async fn relay(
         Ok(recording) => recording,
         Err(e) => return refuse_unrecorded(state, &req, &stream, session_id, kind, slot, e).await,
     };
-    let (peer, caller) = (stream.peer, &stream.caller);
-    let upstream_req = match upstream_request(state, &req.parts, req.body.clone(), peer, caller) {
+    let upstream_req = match upstream_request(state, &req, &stream) {
         Ok(r) => r,
         Err(e) => return e.response(),
     };
     let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
     let (answer, identity) = tokio::join!(
         ask_upstream(state, upstream_req),
-        session_audit::identify(state, caller, credentials),
+        session_audit::identify(state, &stream.caller, credentials),
     );
     let answer = answer.map(|resp| resp.map(BodyExt::boxed));
     let relayed = Relayed::new(req, stream, kind, session_id, recording);
@@ -504,11 +503,10 @@ pub(super) async fn ask_upstream(
 /// upgrade), the upstream's Host, `X-Forwarded-For` and what the auth mode says.
 pub(super) fn upstream_request(
     state: &ProxyState,
-    parts: &http::request::Parts,
-    body: Bytes,
-    peer: SocketAddr,
-    caller: &Caller,
+    req: &UpgradeRequest,
+    stream: &StreamRequest,
 ) -> Result<Request<Full<Bytes>>, RelayError> {
+    let (parts, body) = (&req.parts, req.body.clone());
     let upstream = &state.upstream;
     let pq = parts
         .uri
@@ -523,8 +521,8 @@ pub(super) fn upstream_request(
     let upgrade = headers.get(header::UPGRADE).cloned();
     headers.remove(header::CONTENT_LENGTH);
     remove_hop_by_hop(&mut headers);
-    set_forwarding_headers(&mut headers, peer.ip(), state.trust_forwarded_for);
-    state.auth.apply(caller, &mut headers);
+    set_forwarding_headers(&mut headers, stream.peer.ip(), state.trust_forwarded_for);
+    state.auth.apply(&stream.caller, &mut headers);
     let host = HeaderValue::from_str(&upstream.authority())
         .map_err(|e| RelayError::Request(e.to_string()))?;
     headers.insert(header::HOST, host);

@@ -177,14 +177,7 @@ async fn ask_relay(
     req: &UpgradeRequest,
     stream: &StreamRequest,
 ) -> Result<(Relayed, AuditIdentity), Response<ProxyBody>> {
-    let upstream_req = relay::upstream_request(
-        state,
-        &req.parts,
-        req.body.clone(),
-        stream.peer,
-        &stream.caller,
-    )
-    .map_err(|e| e.response())?;
+    let upstream_req = relay::upstream_request(state, req, stream).map_err(|e| e.response())?;
     let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
     let (answer, identity) = tokio::join!(
         relay::ask_upstream(state, upstream_req),

@@ -156,6 +156,32 @@ async fn recorded_session(
     (dir, recordings, recorder)
 }
 
+/// A stdout-only session on `conn`, run over `ws` in the background with its output recorded
+/// (best effort) by `recorder`.
+async fn spawn_recorded_stdout(
+    conn: Connection,
+    ws: WebSocket<DuplexStream>,
+    recorder: crate::audit::recording::Recorder,
+) -> JoinHandle<Outcome> {
+    let options = ExecOptions {
+        stdout: true,
+        ..ExecOptions::default()
+    };
+    let streams = open_streams(conn, UpstreamVersion::V4, &options)
+        .await
+        .unwrap();
+    let ready = options.ready_channel();
+    let recording = SessionRecording {
+        recorder,
+        required: false,
+    };
+    tokio::spawn(async move {
+        let limits = SessionLimits::default();
+        let stop = CancellationToken::new();
+        run(ws, streams, ready, false, &limits, stop, Some(&recording)).await
+    })
+}
+
 /// A session whose output waits for its recording (the shared budget spent by others, as behind
 /// a slow disk) still pings its client and answers it, so a client that answers is never ended
 /// as unresponsive, however long the recording holds the output back. The audited soak found
@@ -177,14 +203,6 @@ async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
     let (ours, theirs) = tokio::io::duplex(64 * 1024);
     let _kubelet = kubelet(theirs, 64 * 1024);
     let conn = Connection::client(ours, Bytes::new(), quiet());
-    let options = ExecOptions {
-        stdout: true,
-        ..ExecOptions::default()
-    };
-    let streams = open_streams(conn, UpstreamVersion::V4, &options)
-        .await
-        .unwrap();
-    let ready = options.ready_channel();
     let ws = WebSocket::new(
         server,
         WsConfig {
@@ -192,23 +210,7 @@ async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
             keepalive: Some(keepalive),
         },
     );
-    let recording = SessionRecording {
-        recorder,
-        required: false,
-    };
-    let limits = SessionLimits::default();
-    let task = tokio::spawn(async move {
-        run(
-            ws,
-            streams,
-            ready,
-            false,
-            &limits,
-            CancellationToken::new(),
-            Some(&recording),
-        )
-        .await
-    });
+    let task = spawn_recorded_stdout(conn, ws, recorder).await;
     // A client that reads everything (tungstenite answers each ping as it reads).
     let mut client =
         tokio_tungstenite::WebSocketStream::from_raw_socket(client, Role::Client, None).await;
@@ -256,32 +258,8 @@ async fn a_session_cut_off_by_its_upstream_ends_without_waiting_its_recording_tu
         let _ = tokio::io::copy_bidirectional(&mut near, &mut far).await;
     });
     let conn = Connection::client(ours, Bytes::new(), quiet());
-    let options = ExecOptions {
-        stdout: true,
-        ..ExecOptions::default()
-    };
-    let streams = open_streams(conn, UpstreamVersion::V4, &options)
-        .await
-        .unwrap();
-    let ready = options.ready_channel();
     let (client, server) = tokio::io::duplex(1 << 20);
-    let recording = SessionRecording {
-        recorder,
-        required: false,
-    };
-    let limits = SessionLimits::default();
-    let task = tokio::spawn(async move {
-        run(
-            socket(server),
-            streams,
-            ready,
-            false,
-            &limits,
-            CancellationToken::new(),
-            Some(&recording),
-        )
-        .await
-    });
+    let task = spawn_recorded_stdout(conn, socket(server), recorder).await;
     let mut client =
         tokio_tungstenite::WebSocketStream::from_raw_socket(client, Role::Client, None).await;
     let received = tokio::spawn(async move {
