@@ -1,4 +1,5 @@
-//! The connection handle: opens streams, pings, closes. Cheap to clone.
+//! The connection handle: opens streams, pings, closes. Cheap to clone; the session ends
+//! when its last handle (a clone, or a stream) drops ([`Life`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::{Config, Role};
 use super::error::{Error, SessionEnd};
 use super::inbox::inbox;
+use super::life::{close_command, Life};
 use super::reader::Reader;
 use super::shared::{Control, Shared, StreamEntry, StreamFlags};
 use super::stream::{IncomingStream, Stream};
@@ -21,14 +23,17 @@ use crate::spdy::frame::{Frame, HeaderBlock, Ping, PingId, StreamId, SynStream};
 /// a TCP reset.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// A SPDY/3.1 session over one upgraded connection.
+/// A SPDY/3.1 session over one upgraded connection. It lives as long as one of its handles
+/// does: its clones, and the streams opened or accepted on it. When the last one drops the
+/// session is closed and its socket released (its tasks never outlive every handle).
 #[derive(Debug, Clone)]
 pub struct Connection {
     shared: Arc<Shared>,
-    reader: Arc<tokio::task::AbortHandle>,
+    life: Arc<Life>,
 }
 
-/// Streams the peer opens (server role).
+/// Streams the peer opens (server role). The queue does not keep the session alive: a
+/// session whose connection and streams are all dropped ends, and `accept` then says so.
 #[derive(Debug)]
 pub struct Incoming {
     rx: mpsc::Receiver<IncomingStream>,
@@ -75,14 +80,12 @@ impl Connection {
         let (data_tx, data_rx) = mpsc::channel(config.data_queue_frames.max(1));
         let shared = Arc::new(Shared::new(config, role, control_tx, data_tx));
         let (read_half, write_half) = tokio::io::split(io);
+        let life = Life::new(shared.clone());
         let writer = Writer::new(write_half, shared.clone(), control_rx, data_rx);
         tokio::spawn(writer.run());
-        let reader = Reader::new(read_half, leftover, shared.clone(), incoming);
-        let reader = tokio::spawn(reader.run()).abort_handle();
-        Connection {
-            shared,
-            reader: Arc::new(reader),
-        }
+        let reader = Reader::new(read_half, leftover, shared.clone(), incoming, life.weak());
+        life.set_reader(tokio::spawn(reader.run()).abort_handle());
+        Connection { shared, life }
     }
 
     /// Opens a stream with `headers` and waits for the peer's SYN_REPLY (up to
@@ -127,7 +130,14 @@ impl Connection {
         };
         let timeout = self.shared.config.syn_reply_timeout;
         match tokio::time::timeout(timeout, reply_rx).await {
-            Ok(Ok(Ok(headers))) => Ok(Stream::new(self.shared.clone(), id, headers, flags, rx)),
+            Ok(Ok(Ok(headers))) => Ok(Stream::new(
+                self.shared.clone(),
+                self.life.clone(),
+                id,
+                headers,
+                flags,
+                rx,
+            )),
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(self.closed_error()),
             Err(_) => {
@@ -179,39 +189,24 @@ impl Connection {
     /// Closes the session the way Kubernetes does: RST_STREAM CANCEL for every stream we have
     /// not finished, GOAWAY, then the socket is shut down.
     pub async fn close(&self) {
-        let (resets, last_good) = {
-            let st = self.shared.lock();
-            if st.ended.is_some() {
-                drop(st);
-                // The writer stops by itself once the session has ended, even in the middle of
-                // a write the peer never takes; with the reader gone too the socket is released.
-                self.reader.abort();
-                return;
-            }
-            let mut resets: Vec<StreamId> = st
-                .streams
-                .iter()
-                .filter(|(_, e)| !e.local_done)
-                .map(|(id, _)| *id)
-                .collect();
-            resets.sort();
-            (resets, st.last_peer_stream)
-        };
-        let (done_tx, done_rx) = oneshot::channel();
-        let close = Control::Close {
-            resets,
-            last_good,
-            done: done_tx,
+        let Some((close, done)) = close_command(&self.shared) else {
+            // The writer stops by itself once the session has ended, even in the middle of
+            // a write the peer never takes; with the reader gone too the socket is released.
+            self.life.abort_reader();
+            return;
         };
         if self.shared.control_tx.send(close).await.is_ok() {
-            let _ = tokio::time::timeout(CLOSE_GRACE, done_rx).await;
+            let _ = tokio::time::timeout(CLOSE_GRACE, done).await;
         }
         self.shared.end(SessionEnd::Local);
-        // The reader may be parked on a stream inbox nobody drains any more.
-        let reader = self.reader.clone();
+        // The reader may be parked on a stream inbox nobody drains any more. (The abort is
+        // kept apart from the life: a handle held here would keep the session.)
+        let life = Arc::downgrade(&self.life);
         tokio::spawn(async move {
             tokio::time::sleep(CLOSE_GRACE).await;
-            reader.abort();
+            if let Some(life) = life.upgrade() {
+                life.abort_reader();
+            }
         });
     }
 

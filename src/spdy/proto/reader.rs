@@ -8,7 +8,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::{BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -17,6 +17,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::error::SessionEnd;
 use super::inbox::inbox;
+use super::life::Life;
 use super::shared::{Control, RecvEnd, Shared, StreamEntry, StreamFlags};
 use super::stream::IncomingStream;
 use crate::read_sizer::ReadSizer;
@@ -33,6 +34,9 @@ pub(crate) struct Reader<R> {
     decoder: FrameDecoder,
     shared: Arc<Shared>,
     incoming: Option<mpsc::Sender<IncomingStream>>,
+    /// The session's life, for the streams the peer opens; weak, so that the reader never
+    /// keeps the session it serves.
+    life: Weak<Life>,
     /// How much the next read asks for.
     sizer: ReadSizer,
     /// When the peer was last heard from (or the reader was last unparked).
@@ -45,6 +49,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         leftover: bytes::Bytes,
         shared: Arc<Shared>,
         incoming: Option<mpsc::Sender<IncomingStream>>,
+        life: Weak<Life>,
     ) -> Self {
         let decoder = FrameDecoder::with_limits(
             shared.config.max_control_frame,
@@ -56,6 +61,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             decoder,
             shared,
             incoming,
+            life,
             sizer: ReadSizer::new(FRAME_SLACK),
             last_heard: Instant::now(),
         }
@@ -218,6 +224,11 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             refuse(RstStatus::RefusedStream);
             return Ok(());
         };
+        // Every handle dropped: the session is ending, nobody would take the stream.
+        let Some(life) = self.life.upgrade() else {
+            refuse(RstStatus::RefusedStream);
+            return Ok(());
+        };
         let flags = Arc::new(StreamFlags::default());
         let (tx, rx) = inbox(self.shared.config.stream_inbox_bytes);
         {
@@ -240,7 +251,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             }
             st.streams.insert(id, entry);
         }
-        let stream = IncomingStream::new(self.shared.clone(), id, syn.headers, flags, rx);
+        let stream = IncomingStream::new(self.shared.clone(), life, id, syn.headers, flags, rx);
         if incoming_tx.try_send(stream).is_err() {
             // Nobody accepts streams fast enough: refuse rather than queue without bound.
             self.shared.lock().streams.remove(&id);

@@ -7,12 +7,13 @@ use bytes::Bytes;
 
 use super::error::{Error, SessionEnd};
 use super::inbox::InboxReceiver;
+use super::life::Life;
 use super::shared::{Control, DataCmd, RecvEnd, Shared, StreamFlags};
 use crate::spdy::frame::{
     Frame, HeaderBlock, RstStatus, RstStream, StreamId, SynReply, MAX_FRAME_LEN,
 };
 
-/// An open SPDY stream.
+/// An open SPDY stream. Each of its halves keeps the session alive ([`Life`]).
 #[derive(Debug)]
 pub struct Stream {
     headers: HeaderBlock,
@@ -23,6 +24,7 @@ pub struct Stream {
 impl Stream {
     pub(crate) fn new(
         shared: Arc<Shared>,
+        life: Arc<Life>,
         id: StreamId,
         headers: HeaderBlock,
         flags: Arc<StreamFlags>,
@@ -32,11 +34,13 @@ impl Stream {
             headers,
             send: SendStream {
                 shared: shared.clone(),
+                _life: life.clone(),
                 id,
                 flags: flags.clone(),
             },
             recv: RecvStream {
                 shared,
+                _life: life,
                 id,
                 flags,
                 inbox,
@@ -66,6 +70,8 @@ impl Stream {
 #[derive(Debug)]
 pub struct SendStream {
     shared: Arc<Shared>,
+    /// Keeps the session up while this half exists.
+    _life: Arc<Life>,
     id: StreamId,
     flags: Arc<StreamFlags>,
 }
@@ -144,6 +150,8 @@ impl SendStream {
 #[derive(Debug)]
 pub struct RecvStream {
     shared: Arc<Shared>,
+    /// Keeps the session up while this half exists.
+    _life: Arc<Life>,
     id: StreamId,
     flags: Arc<StreamFlags>,
     inbox: InboxReceiver,
@@ -230,13 +238,14 @@ pub struct IncomingStream {
 impl IncomingStream {
     pub(crate) fn new(
         shared: Arc<Shared>,
+        life: Arc<Life>,
         id: StreamId,
         headers: HeaderBlock,
         flags: Arc<StreamFlags>,
         inbox: InboxReceiver,
     ) -> Self {
         IncomingStream {
-            stream: Stream::new(shared, id, headers, flags, inbox),
+            stream: Stream::new(shared, life, id, headers, flags, inbox),
         }
     }
 

@@ -721,3 +721,143 @@ async fn a_stream_the_connection_leaves_unfinished_is_cut_off_and_says_so_at_onc
     let never = tokio::time::timeout(Duration::from_millis(20), stderr.cut());
     assert!(never.await.is_err());
 }
+
+/// Reads frames until the other end is gone; whether a GOAWAY came before the EOF.
+async fn goaway_then_eof(peer: &mut RawPeer) -> bool {
+    let mut goaway = false;
+    while let Some(frame) = peer.read().await {
+        goaway |= matches!(frame, Frame::GoAway(_));
+    }
+    goaway
+}
+
+#[tokio::test]
+async fn the_last_handle_dropped_closes_the_session_and_releases_the_socket() {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let client = Connection::client(a, Bytes::new(), quiet());
+    let mut peer = RawPeer::new(b);
+    let stream = open_against(&client, &mut peer).await;
+    let clone = client.clone();
+    drop(client);
+    drop(clone);
+    // A stream still open keeps the session: it can still send.
+    let (mut tx, rx) = stream.split();
+    tx.send(Bytes::from_static(b"still here")).await.unwrap();
+    assert!(matches!(peer.read().await, Some(Frame::Data(_))));
+    drop(tx);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!other_end_dropped(&mut peer.io).await, "one half still held");
+    // The last half goes: the session is closed as Kubernetes closes it, and both socket
+    // tasks end (the pipe's other end is dropped).
+    drop(rx);
+    let goaway = tokio::time::timeout(Duration::from_secs(2), goaway_then_eof(&mut peer))
+        .await
+        .expect("the session ends once nothing holds it");
+    assert!(goaway, "GOAWAY before the end");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(other_end_dropped(&mut peer.io).await);
+}
+
+#[tokio::test]
+async fn a_dropped_connection_whose_reader_is_parked_on_a_full_inbox_is_released() {
+    // The peer floods a stream nobody reads: the reader parks on the full inbox. Dropping
+    // every handle must still end both tasks (no task, no socket left behind).
+    let (a, b) = tokio::io::duplex(16 * 1024);
+    let config = Config {
+        stream_inbox_bytes: 16 * 1024,
+        ..quiet()
+    };
+    let client = Connection::client(a, Bytes::new(), config);
+    let mut peer = RawPeer::new(b);
+    let stream = open_against(&client, &mut peer).await;
+    let id = stream.id();
+    let RawPeer { io, mut enc, .. } = peer;
+    let (mut peer_read, mut peer_write) = tokio::io::split(io);
+    let flood = tokio::spawn(async move {
+        let chunk = Bytes::from(vec![1u8; 8 * 1024]);
+        loop {
+            let mut out = BytesMut::new();
+            let frame = Frame::Data(Data {
+                stream_id: id,
+                fin: false,
+                payload: chunk.clone(),
+            });
+            enc.encode(&frame, &mut out).unwrap();
+            if peer_write.write_all(&out).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!flood.is_finished(), "the flood is held back by the parked reader");
+    drop(stream);
+    drop(client);
+    // The flood's writes fail once the session's end of the pipe is gone.
+    tokio::time::timeout(Duration::from_secs(2), flood)
+        .await
+        .expect("the socket is released")
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), peer_read.read_to_end(&mut rest))
+        .await
+        .expect("EOF")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_server_session_ends_when_its_connection_and_streams_drop_even_with_incoming_held() {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let (server, mut incoming) = Connection::server(a, Bytes::new(), quiet());
+    let client = Connection::client(b, Bytes::new(), quiet());
+    let opened = tokio::spawn({
+        let c = client.clone();
+        async move { c.open_stream(headers("stdout")).await }
+    });
+    let accepted = incoming.accept().await.unwrap().accept().await.unwrap();
+    let _opened = opened.await.unwrap().unwrap();
+    drop(server);
+    // The accepted stream holds the session: the client's session is still up.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(client.end_reason(), None);
+    drop(accepted);
+    // Now only the accept queue is left, which does not hold the session.
+    let end = tokio::time::timeout(Duration::from_secs(2), client.closed())
+        .await
+        .expect("the client sees the session end");
+    assert!(end.is_clean(), "{end:?}");
+    let next = tokio::time::timeout(Duration::from_secs(2), incoming.accept())
+        .await
+        .expect("the accept queue ends with the session");
+    assert!(next.is_none());
+}
+
+#[tokio::test]
+async fn a_stream_the_peer_opens_after_every_handle_dropped_is_refused() {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let (server, incoming) = Connection::server(a, Bytes::new(), quiet());
+    let mut peer = RawPeer::new(b);
+    drop(server);
+    peer.write(Frame::SynStream(crate::spdy::frame::SynStream {
+        stream_id: StreamId::new(1),
+        associated_stream_id: StreamId::ZERO,
+        priority: 0,
+        slot: 0,
+        fin: false,
+        unidirectional: false,
+        headers: headers("stdin"),
+    }))
+    .await;
+    // Whatever it says before the end, the peer never gets a SYN_REPLY, and the socket goes.
+    let mut frames = Vec::new();
+    while let Some(frame) = tokio::time::timeout(Duration::from_secs(2), peer.read())
+        .await
+        .expect("the session ends")
+    {
+        frames.push(frame);
+    }
+    assert!(
+        !frames.iter().any(|f| matches!(f, Frame::SynReply(_))),
+        "{frames:?}"
+    );
+    drop(incoming);
+}

@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::client_status::ClientStatus;
 use super::client_streams::ClientStreams;
@@ -206,6 +206,9 @@ struct UpstreamWriter {
     queue: mpsc::Sender<Message>,
     /// Tells the task to close the upstream (Close 1000, or the answer to its Close).
     close: CancellationToken,
+    /// Tells it too when the session lets go of it without closing (its future dropped): the
+    /// task, which would otherwise go on pinging, never outlives the session.
+    _close_on_drop: DropGuard,
     task: JoinHandle<()>,
 }
 
@@ -222,7 +225,12 @@ impl UpstreamWriter {
             limits.upstream_ping_interval,
             close.clone(),
         ));
-        UpstreamWriter { queue, close, task }
+        UpstreamWriter {
+            queue,
+            _close_on_drop: close.clone().drop_guard(),
+            close,
+            task,
+        }
     }
 
     /// Stops taking messages and has the task close the upstream; the task, to await.
