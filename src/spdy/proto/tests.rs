@@ -746,7 +746,10 @@ async fn the_last_handle_dropped_closes_the_session_and_releases_the_socket() {
     assert!(matches!(peer.read().await, Some(Frame::Data(_))));
     drop(tx);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(!other_end_dropped(&mut peer.io).await, "one half still held");
+    assert!(
+        !other_end_dropped(&mut peer.io).await,
+        "one half still held"
+    );
     // The last half goes: the session is closed as Kubernetes closes it, and both socket
     // tasks end (the pipe's other end is dropped).
     drop(rx);
@@ -789,7 +792,10 @@ async fn a_dropped_connection_whose_reader_is_parked_on_a_full_inbox_is_released
         }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!flood.is_finished(), "the flood is held back by the parked reader");
+    assert!(
+        !flood.is_finished(),
+        "the flood is held back by the parked reader"
+    );
     drop(stream);
     drop(client);
     // The flood's writes fail once the session's end of the pipe is gone.
