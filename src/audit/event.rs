@@ -37,6 +37,10 @@ pub enum ProtocolPath {
     /// v5 exec/attach or the port-forward tunnel passed to an upstream that serves them
     /// itself, unchanged (`--upstream-streaming`).
     PassThrough,
+    /// Not decided yet: under `--upstream-streaming auto` the upstream's answers decide the
+    /// path of an exec, attach or port-forward, and its audit trail starts before the upstream
+    /// is asked. Only a `started` event says it; the `ended` event names the path taken.
+    Auto,
 }
 
 /// Where the event's user and groups come from.

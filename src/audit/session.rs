@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use super::event::{Event, SessionEnd, SessionInfo};
+use super::event::{Event, ProtocolPath, SessionEnd, SessionInfo};
 use super::log_file::AuditLog;
 use crate::timestamp::rfc3339_millis;
 
@@ -34,6 +34,16 @@ impl SessionAudit {
     /// What the session's events say about it.
     pub fn info(&self) -> &SessionInfo {
         &self.info
+    }
+
+    /// The path the session took and the protocol it agreed on, for its `ended` event: under
+    /// `--upstream-streaming auto` the path is decided after the `started` event (which says
+    /// `auto`), and a relayed session's protocol is in the upstream's answer.
+    pub fn set_path(&mut self, path: ProtocolPath, protocol: Option<String>) {
+        self.info.protocol_path = path;
+        if protocol.is_some() {
+            self.info.protocol = protocol;
+        }
     }
 
     /// Time since the start.

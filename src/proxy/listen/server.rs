@@ -30,24 +30,25 @@ use crate::proxy::client::upgrade_request::{
 use crate::proxy::client::waiting_connections::Waiter;
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::HandshakeRejection;
-use crate::proxy::route::classify::{classify, Class, RelayKind};
+use crate::proxy::route::classify::{classify, Class};
 use crate::proxy::route::stream_request::{is_followed_log, StreamRequest, StreamTarget};
+use crate::proxy::sessions::admission::{Admissible, Requested};
 use crate::proxy::sessions::forward::forward;
 use crate::proxy::sessions::pass_through;
-use crate::proxy::sessions::registry::{next_session_id, Refusal, SessionSlot};
+use crate::proxy::sessions::registry::{next_session_id, Refusal};
 use crate::proxy::sessions::relay::relay;
 use crate::proxy::sessions::reverse_handler;
 use crate::proxy::sessions::session_audit::{self, AuditedBody, SessionClient};
+use crate::proxy::sessions::session_end::Running;
+use crate::proxy::sessions::session_task;
 use crate::proxy::sessions::spdy_auto;
 use crate::proxy::sessions::state::ProxyState;
-use crate::proxy::upstream::streaming::UpstreamStreaming;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::client_stream::{ConnectionId, HandshakeForm};
 use crate::proxy::wire::headers::caller_address;
 use crate::proxy::wire::maybe_tls::MaybeTls;
 use crate::proxy::wire::status_response::failure;
 use crate::request::target::RequestTarget;
-use crate::translate::exec_options::Subresource;
 use crate::translate::subprotocol::BearerToken;
 
 /// Receive window of one HTTP/2 stream: how much a client may send on one stream (one
@@ -379,15 +380,15 @@ async fn route_authenticated(
             subresource,
         } => Upgrade {
             bearer,
-            session: Session::Translate(subresource),
+            session: Requested::RemoteCommand(subresource),
         },
         Class::Tunnel { bearer, protocols } => Upgrade {
             bearer,
-            session: Session::Tunnel(protocols),
+            session: Requested::Tunnel(protocols),
         },
         Class::Relay { kind, bearer } => Upgrade {
             bearer,
-            session: Session::Relay(kind),
+            session: Requested::Relay(kind),
         },
     };
     // Boxed: a session's setup is the largest state a request can have (10-15 KB), and the
@@ -433,14 +434,16 @@ async fn forward_request(
 /// its WebSocket subprotocol carried (if any).
 struct Upgrade {
     bearer: Option<BearerToken>,
-    session: Session,
+    session: Requested,
 }
 
 /// A streaming session, in the order that keeps the proxy from holding what it should not:
 /// the target made canonical, the caller authenticated (from the headers alone, so that in the
 /// modes that authenticate, a caller without credentials makes the proxy hold no body), the
-/// request's body read, and only then one of the `--max-sessions` slots taken for its handler.
-/// `Err` is the refusal by authentication.
+/// request's body read and checked, and only then one of the `--max-sessions` slots taken.
+/// From there the session is its own task ([`session_task`]), which the client hanging up
+/// cannot cancel; this request only waits for its answer. `Err` is the refusal by
+/// authentication.
 async fn open_session(
     state: Arc<ProxyState>,
     mut req: Request<Incoming>,
@@ -457,10 +460,6 @@ async fn open_session(
         Ok(req) => req,
         Err(resp) => return Ok(resp),
     };
-    let slot = match state.sessions.admit() {
-        Ok(slot) => slot,
-        Err(refusal) => return Ok(refuse(&state, refusal)),
-    };
     let stream = StreamRequest {
         target: StreamTarget::read(target),
         caller,
@@ -468,13 +467,28 @@ async fn open_session(
         client: req.client,
         audit_id: request_layers::audit_id(&req.parts.headers),
     };
+    let session = match Admissible::check(&state, &req, &stream.target, upgrade.session) {
+        Ok(session) => session,
+        Err(refusal) => {
+            state
+                .metrics
+                .handshake_rejected(HandshakeRejection::BadRequest);
+            return Ok(refusal);
+        }
+    };
+    let slot = match state.sessions.admit() {
+        Ok(slot) => slot,
+        Err(refusal) => return Ok(refuse(&state, refusal)),
+    };
     let form = req.client.form;
-    state.metrics.session_admitted(form);
     // An HTTP/1.1 upgrade takes its connection away from hyper; an HTTP/2 one is a stream the
     // connection must stay open for: it is busy (never idle-closed) until the session ends.
     let slot = slot
         .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
-    Ok(run_session(state, req, stream, upgrade.session, slot).await)
+    let kind = session.first_kind(state.upstream_streaming);
+    let (running, hangup) = session_task::admit(&state, slot, form, kind);
+    let setup = run_session(state, req, stream, session, running);
+    Ok(session_task::answer(setup, hangup).await)
 }
 
 /// Everything a streaming request carries, read within the handshake timeout and against the
@@ -509,41 +523,38 @@ async fn read_upgrade_request(
     })
 }
 
-/// Runs an admitted session in its handler, holding its slot until it ends.
+/// Runs an admitted session in its handler, to its answer for the client (the session itself
+/// may run on after it, in the background).
 async fn run_session(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
-    session: Session,
-    slot: SessionSlot,
+    session: Admissible,
+    running: Running,
 ) -> Response<ProxyBody> {
     match session {
         // `--upstream-streaming` decides whether these are translated or passed through.
-        Session::Translate(subresource) => {
+        Admissible::RemoteCommand {
+            subresource,
+            answer,
+        } => {
             let streamed = pass_through::Streamed::RemoteCommand(subresource);
-            pass_through::handle(state.clone(), req, stream, streamed, slot).await
+            pass_through::handle(state, req, stream, streamed, answer, running).await
         }
-        Session::Tunnel(protocols) => {
+        Admissible::Tunnel { protocols, answer } => {
             let streamed = pass_through::Streamed::Tunnel(protocols);
-            pass_through::handle(state.clone(), req, stream, streamed, slot).await
+            pass_through::handle(state, req, stream, streamed, answer, running).await
         }
         // SPDY exec/attach/port-forward: relayed, or translated to WebSocket where the
         // upstream takes only that (`websocket`, or `auto` once SPDY was refused).
-        Session::Relay(RelayKind::Spdy) => {
-            match (
-                state.upstream_streaming,
-                stream.target.streaming_subresource(),
-            ) {
-                (UpstreamStreaming::WebSocket, Some(_)) => {
-                    reverse_handler::handle(state.clone(), req, stream, slot).await
-                }
-                (UpstreamStreaming::Auto, Some(subresource)) => {
-                    spdy_auto::handle(state.clone(), req, stream, subresource, slot).await
-                }
-                _ => relay(&state, req, stream, RelayKind::Spdy, slot).await,
-            }
+        Admissible::Reverse { version, .. } => {
+            reverse_handler::handle(state, req, stream, version, running).await
         }
-        Session::Relay(kind) => relay(&state, req, stream, kind, slot).await,
+        Admissible::SpdyAuto {
+            subresource,
+            version,
+        } => spdy_auto::handle(state, req, stream, subresource, version, running).await,
+        Admissible::Relay(_) => relay(&state, req, stream, running).await,
     }
 }
 
@@ -608,13 +619,6 @@ async fn followed_log(
         ),
     );
     AuditedBody::wrap(resp, audit)
-}
-
-/// The streaming handler a classified upgrade goes to.
-enum Session {
-    Translate(Subresource),
-    Tunnel(Vec<String>),
-    Relay(RelayKind),
 }
 
 /// Who the caller is, or the refusal to send (401, 403 or 503 with a Status).

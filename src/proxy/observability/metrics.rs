@@ -247,11 +247,18 @@ impl Metrics {
         self.audit.clone()
     }
 
-    /// Counts a session as running until the returned guard is finished or dropped.
-    pub fn session(&self, kind: SessionKind) -> SessionGuard {
+    /// Counts a session admitted (by how its client asked for it) and running as `kind` until
+    /// the returned guard is finished or dropped. Admitted and running move together, and
+    /// every guard ends in `sessions_total` exactly once, so that at every moment
+    /// `sessions_admitted_total = sessions_total + sessions_active`, whatever the session's end.
+    pub fn session_admitted(&self, form: HandshakeForm, kind: SessionKind) -> SessionGuard {
         self.sessions
             .active
             .with_label_values(&[kind.label()])
+            .inc();
+        self.sessions
+            .admitted
+            .with_label_values(&[form.http_version()])
             .inc();
         SessionGuard {
             metrics: self.clone(),
@@ -259,14 +266,6 @@ impl Metrics {
             started: Instant::now(),
             finished: false,
         }
-    }
-
-    /// Counts a session admitted, by how its client asked for it.
-    pub fn session_admitted(&self, form: HandshakeForm) {
-        self.sessions
-            .admitted
-            .with_label_values(&[form.http_version()])
-            .inc();
     }
 
     /// Counts an upstream refusal of an upgrade (`code` 0: no HTTP answer).
@@ -548,6 +547,23 @@ pub struct SessionGuard {
 }
 
 impl SessionGuard {
+    /// The session turned out to be of `kind` (`--upstream-streaming auto` decides the path on
+    /// the upstream's answer): it runs, and will finish, as that kind.
+    pub fn relabel(&mut self, kind: SessionKind) {
+        if kind == self.kind {
+            return;
+        }
+        let active = &self.metrics.sessions.active;
+        active.with_label_values(&[kind.label()]).inc();
+        active.with_label_values(&[self.kind.label()]).dec();
+        self.kind = kind;
+    }
+
+    /// The kind it runs as.
+    pub fn kind(&self) -> SessionKind {
+        self.kind
+    }
+
     /// Records the finished session: outcome, bytes each way, duration.
     pub fn finish(mut self, outcome: SessionOutcome, bytes_up: u64, bytes_down: u64) {
         let m = &self.metrics;
@@ -658,11 +674,10 @@ mod tests {
     fn set_every_label(m: &Metrics) {
         for kind in KINDS {
             for outcome in OUTCOMES {
-                m.session(kind).finish(outcome, 1, 1);
+                for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
+                    m.session_admitted(form, kind).finish(outcome, 1, 1);
+                }
             }
-        }
-        for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
-            m.session_admitted(form);
         }
         for reason in [
             HandshakeRejection::BadRequest,
@@ -768,7 +783,7 @@ mod tests {
     #[test]
     fn families_render_and_move() {
         let m = Metrics::new();
-        let g = m.session(SessionKind::Exec);
+        let g = m.session_admitted(HandshakeForm::ExtendedConnect, SessionKind::Exec);
         let text = String::from_utf8(m.render()).unwrap();
         assert!(
             text.contains(r#"kube_ws_proxy_sessions_active{kind="exec"} 1"#),
@@ -776,7 +791,6 @@ mod tests {
         );
         g.finish(SessionOutcome::NonZeroExit, 5, 7);
         m.upstream_upgrade_failure(403);
-        m.session_admitted(HandshakeForm::ExtendedConnect);
         m.handshake_rejected(HandshakeRejection::TooManySessions);
         m.request(&http::Method::GET, 200, Duration::from_millis(3));
         m.request(
@@ -799,5 +813,55 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+    }
+
+    /// The sum of every series of `family` (its counter or gauge values, all labels).
+    fn family_sum(text: &str, family: &str) -> i64 {
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(family)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as i64)
+            .sum()
+    }
+
+    /// `sessions_admitted_total = sessions_total + sessions_active`, read from the rendered text.
+    fn identity(m: &Metrics) -> (i64, i64, i64) {
+        let text = String::from_utf8(m.render()).unwrap();
+        (
+            family_sum(&text, "kube_ws_proxy_sessions_admitted_total"),
+            family_sum(&text, "kube_ws_proxy_sessions_total"),
+            family_sum(&text, "kube_ws_proxy_sessions_active"),
+        )
+    }
+
+    #[test]
+    fn admitted_is_always_finished_plus_active_whatever_the_end() {
+        let m = Metrics::new();
+        let running = m.session_admitted(HandshakeForm::Http1Upgrade, SessionKind::PassThrough);
+        let mut relabelled =
+            m.session_admitted(HandshakeForm::ExtendedConnect, SessionKind::PassThrough);
+        let (admitted, total, active) = identity(&m);
+        assert_eq!((admitted, total, active), (2, 0, 2));
+        // A path decided on the upstream's answer moves the running session to its kind.
+        relabelled.relabel(SessionKind::Exec);
+        assert_eq!(relabelled.kind(), SessionKind::Exec);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text.contains(r#"kube_ws_proxy_sessions_active{kind="exec"} 1"#));
+        assert!(text.contains(r#"kube_ws_proxy_sessions_active{kind="websocket_pass_through"} 1"#));
+        relabelled.finish(SessionOutcome::ClientGone, 0, 0);
+        // Dropped without an outcome (a panic): still counted once.
+        drop(m.session_admitted(HandshakeForm::Http1Upgrade, SessionKind::SpdyRelay));
+        let (admitted, total, active) = identity(&m);
+        assert_eq!((admitted, total, active), (3, 2, 1));
+        drop(running);
+        let (admitted, total, active) = identity(&m);
+        assert_eq!(admitted, total + active);
+        assert_eq!(active, 0);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            text.contains(r#"kube_ws_proxy_sessions_total{kind="exec",outcome="client_gone"} 1"#)
+        );
     }
 }

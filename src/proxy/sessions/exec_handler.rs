@@ -9,22 +9,21 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use tracing::{info, warn, Instrument};
 
-use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
 use super::session_end::{remote_command_outcome, Finished, Running};
-use super::session_recording::{self, OpenedRecording};
+use super::session_recording::{unrecordable_status, OpenedRecording};
+use super::session_start::{self, Begun, Held};
 use super::state::ProxyState;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::validate_handshake;
+use crate::proxy::client::websocket::ClientAnswer;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, DialError};
 use crate::proxy::wire::body::ProxyBody;
-use crate::proxy::wire::status_response::failure;
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
 use crate::spdy::upgrade::UpgradeError;
-use crate::translate::exec_options::{ExecOptions, Subresource};
+use crate::translate::exec_options::ExecOptions;
 use crate::translate::protocol::{ChannelProtocol, UpstreamVersion};
 pub use crate::translate::remote_command::ExecStreams;
 use crate::translate::remote_command::{self, Outcome};
@@ -38,8 +37,8 @@ pub enum Prepared {
     Dial,
     /// Asked already (`auto`, [`dial`]): the SPDY session, or why there is none.
     Dialled(Result<ExecStreams, SetupError>),
-    /// A pass-through the upstream did not take: this Status is what the client hears inside
-    /// its WebSocket, and the audit names the pass-through.
+    /// Not to be asked (a pass-through the upstream did not take, a session that cannot be
+    /// recorded): this Status is what the client hears inside its WebSocket.
     Refused(Status),
 }
 
@@ -96,71 +95,63 @@ pub async fn dial(
     .await
 }
 
-/// Handles a request the classifier marked for translation; `slot` is its admission and
-/// `prepared` says whether the upstream was asked already. In order: the client's handshake
-/// is checked, the upstream is set up while the caller is identified, the recording opens,
-/// the audit trail starts, and the client's WebSocket is answered while the session runs in
-/// the background ([`ExecSession::run`]). A refusal is still reported inside the WebSocket,
-/// as a Status on channel 3.
+/// Handles a v5 exec or attach translated to SPDY (`--upstream-streaming spdy`), admitted as
+/// `running`. In order: the session begins (the caller identified, the recording opened, the
+/// audit trail started), then, if it may go upstream, it is served ([`serve`]). A refusal is
+/// still reported inside the WebSocket, as a Status on channel 3.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
-    subresource: Subresource,
-    slot: SessionSlot,
+    answer: ClientAnswer,
+    mut running: Running,
+) -> Response<ProxyBody> {
+    let v5 = Some(ChannelProtocol::V5.name().to_owned());
+    let recording = session_start::begin(
+        &state,
+        &req,
+        &stream,
+        &mut running,
+        ProtocolPath::Translated,
+        v5,
+    )
+    .await;
+    let prepared = match session_start::may_go_upstream(&running, &recording) {
+        Ok(()) => Prepared::Dial,
+        Err(Held::Unrecordable(why)) => Prepared::Refused(unrecordable_status(&why)),
+        Err(held) => return session_start::end_held(running, recording, held),
+    };
+    serve(
+        state,
+        req,
+        stream,
+        answer,
+        Begun { running, recording },
+        prepared,
+    )
+    .await
+}
+
+/// Serves a translated exec or attach that has begun: its upstream as `prepared` has it (asked
+/// now when it was not yet), then the client's WebSocket answered while the session runs in
+/// the background ([`ExecSession::run`]). Under `auto` the caller asked the upstream already
+/// and hands over its answer; a pass-through it refused comes here to tell the client why.
+pub async fn serve(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    stream: StreamRequest,
+    answer: ClientAnswer,
+    begun: Begun,
     prepared: Prepared,
 ) -> Response<ProxyBody> {
-    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, stream.client.form)
-    {
-        Ok(answer) => answer,
-        Err(e) => {
-            if let Prepared::Dialled(Ok(streams)) = prepared {
-                streams.conn.close().await;
-            }
-            return failure(e.status(), "BadRequest", e.to_string());
-        }
-    };
-    // A pass-through the upstream refused counts, and is audited, where it was headed.
-    let (kind, protocol_path) = match (subresource, &prepared) {
-        (_, Prepared::Refused(_)) => (SessionKind::PassThrough, ProtocolPath::PassThrough),
-        (Subresource::Attach, _) => (SessionKind::Attach, ProtocolPath::Translated),
-        _ => (SessionKind::Exec, ProtocolPath::Translated),
-    };
-    let guard = state.metrics.session(kind);
-    let session_id = next_session_id();
     let headers = state.upstream_headers(&req.parts.headers, &stream);
-    let credentials = headers.get(http::header::AUTHORIZATION).cloned();
     let path_and_query = req.path_and_query();
-    let (setup, identity) = tokio::join!(
-        set_up(
-            &state,
-            &path_and_query,
-            headers,
-            &stream.target.options,
-            prepared
-        ),
-        session_audit::identify(&state, &stream.caller, credentials),
-    );
-    // The recording starts once the session is real (its streams are open).
-    let recording = match &setup {
-        Ok(_) => OpenedRecording::open(&state, session_id, &stream).await,
-        Err(_) => OpenedRecording::default(),
-    };
-    let setup = refuse_unrecordable(setup, &recording).await;
-    let mut info = session_audit::stream_info(
-        session_id,
-        &stream,
-        identity,
-        protocol_path,
-        Some(ChannelProtocol::V5.name().to_owned()),
-    );
-    recording.name_in(&mut info);
-    let running = Running::new(session_audit::start(&state, info), slot, guard);
+    let options = &stream.target.options;
+    let setup = set_up(&state, &path_and_query, headers, options, prepared).await;
+    let Begun { running, recording } = begun;
     let session = ExecSession {
         state,
         stream,
-        kind,
-        session_id,
         running,
         recording,
     };
@@ -198,32 +189,11 @@ async fn set_up(
     })
 }
 
-/// Under `--record=required`, a session whose recording could not start is refused: its
-/// upstream session is closed, and the client hears why inside its WebSocket.
-async fn refuse_unrecordable(
-    setup: Result<ExecStreams, Status>,
-    recording: &OpenedRecording,
-) -> Result<ExecStreams, Status> {
-    let Some(why) = recording.refusal() else {
-        return setup;
-    };
-    if let Ok(streams) = setup {
-        streams.conn.close().await;
-    }
-    Err(Status::failure(
-        503,
-        "ServiceUnavailable",
-        session_recording::unrecordable(why),
-    ))
-}
-
 /// A translated exec or attach whose audit trail has started, from the client's upgrade to
 /// its end.
 struct ExecSession {
     state: Arc<ProxyState>,
     stream: StreamRequest,
-    kind: SessionKind,
-    session_id: u64,
     running: Running,
     recording: OpenedRecording,
 }
@@ -266,9 +236,10 @@ impl ExecSession {
             remote_command_outcome(&outcome)
         };
         let recording_error = self.recording.finish();
+        let (kind, session_id) = (self.running.kind(), self.running.session_id());
         self.running
             .finish(Finished::remote_command(&outcome, result, recording_error));
-        log_finished(&self.stream, self.kind, self.session_id, &outcome);
+        log_finished(&self.stream, kind, session_id, &outcome);
     }
 }
 

@@ -18,9 +18,16 @@
 //! - [`forward`]: the plain reverse proxy for requests that do not upgrade.
 //!
 //! What they share:
+//! - [`admission`]: what a streaming request must be before it is admitted, and which runner
+//!   it goes to.
+//! - [`session_task`]: from admission on a session is its own task, which a client hanging
+//!   up cannot cancel; its request only waits for the answer.
+//! - [`session_start`]: the steps every session takes before anything goes upstream (caller
+//!   identified, recording opened, audit `started`), and whether it may go.
 //! - [`state`]: what every runner is given (the upstream, limits, metrics, audit).
 //! - [`session_audit`]: the audit hooks every streaming session calls at its start and end.
-//! - [`session_end`]: the one way a running session ends (audit event, slot, metrics).
+//! - [`session_end`]: the one way a session ends, from its admission on (audit event, slot,
+//!   metrics).
 //! - [`session_recording`]: a translated exec or attach's recording, opened one way.
 //! - [`upstream_refusal`]: an upstream that would not open a session, answered as
 //!   kube-apiserver answers it.
@@ -31,6 +38,7 @@
 //! May use `route`, `auth`, `upstream`, `client`, `observability` and `wire`; used only by
 //! `listen`.
 
+pub mod admission;
 pub mod exec_handler;
 pub mod forward;
 pub mod pass_through;
@@ -47,6 +55,8 @@ pub mod reverse_handler;
 pub mod session_audit;
 pub mod session_end;
 pub mod session_recording;
+pub mod session_start;
+pub mod session_task;
 pub mod spdy_auto;
 pub mod state;
 pub mod tunnel_handler;

@@ -1,5 +1,6 @@
-//! v5 exec/attach and the port-forward tunnel under `--upstream-streaming websocket|auto`: the
-//! client's WebSocket upgrade goes upstream unchanged (its bearer subprotocol entry turned into
+//! v5 exec/attach and the port-forward tunnel under `--upstream-streaming websocket|auto`: once
+//! the session has begun (identified, recorded, audited), the client's WebSocket upgrade goes
+//! upstream unchanged (its bearer subprotocol entry turned into
 //! credentials as `--auth-mode` says), and on the upstream's 101 the bytes are copied both ways
 //! by the relay (src/proxy/sessions/relay.rs), which also applies the session limit, idle timeout,
 //! drain, metrics, logs, audit and recording. No framing work is done on the way.
@@ -16,16 +17,17 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use super::admission::remote_command_kind;
 use super::exec_handler::{ExecStreams, Prepared, SetupError};
-use super::registry::{next_session_id, SessionSlot};
 use super::relay::{self, RelayError};
-use super::session_audit::{self, AuditIdentity};
 use super::session_end::Running;
+use super::session_recording::unrecordable_status;
+use super::session_start::{self, Begun, Held};
 use super::state::ProxyState;
 use super::{exec_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::is_valid_key;
+use crate::proxy::client::websocket::ClientAnswer;
 use crate::proxy::observability::metrics::SessionKind;
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::refusal_body::{HeldRefusal, MAX_STATUS_BODY};
@@ -53,30 +55,30 @@ pub enum Streamed {
 }
 
 impl Streamed {
-    /// The client's offered subprotocols the upstream is offered: `v5.channel.k8s.io` alone
-    /// for exec/attach, the `SPDY/3.1+…k8s.io` entries for the tunnel (never the bearer entry).
-    fn upstream_offer(&self, client: &HeaderMap) -> Vec<String> {
-        client
-            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|p| !p.starts_with(BEARER_PREFIX))
-            .filter(|p| match self {
-                Streamed::RemoteCommand(_) => *p == ChannelProtocol::V5.name(),
-                Streamed::Tunnel(_) => p.starts_with(TUNNEL_PREFIX) && p.ends_with(".k8s.io"),
-            })
-            .map(str::to_owned)
-            .collect()
-    }
-
     fn family(&self) -> StreamFamily {
         match self {
             Streamed::RemoteCommand(_) => StreamFamily::RemoteCommand,
             Streamed::Tunnel(_) => StreamFamily::PortForward,
         }
     }
+}
+
+/// The client's offered subprotocols the upstream is offered: `v5.channel.k8s.io` alone for
+/// exec/attach, the `SPDY/3.1+…k8s.io` entries for the tunnel (never the bearer entry).
+pub(super) fn upstream_offer(family: StreamFamily, client: &HeaderMap) -> Vec<String> {
+    client
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.starts_with(BEARER_PREFIX))
+        .filter(|p| match family {
+            StreamFamily::RemoteCommand => *p == ChannelProtocol::V5.name(),
+            StreamFamily::PortForward => p.starts_with(TUNNEL_PREFIX) && p.ends_with(".k8s.io"),
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The upstream's answer to the client's upgrade.
@@ -156,209 +158,319 @@ impl Dialled {
     }
 }
 
-/// Handles a v5 exec/attach or tunnel request as `--upstream-streaming` says.
+/// Handles a v5 exec/attach or tunnel request as `--upstream-streaming` says, admitted as
+/// `running`; `answer` is how its client is answered where the proxy answers it. Translated
+/// alone under `spdy`; otherwise the session begins (the caller identified, an exec or
+/// attach's recording opened, the audit trail started, saying `auto` where the upstream's
+/// answers decide the path) and then, if it may go upstream, the upstream is asked.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
     streamed: Streamed,
-    slot: SessionSlot,
+    answer: ClientAnswer,
+    mut running: Running,
 ) -> Response<ProxyBody> {
     let setting = state.upstream_streaming;
     if setting == UpstreamStreaming::Spdy {
-        return translate(state, req, stream, streamed, slot, None).await;
+        return match streamed {
+            Streamed::RemoteCommand(_) => {
+                exec_handler::handle(state, req, stream, answer, running).await
+            }
+            Streamed::Tunnel(protocols) => {
+                tunnel_handler::handle(state, req, stream, protocols, answer, running).await
+            }
+        };
     }
-    if !req
-        .parts
-        .headers
-        .get(header::SEC_WEBSOCKET_KEY)
-        .is_some_and(|k| is_valid_key(k.as_bytes()))
-    {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "missing or invalid Sec-WebSocket-Key",
-        );
-    }
-    let family = streamed.family();
     let remembered = state.streaming_memory.recall(
         &state.upstream.authority(),
-        family,
+        streamed.family(),
         ClientProtocol::WebSocket,
         Instant::now(),
     );
-    if setting == UpstreamStreaming::Auto && remembered == Some(UpstreamPath::Spdy) {
-        return remembered_translation(state, req, stream, streamed, slot).await;
-    }
-    let (asked, identity) = match ask(&state, &req, &stream, &streamed).await {
-        Ok(asked) => asked,
-        Err(refused) => return refused,
+    let translation_first =
+        setting == UpstreamStreaming::Auto && remembered == Some(UpstreamPath::Spdy);
+    // Under `auto` the `started` event says so; the `ended` event names the path taken.
+    let path = match setting {
+        UpstreamStreaming::Auto => ProtocolPath::Auto,
+        _ => ProtocolPath::PassThrough,
     };
+    let recording = session_start::begin(&state, &req, &stream, &mut running, path, None).await;
+    let begun = match session_start::may_go_upstream(&running, &recording) {
+        Ok(()) => Begun { running, recording },
+        Err(Held::Unrecordable(why)) if matches!(streamed, Streamed::RemoteCommand(_)) => {
+            // Told inside the WebSocket, as the translation tells it: kubectl then does not
+            // fall back to a SPDY that would be refused the same way.
+            let begun = Begun { running, recording };
+            let prepared = Prepared::Refused(unrecordable_status(&why));
+            return exec_handler::serve(state, req, stream, answer, begun, prepared).await;
+        }
+        Err(held) => return session_start::end_held(running, recording, held),
+    };
+    let session = PassThrough {
+        state,
+        req,
+        stream,
+        streamed,
+        answer,
+        begun,
+    };
+    if translation_first {
+        return session.remembered_translation().await;
+    }
+    let asked = session.ask().await;
     if setting == UpstreamStreaming::Auto {
-        return auto_after_pass_through(state, req, stream, streamed, slot, asked, identity).await;
+        return session.auto_after_pass_through(asked).await;
     }
-    let delivered = match asked {
-        Asked::Accepted(resp) => {
-            return carry(&state, req, stream, slot, resp, identity).await;
-        }
-        Asked::Refused(held) if held.answer() == RefusalAnswer::Deliver => Delivered::Replay(held),
-        Asked::Refused(held) => Delivered::Unsupported {
-            why: format!(
-                "the upstream answered {} to the {} WebSocket upgrade",
-                held.status.as_u16(),
-                family.label()
-            ),
-            upstream_status: held.status.as_u16(),
-        },
-        Asked::Unusable(why) => Delivered::Unsupported {
-            why,
-            upstream_status: 101,
-        },
-        Asked::Failed(e) => Delivered::Failed(e),
-    };
-    deliver(state, req, stream, streamed, slot, delivered, identity).await
+    session.websocket(asked).await
 }
 
-/// Asks the upstream with the client's WebSocket upgrade (offering only what the translation
-/// would speak), finding out who the caller is for the audit meanwhile.
-async fn ask(
-    state: &ProxyState,
-    req: &UpgradeRequest,
-    stream: &StreamRequest,
-    streamed: &Streamed,
-) -> Result<(Asked, AuditIdentity), Response<ProxyBody>> {
-    let mut upstream_req = relay::upstream_request(state, req, stream).map_err(|e| e.response())?;
-    // Only what the translation would speak is offered: a client that also offers v4 must not
-    // end up with a v4 session on an old cluster (which picks v4, and starts the command, where
-    // the translation would have given it v5).
-    let offer = streamed.upstream_offer(&req.parts.headers);
-    match HeaderValue::from_str(&offer.join(", ")) {
-        Ok(v) if !offer.is_empty() => {
-            upstream_req
-                .headers_mut()
-                .insert(header::SEC_WEBSOCKET_PROTOCOL, v);
-        }
-        _ => {
-            return Err(failure(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "no WebSocket subprotocol to offer upstream",
-            ))
-        }
-    }
-    let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
-    let (answer, identity) = tokio::join!(
-        relay::ask_upstream(state, upstream_req),
-        session_audit::identify(state, &stream.caller, credentials),
-    );
-    let asked = match answer {
-        Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
-            match unusable(&offer, &resp) {
-                Some(why) => Asked::Unusable(why),
-                None => Asked::Accepted(resp),
-            }
-        }
-        Ok(resp) => Asked::Refused(HeldRefusal::hold(resp, state.handshake_timeout).await),
-        Err(e) => Asked::Failed(e),
-    };
-    Ok((asked, identity))
-}
-
-/// `auto`, the pass-through asked first: a 101 is served and learned; the cluster's Status is
-/// delivered; anything else makes the translation ask once, which is learned only if its
-/// upstream takes it. When both refuse, the client gets the cluster's Status if the
-/// translation's answer is one, else the pass-through's refusal as it came.
-// One argument per thing the session needs; bundling them would only rename them.
-#[allow(clippy::too_many_arguments)]
-async fn auto_after_pass_through(
+/// A v5 exec/attach or tunnel whose session has begun, on its way upstream.
+struct PassThrough {
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
     streamed: Streamed,
-    slot: SessionSlot,
-    asked: Asked,
-    identity: AuditIdentity,
-) -> Response<ProxyBody> {
-    let family = streamed.family();
-    match (after_first(false, asked.answer()), asked) {
-        (AfterFirst::Serve, Asked::Accepted(resp)) => {
-            learn(&state, family, UpstreamPath::PassThrough);
-            carry(&state, req, stream, slot, resp, identity).await
+    answer: ClientAnswer,
+    begun: Begun,
+}
+
+impl PassThrough {
+    /// `websocket`: the pass-through's answer is the session's: a 101 is carried, a refusal
+    /// delivered.
+    async fn websocket(self, asked: Asked) -> Response<ProxyBody> {
+        let family = self.streamed.family();
+        let delivered = match asked {
+            Asked::Accepted(resp) => return self.carry(resp).await,
+            Asked::Refused(held) if held.answer() == RefusalAnswer::Deliver => {
+                Delivered::Replay(held)
+            }
+            Asked::Refused(held) => Delivered::Unsupported {
+                why: format!(
+                    "the upstream answered {} to the {} WebSocket upgrade",
+                    held.status.as_u16(),
+                    family.label()
+                ),
+                upstream_status: held.status.as_u16(),
+            },
+            Asked::Unusable(why) => Delivered::Unsupported {
+                why,
+                upstream_status: 101,
+            },
+            Asked::Failed(e) => Delivered::Failed(e),
+        };
+        self.deliver(delivered).await
+    }
+
+    /// Asks the upstream with the client's WebSocket upgrade, offering only what the
+    /// translation would speak.
+    async fn ask(&self) -> Asked {
+        let (state, req) = (&self.state, &self.req);
+        let mut upstream_req = match relay::upstream_request(state, req, &self.stream) {
+            Ok(upstream_req) => upstream_req,
+            Err(e) => return Asked::Failed(e),
+        };
+        // Only what the translation would speak is offered: a client that also offers v4 must
+        // not end up with a v4 session on an old cluster (which picks v4, and starts the
+        // command, where the translation would have given it v5). Never empty: admission
+        // checked it.
+        let offer = upstream_offer(self.streamed.family(), &req.parts.headers);
+        match HeaderValue::from_str(&offer.join(", ")) {
+            Ok(v) if !offer.is_empty() => {
+                upstream_req
+                    .headers_mut()
+                    .insert(header::SEC_WEBSOCKET_PROTOCOL, v);
+            }
+            _ => {
+                let why = "no WebSocket subprotocol to offer upstream".to_owned();
+                return Asked::Failed(RelayError::Request(why));
+            }
         }
-        (AfterFirst::TryOther { .. }, asked) => {
-            let dialled = dial_translation(&state, &req, &stream, &streamed).await;
-            match after_second(dialled.answer()) {
-                // The translation's session or its Status; only a 101 is learned.
-                second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
-                    if second == AfterSecond::Serve {
-                        learn(&state, family, UpstreamPath::Spdy);
+        match relay::ask_upstream(state, upstream_req).await {
+            Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                match unusable(&offer, &resp) {
+                    Some(why) => Asked::Unusable(why),
+                    None => Asked::Accepted(resp),
+                }
+            }
+            Ok(resp) => Asked::Refused(HeldRefusal::hold(resp, state.handshake_timeout).await),
+            Err(e) => Asked::Failed(e),
+        }
+    }
+
+    /// `auto`, the pass-through asked first: a 101 is served and learned; the cluster's Status
+    /// is delivered; anything else makes the translation ask once, which is learned only if
+    /// its upstream takes it. When both refuse, the client gets the cluster's Status if the
+    /// translation's answer is one, else the pass-through's refusal as it came.
+    async fn auto_after_pass_through(self, asked: Asked) -> Response<ProxyBody> {
+        let family = self.streamed.family();
+        match (after_first(false, asked.answer()), asked) {
+            (AfterFirst::Serve, Asked::Accepted(resp)) => {
+                learn(&self.state, family, UpstreamPath::PassThrough);
+                self.carry(resp).await
+            }
+            (AfterFirst::TryOther { .. }, asked) => {
+                if self.begun.running.client_gone() {
+                    return self.client_gone();
+                }
+                let dialled = self.dial_translation().await;
+                match after_second(dialled.answer()) {
+                    // The translation's session or its Status; only a 101 is learned.
+                    second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
+                        if second == AfterSecond::Serve {
+                            learn(&self.state, family, UpstreamPath::Spdy);
+                        }
+                        self.translate(dialled).await
                     }
-                    translate(state, req, stream, streamed, slot, Some(dialled)).await
-                }
-                AfterSecond::DeliverFirst => {
-                    dialled.discard().await;
-                    let delivered = asked.into_delivered();
-                    deliver(state, req, stream, streamed, slot, delivered, identity).await
+                    AfterSecond::DeliverFirst => {
+                        dialled.discard().await;
+                        self.deliver(asked.into_delivered()).await
+                    }
                 }
             }
-        }
-        (_, asked) => {
-            let delivered = asked.into_delivered();
-            deliver(state, req, stream, streamed, slot, delivered, identity).await
+            (_, asked) => self.deliver(asked.into_delivered()).await,
         }
     }
-}
 
-/// `auto`, the translation remembered: asked first. A 101 is served (and keeps the memory
-/// fresh), the cluster's Status delivered; an unrecognised refusal forgets the memory and asks
-/// the pass-through once, which is learned if its upstream takes it. When both refuse, the
-/// client gets the pass-through's Status if it is one, else the translation's refusal.
-async fn remembered_translation(
-    state: Arc<ProxyState>,
-    req: UpgradeRequest,
-    stream: StreamRequest,
-    streamed: Streamed,
-    slot: SessionSlot,
-) -> Response<ProxyBody> {
-    let family = streamed.family();
-    let dialled = dial_translation(&state, &req, &stream, &streamed).await;
-    match after_first(true, dialled.answer()) {
-        AfterFirst::Serve => {
-            learn(&state, family, UpstreamPath::Spdy);
-            return translate(state, req, stream, streamed, slot, Some(dialled)).await;
+    /// `auto`, the translation remembered: asked first. A 101 is served (and keeps the memory
+    /// fresh), the cluster's Status delivered; an unrecognised refusal forgets the memory and
+    /// asks the pass-through once, which is learned if its upstream takes it. When both
+    /// refuse, the client gets the pass-through's Status if it is one, else the translation's
+    /// refusal.
+    async fn remembered_translation(self) -> Response<ProxyBody> {
+        let family = self.streamed.family();
+        let dialled = self.dial_translation().await;
+        match after_first(true, dialled.answer()) {
+            AfterFirst::Serve => {
+                learn(&self.state, family, UpstreamPath::Spdy);
+                return self.translate(dialled).await;
+            }
+            AfterFirst::Deliver => return self.translate(dialled).await,
+            AfterFirst::TryOther { .. } => {}
         }
-        AfterFirst::Deliver => {
-            return translate(state, req, stream, streamed, slot, Some(dialled)).await;
+        let upstream = self.state.upstream.authority();
+        if self
+            .state
+            .streaming_memory
+            .forget(&upstream, family, UpstreamPath::Spdy)
+        {
+            log_forgotten(&upstream, family, UpstreamPath::Spdy);
         }
-        AfterFirst::TryOther { .. } => {}
+        if self.begun.running.client_gone() {
+            dialled.discard().await;
+            return self.client_gone();
+        }
+        let asked = self.ask().await;
+        match (after_second(asked.answer()), asked) {
+            (AfterSecond::Serve, Asked::Accepted(resp)) => {
+                dialled.discard().await;
+                learn(&self.state, family, UpstreamPath::PassThrough);
+                self.carry(resp).await
+            }
+            (AfterSecond::DeliverSecond, asked) => {
+                dialled.discard().await;
+                self.deliver(asked.into_delivered()).await
+            }
+            // The translation's own refusal, as the translation reports it.
+            _ => self.translate(dialled).await,
+        }
     }
-    let upstream = state.upstream.authority();
-    if state
-        .streaming_memory
-        .forget(&upstream, family, UpstreamPath::Spdy)
-    {
-        log_forgotten(&upstream, family, UpstreamPath::Spdy);
+
+    /// Asks the upstream for the SPDY translation's session, as the handlers would.
+    async fn dial_translation(&self) -> Dialled {
+        let (state, req, stream) = (&*self.state, &self.req, &self.stream);
+        match &self.streamed {
+            Streamed::RemoteCommand(_) => {
+                Dialled::Exec(exec_handler::dial(state, req, stream).await)
+            }
+            Streamed::Tunnel(protocols) => {
+                Dialled::Tunnel(tunnel_handler::dial(state, req, stream, protocols.clone()).await)
+            }
+        }
     }
-    let (asked, identity) = match ask(&state, &req, &stream, &streamed).await {
-        Ok(asked) => asked,
-        Err(refused) => {
-            dialled.discard().await;
-            return refused;
+
+    /// The SPDY translation, on its upstream's answer `dialled`: the session is moved to the
+    /// translated path.
+    async fn translate(self, dialled: Dialled) -> Response<ProxyBody> {
+        let PassThrough {
+            state,
+            req,
+            stream,
+            streamed,
+            answer,
+            mut begun,
+        } = self;
+        match (streamed, dialled) {
+            (Streamed::RemoteCommand(subresource), Dialled::Exec(dialled)) => {
+                let v5 = Some(ChannelProtocol::V5.name().to_owned());
+                let kind = remote_command_kind(subresource);
+                begun.running.took_path(kind, ProtocolPath::Translated, v5);
+                let prepared = Prepared::Dialled(dialled);
+                exec_handler::serve(state, req, stream, answer, begun, prepared).await
+            }
+            (_, Dialled::Tunnel(dialled)) => {
+                let (kind, path) = (SessionKind::PortForwardTunnel, ProtocolPath::Tunnel);
+                begun.running.took_path(kind, path, None);
+                tunnel_handler::serve(state, req, stream, answer, begun.running, dialled).await
+            }
+            (Streamed::Tunnel(_), Dialled::Exec(_)) => unreachable!("a tunnel dials a tunnel"),
         }
-    };
-    match (after_second(asked.answer()), asked) {
-        (AfterSecond::Serve, Asked::Accepted(resp)) => {
-            dialled.discard().await;
-            learn(&state, family, UpstreamPath::PassThrough);
-            carry(&state, req, stream, slot, resp, identity).await
+    }
+
+    /// Tells the client why the pass-through did not start: exec/attach inside the accepted
+    /// WebSocket (a Status on channel 3, as the translation does, so that kubectl does not fall
+    /// back to a SPDY its gateway drops), the tunnel as an HTTP answer (kube-apiserver replays
+    /// it too, whole: the body streams through). Counted and audited as a pass-through.
+    async fn deliver(self, delivered: Delivered) -> Response<ProxyBody> {
+        let PassThrough {
+            state,
+            req,
+            stream,
+            streamed,
+            answer,
+            mut begun,
+        } = self;
+        state
+            .metrics
+            .upstream_upgrade_failure(delivered.upstream_status());
+        let (kind, path) = (SessionKind::PassThrough, ProtocolPath::PassThrough);
+        begun.running.took_path(kind, path, None);
+        if let Streamed::RemoteCommand(_) = streamed {
+            let status = refusal_status(delivered, state.handshake_timeout).await;
+            let prepared = Prepared::Refused(status);
+            return exec_handler::serve(state, req, stream, answer, begun, prepared).await;
         }
-        (AfterSecond::DeliverSecond, asked) => {
-            dialled.discard().await;
-            let delivered = asked.into_delivered();
-            deliver(state, req, stream, streamed, slot, delivered, identity).await
+        begun.running.upstream_refused(delivered.summary());
+        match delivered {
+            Delivered::Replay(held) => held.into_response(),
+            Delivered::Unsupported { why, .. } => {
+                failure(StatusCode::BAD_GATEWAY, "BadGateway", unsupported(&why))
+            }
+            Delivered::BadGateway(why) => failure(StatusCode::BAD_GATEWAY, "BadGateway", why),
+            Delivered::Failed(e) => e.response(),
         }
-        // The translation's own refusal, as the translation reports it.
-        _ => translate(state, req, stream, streamed, slot, Some(dialled)).await,
+    }
+
+    /// Starts the pass-through on the upstream's 101: the relay copies the bytes; exec/attach
+    /// are recorded by following the v5 channels as it does for relayed v4.
+    async fn carry(self, resp: Response<Incoming>) -> Response<ProxyBody> {
+        let PassThrough {
+            state,
+            req,
+            stream,
+            mut begun,
+            ..
+        } = self;
+        let (kind, path) = (SessionKind::PassThrough, ProtocolPath::PassThrough);
+        begun.running.took_path(kind, path, None);
+        let resp = Ok(resp.map(BodyExt::boxed));
+        relay::relay_answered(&state, req, stream, begun, resp).await
+    }
+
+    /// Ends the session: its client went before the second path was asked.
+    fn client_gone(self) -> Response<ProxyBody> {
+        let Begun { running, recording } = self.begun;
+        session_start::end_held(running, recording, Held::ClientGone)
     }
 }
 
@@ -370,21 +482,6 @@ fn learn(state: &ProxyState, family: StreamFamily, path: UpstreamPath) {
         .learn(&upstream, family, path, Instant::now())
     {
         log_decision(&upstream, family, path);
-    }
-}
-
-/// Asks the upstream for the SPDY translation's session, as the handlers would.
-async fn dial_translation(
-    state: &ProxyState,
-    req: &UpgradeRequest,
-    stream: &StreamRequest,
-    streamed: &Streamed,
-) -> Dialled {
-    match streamed {
-        Streamed::RemoteCommand(_) => Dialled::Exec(exec_handler::dial(state, req, stream).await),
-        Streamed::Tunnel(protocols) => {
-            Dialled::Tunnel(tunnel_handler::dial(state, req, stream, protocols.clone()).await)
-        }
     }
 }
 
@@ -408,34 +505,6 @@ fn unusable(offer: &[String], resp: &Response<Incoming>) -> Option<String> {
     (!offered).then(|| {
         format!("the upstream chose subprotocol {chosen:?}, which the client did not offer")
     })
-}
-
-/// The SPDY translation, as under `--upstream-streaming spdy`; with `dialled`, its upstream
-/// was asked already.
-async fn translate(
-    state: Arc<ProxyState>,
-    req: UpgradeRequest,
-    stream: StreamRequest,
-    streamed: Streamed,
-    slot: SessionSlot,
-    dialled: Option<Dialled>,
-) -> Response<ProxyBody> {
-    match (streamed, dialled) {
-        (Streamed::RemoteCommand(subresource), dialled) => {
-            let prepared = match dialled {
-                Some(Dialled::Exec(dialled)) => Prepared::Dialled(dialled),
-                _ => Prepared::Dial,
-            };
-            exec_handler::handle(state, req, stream, subresource, slot, prepared).await
-        }
-        (Streamed::Tunnel(protocols), dialled) => {
-            let dialled = match dialled {
-                Some(Dialled::Tunnel(dialled)) => Some(dialled),
-                _ => None,
-            };
-            tunnel_handler::handle(state, req, stream, protocols, slot, dialled).await
-        }
-    }
 }
 
 /// A pass-through that did not start, as the client will hear it.
@@ -506,76 +575,4 @@ async fn refusal_status(delivered: Delivered, timeout: std::time::Duration) -> S
         Delivered::BadGateway(why) => Status::failure(502, "BadGateway", why),
         Delivered::Failed(e) => Status::internal_error(&e.to_string()),
     }
-}
-
-/// Tells the client why the pass-through did not start: exec/attach inside the accepted
-/// WebSocket (a Status on channel 3, as the translation does, so that kubectl does not fall back
-/// to a SPDY its gateway drops), the tunnel as an HTTP answer (kube-apiserver replays it too,
-/// whole: the body streams through).
-// One argument per thing the two ways of telling need; bundling them would only rename them.
-#[allow(clippy::too_many_arguments)]
-async fn deliver(
-    state: Arc<ProxyState>,
-    req: UpgradeRequest,
-    stream: StreamRequest,
-    streamed: Streamed,
-    slot: SessionSlot,
-    delivered: Delivered,
-    identity: AuditIdentity,
-) -> Response<ProxyBody> {
-    state
-        .metrics
-        .upstream_upgrade_failure(delivered.upstream_status());
-    match streamed {
-        Streamed::RemoteCommand(subresource) => {
-            let status = refusal_status(delivered, state.handshake_timeout).await;
-            let prepared = Prepared::Refused(status);
-            exec_handler::handle(state, req, stream, subresource, slot, prepared).await
-        }
-        Streamed::Tunnel(_) => {
-            let info = session_audit::stream_info(
-                next_session_id(),
-                &stream,
-                identity,
-                ProtocolPath::PassThrough,
-                None,
-            );
-            // Counted and audited as every refused session is, on the one finish path (the
-            // exec branch's refusal is counted in `exec_handler` the same way).
-            let guard = state.metrics.session(SessionKind::PassThrough);
-            let running = Running::new(session_audit::start(&state, info), slot, guard);
-            running.upstream_refused(delivered.summary());
-            match delivered {
-                Delivered::Replay(held) => held.into_response(),
-                Delivered::Unsupported { why, .. } => {
-                    failure(StatusCode::BAD_GATEWAY, "BadGateway", unsupported(&why))
-                }
-                Delivered::BadGateway(why) => failure(StatusCode::BAD_GATEWAY, "BadGateway", why),
-                Delivered::Failed(e) => e.response(),
-            }
-        }
-    }
-}
-
-/// Starts the pass-through on the upstream's 101: the relay copies the bytes; exec/attach are
-/// recorded by following the v5 channels as it does for relayed v4.
-async fn carry(
-    state: &ProxyState,
-    req: UpgradeRequest,
-    stream: StreamRequest,
-    slot: SessionSlot,
-    resp: Response<Incoming>,
-    identity: AuditIdentity,
-) -> Response<ProxyBody> {
-    let resp = Ok(resp.map(BodyExt::boxed));
-    relay::relay_answered(
-        state,
-        req,
-        stream,
-        SessionKind::PassThrough,
-        slot,
-        resp,
-        identity,
-    )
-    .await
 }

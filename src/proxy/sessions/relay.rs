@@ -10,30 +10,25 @@
 //! A relay cannot ping either side inside a protocol it does not parse: its liveness is TCP
 //! keepalive (`--tcp-keepalive`) and, except for followed logs, `--stream-idle-timeout`.
 
-use std::net::SocketAddr;
-
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, warn, Instrument};
 
-use super::registry::{next_session_id, SessionSlot};
 use super::relay_answer;
 use super::relay_ending;
 use super::relay_recording::RelayTap;
 use super::relay_session::RelaySession;
-use super::session_audit::{self, AuditIdentity, SessionClient};
+use super::session_audit;
 use super::session_end::Running;
-use super::session_recording;
+use super::session_recording::{self, OpenedRecording};
+use super::session_start::{self, Begun};
 use super::state::ProxyState;
-use crate::audit::recording::RecordPolicy;
-use crate::audit::{ProtocolPath, SessionAudit, Verb};
+use crate::audit::{ProtocolPath, Verb};
 use crate::proxy::auth::Caller;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::is_valid_key;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
-use crate::proxy::route::classify::RelayKind;
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
@@ -68,127 +63,48 @@ impl RelayError {
     }
 }
 
-/// Relays one upgrade request; `slot` is its admission as a streaming session.
+/// Relays one upgrade request, admitted as `running` (a relay of its kind). In order: the
+/// session begins (the caller identified, an exec or attach's recording opened, the audit
+/// trail started), then, if it may go upstream, the upstream is asked and its answer carried
+/// on ([`carry`]).
 pub async fn relay(
     state: &ProxyState,
     req: UpgradeRequest,
     stream: StreamRequest,
-    kind: RelayKind,
-    slot: SessionSlot,
+    mut running: Running,
 ) -> Response<ProxyBody> {
-    if kind == RelayKind::WebSocket
-        && !req
-            .parts
-            .headers
-            .get(header::SEC_WEBSOCKET_KEY)
-            .is_some_and(|k| is_valid_key(k.as_bytes()))
-    {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "missing or invalid Sec-WebSocket-Key",
-        );
+    // The protocol is in the upstream's answer: the `ended` event says it.
+    let path = protocol_path(running.kind());
+    let recording = session_start::begin(state, &req, &stream, &mut running, path, None).await;
+    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
+        return session_start::end_held(running, recording, held);
     }
-    let kind = match kind {
-        RelayKind::Spdy => SessionKind::SpdyRelay,
-        RelayKind::WebSocket | RelayKind::Other => SessionKind::WebSocketRelay,
-    };
-    let session_id = next_session_id();
-    // The recording is opened before anything goes upstream, so that under --record=required
-    // a session that cannot be recorded is refused before it starts.
-    let recording = match start_recording(state, &stream, session_id).await {
-        Ok(recording) => recording,
-        Err(e) => return refuse_unrecorded(state, &req, &stream, session_id, kind, slot, e).await,
-    };
     let upstream_req = match upstream_request(state, &req, &stream) {
         Ok(r) => r,
-        Err(e) => return e.response(),
+        Err(e) => {
+            running.upstream_refused(e.to_string());
+            return e.response();
+        }
     };
-    let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
-    let (answer, identity) = tokio::join!(
-        ask_upstream(state, upstream_req),
-        session_audit::identify(state, &stream.caller, credentials),
-    );
+    let answer = ask_upstream(state, upstream_req).await;
     let answer = answer.map(|resp| resp.map(BodyExt::boxed));
-    let relayed = Relayed::new(req, stream, kind, session_id, recording);
-    carry(state, relayed, slot, answer, identity).await
+    let relayed = Relayed::new(req, stream, &running, recording);
+    carry(state, relayed, running, answer).await
 }
 
-/// Relays an upgrade whose upstream answer is already in: WebSocket pass-through, and SPDY
-/// under `--upstream-streaming auto`, which had to see the answer to choose the path. The
-/// recording opens now; under `--record=required` a failure drops the upstream's connection
-/// before a byte is relayed, which ends the session there.
-#[allow(clippy::too_many_arguments)]
+/// Relays an upgrade whose session has begun and whose upstream answer is already in:
+/// WebSocket pass-through, and SPDY under `--upstream-streaming auto`, which had to see the
+/// answer to choose the path.
 pub(super) async fn relay_answered(
     state: &ProxyState,
     req: UpgradeRequest,
     stream: StreamRequest,
-    kind: SessionKind,
-    slot: SessionSlot,
+    begun: Begun,
     answer: Result<Response<ProxyBody>, RelayError>,
-    identity: AuditIdentity,
 ) -> Response<ProxyBody> {
-    let session_id = next_session_id();
-    let recording = match start_recording(state, &stream, session_id).await {
-        Ok(recording) => recording,
-        Err(e) => {
-            drop(answer);
-            return refuse_unrecorded(state, &req, &stream, session_id, kind, slot, e).await;
-        }
-    };
-    let relayed = Relayed::new(req, stream, kind, session_id, recording);
-    carry(state, relayed, slot, answer, identity).await
-}
-
-/// A relayed session's recording as it starts.
-#[derive(Default)]
-pub(super) struct RelayRecording {
-    recorder: Option<crate::audit::recording::Recorder>,
-    /// Why it could not start (best-effort: the session goes on unrecorded).
-    error: Option<String>,
-    /// `--record=required`.
-    required: bool,
-}
-
-/// Opens the recording of an exec or attach about to be relayed (nothing for other requests
-/// or without `--record-dir`). Under `--record=required` a recording that cannot start refuses
-/// the session: the error is why ([`refuse_unrecorded`]).
-async fn start_recording(
-    state: &ProxyState,
-    stream: &StreamRequest,
-    session_id: u64,
-) -> Result<RelayRecording, String> {
-    let required = state
-        .recordings
-        .as_ref()
-        .is_some_and(|r| r.policy() == RecordPolicy::Required);
-    let recordable = stream.target.is_remote_command();
-    let Some(recordings) = state.recordings.as_ref().filter(|_| recordable) else {
-        return Ok(RelayRecording::default());
-    };
-    let (command, title) = (
-        &stream.target.options.command,
-        stream.target.recording_title(),
-    );
-    let id = crate::audit::instance::session_id(session_id);
-    match recordings.open(&id, command, title).await {
-        Ok(r) => Ok(RelayRecording {
-            recorder: Some(r),
-            error: None,
-            required,
-        }),
-        Err(e) => {
-            warn!(session = session_id, error = %e, "the relayed session's recording could not start");
-            if !required {
-                return Ok(RelayRecording {
-                    recorder: None,
-                    error: Some(e.to_string()),
-                    required,
-                });
-            }
-            Err(e.to_string())
-        }
-    }
+    let Begun { running, recording } = begun;
+    let relayed = Relayed::new(req, stream, &running, recording);
+    carry(state, relayed, running, answer).await
 }
 
 /// A relayed upgrade whose upstream answer is in: what [`carry`] needs besides the answer.
@@ -199,7 +115,6 @@ pub(super) struct Relayed {
     pub target: StreamTarget,
     /// Who asks.
     pub caller: Caller,
-    pub peer: SocketAddr,
     pub kind: SessionKind,
     pub session_id: u64,
     /// The session's recording, opened before the relay starts.
@@ -207,8 +122,6 @@ pub(super) struct Relayed {
     pub recording_error: Option<String>,
     /// `--record=required`.
     pub required: bool,
-    /// The request's `Audit-ID`.
-    pub audit_id: Option<String>,
     /// The client connection and how it asked (HTTP/1.1 upgrade or HTTP/2 extended CONNECT).
     pub client_stream: crate::proxy::wire::client_stream::ClientStream,
     /// The `Sec-WebSocket-Key` that went upstream (on HTTP/2 the proxy's own).
@@ -216,49 +129,46 @@ pub(super) struct Relayed {
 }
 
 impl Relayed {
-    /// Takes what the relay needs from the request.
+    /// Takes what the relay of session `running` needs from the request and its recording.
     fn new(
         req: UpgradeRequest,
         stream: StreamRequest,
-        kind: SessionKind,
-        session_id: u64,
-        recording: RelayRecording,
+        running: &Running,
+        recording: OpenedRecording,
     ) -> Relayed {
-        let peer = stream.peer;
+        let (recorder, recording_error, required) = recording.into_parts();
         Relayed {
             path: req.parts.uri.path().to_owned(),
             target: stream.target,
             caller: stream.caller,
-            audit_id: stream.audit_id,
             // On HTTP/2 the key is the proxy's own (extended_connect.rs): the upstream's
             // accept is checked against it here, not by the client.
             sent_key: req.parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned(),
             on_upgrade: req.on_upgrade,
             client_stream: req.client,
-            peer,
-            kind,
-            session_id,
-            recorder: recording.recorder,
-            recording_error: recording.error,
-            required: recording.required,
+            kind: running.kind(),
+            session_id: running.session_id(),
+            recorder,
+            recording_error,
+            required,
         }
     }
 }
 
-/// Carries a relayed upgrade admitted with `slot` on from the upstream's answer: a non-101
-/// goes to the client as it comes; a 101 starts the byte copy (recorded and audited) in the
-/// background and is answered. In order: how the session is followed (recorded, or watched
-/// for its exit code), its audit trail starts (and with it the session's [`Running`], which
-/// every end below goes through), a session that cannot be recorded under `--record=required`
-/// is refused, an answer that is not a session goes to the client, and a session starts.
+/// Carries a relayed upgrade that has begun as `running` on from the upstream's answer: a
+/// non-101 goes to the client as it comes; a 101 starts the byte copy (recorded and audited)
+/// in the background and is answered. In order: the protocol agreed is noted for the `ended`
+/// event, how the session is followed (recorded, or watched for its exit code), a session that
+/// cannot be recorded under `--record=required` is refused, an answer that is not a session
+/// goes to the client, and a session starts.
 async fn carry(
     state: &ProxyState,
     mut relayed: Relayed,
-    slot: SessionSlot,
+    mut running: Running,
     answer: Result<Response<ProxyBody>, RelayError>,
-    identity: AuditIdentity,
 ) -> Response<ProxyBody> {
     let protocol = answer.as_ref().ok().and_then(negotiated_protocol);
+    running.agreed(protocol_path(relayed.kind), protocol.clone());
     let (tap, refusal) = match &answer {
         Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
             follow_session(state, &mut relayed, resp, protocol.as_deref())
@@ -269,8 +179,6 @@ async fn carry(
             (None, None)
         }
     };
-    let audit = start_audit(state, &relayed, identity, protocol, tap.as_ref());
-    let running = Running::new(audit, slot, state.metrics.session(relayed.kind));
     if let Some(e) = refusal {
         // The upstream agreed, but nothing has been relayed yet: dropping its connection ends
         // the session there, and the client gets a refusal instead of the 101.
@@ -331,29 +239,6 @@ fn follow_session<B>(
         }
     }
     (tap, refusal)
-}
-
-/// Starts the session's audit trail (nothing without the audit log), naming its recording.
-fn start_audit(
-    state: &ProxyState,
-    relayed: &Relayed,
-    identity: AuditIdentity,
-    protocol: Option<String>,
-    tap: Option<&RelayTap>,
-) -> Option<SessionAudit> {
-    let mut info = session_audit::session_info(
-        relayed.session_id,
-        &relayed.target,
-        SessionClient::new(relayed.peer, relayed.client_stream.form),
-        identity,
-        protocol_path(relayed.kind),
-        protocol,
-        relayed.audit_id.clone(),
-    );
-    if let (Some(info), Some(path)) = (info.as_mut(), tap.and_then(RelayTap::path)) {
-        info.recording = Some(path.display().to_string());
-    }
-    session_audit::start(state, info)
 }
 
 /// The audit log's name for the path a relay of `kind` takes.
@@ -601,42 +486,4 @@ fn agreed<B>(resp: &Response<B>) -> (Option<&str>, Option<&str>) {
         .or_else(|| h.get("x-stream-protocol-version"))
         .and_then(|v| v.to_str().ok());
     (upgrade, sub)
-}
-
-/// Refuses a relayed session before it goes upstream because it cannot be recorded under
-/// `--record=required` (`error`: why): counted and audited as every session refused for its
-/// recording is, its slot given back; the 503 for the client.
-async fn refuse_unrecorded(
-    state: &ProxyState,
-    req: &UpgradeRequest,
-    stream: &StreamRequest,
-    session_id: u64,
-    kind: SessionKind,
-    slot: SessionSlot,
-    error: String,
-) -> Response<ProxyBody> {
-    let audit = match state.audit {
-        Some(_) => {
-            let credentials = req.parts.headers.get(header::AUTHORIZATION).cloned();
-            let identity = session_audit::identify(state, &stream.caller, credentials).await;
-            let info = session_audit::session_info(
-                session_id,
-                &stream.target,
-                SessionClient::new(stream.peer, stream.client.form),
-                identity,
-                protocol_path(kind),
-                None,
-                stream.audit_id.clone(),
-            );
-            session_audit::start(state, info)
-        }
-        None => None,
-    };
-    let refusal = session_recording::unrecordable_response(&error);
-    Running::new(audit, slot, state.metrics.session(kind)).unstarted(
-        SessionOutcome::RecordingFailed,
-        session_audit::REFUSED_UNRECORDABLE,
-        Some(error),
-    );
-    refusal
 }

@@ -1,10 +1,11 @@
 //! SPDY upgrades (kubectl ≤ 1.30) for exec, attach and port-forward when the upstream only
-//! takes WebSockets: dial the upstream first as a WebSocket client (`v5.channel.k8s.io`, or
-//! the `SPDY/3.1+portforward.k8s.io` tunnel), then answer the client's SPDY upgrade and run the
-//! reverse translator ([`crate::translate::reverse`]). An upstream refusal is replayed to the
-//! client as the HTTP answer it is, which is what kubectl gets from a SPDY cluster too. Under
+//! takes WebSockets: once the session has begun (identified, recorded, audited), dial the
+//! upstream as a WebSocket client (`v5.channel.k8s.io`, or the `SPDY/3.1+portforward.k8s.io`
+//! tunnel), then answer the client's SPDY upgrade and run the reverse translator
+//! ([`crate::translate::reverse`]). An upstream refusal is replayed to the client as the HTTP
+//! answer it is, which is what kubectl gets from a SPDY cluster too. Under
 //! `--upstream-streaming auto` the dial ([`dial`]) may be made by the caller, which decides on
-//! its answer before handing it over ([`handle_dialled`]).
+//! its answer before handing it over ([`serve`]).
 
 use std::sync::Arc;
 
@@ -14,10 +15,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tracing::{info, warn, Instrument};
 
-use super::registry::{next_session_id, SessionSlot};
+use super::registry::SessionSlot;
 use super::session_audit;
 use super::session_end::{remote_command_outcome, Finished, Running};
-use super::session_recording::{self, OpenedRecording};
+use super::session_recording::OpenedRecording;
+use super::session_start::{self, Begun};
 use super::state::ProxyState;
 use super::upstream_refusal;
 use crate::audit::ProtocolPath;
@@ -36,14 +38,46 @@ use crate::translate::reverse::negotiation::{self, NegotiationError, ACCEPTED_VE
 use crate::translate::reverse::{self, port_forward, ReverseLimits};
 
 /// Handles a SPDY upgrade that goes to the reverse translator (`--upstream-streaming
-/// websocket`, or `auto` against a path that refuses SPDY); `slot` is its admission.
+/// websocket`), admitted as `running`; `version` is what the client's offer was negotiated to
+/// (`None` for port-forward). In order: the session begins (the caller identified, an exec or
+/// attach's recording opened, the audit trail started), then, if it may go upstream, the
+/// upstream is dialled and the session served ([`serve`]).
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
-    slot: SessionSlot,
+    version: Option<UpstreamVersion>,
+    mut running: Running,
 ) -> Response<ProxyBody> {
-    handle_dialled(state, req, stream, slot, None).await
+    let path = ProtocolPath::ReverseTranslated;
+    let protocol = Some(client_protocol(version));
+    let recording = session_start::begin(&state, &req, &stream, &mut running, path, protocol).await;
+    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
+        return session_start::end_held(running, recording, held);
+    }
+    let dialled = dial(&state, &req, &stream).await;
+    serve(
+        state,
+        req,
+        stream,
+        version,
+        Begun { running, recording },
+        dialled,
+    )
+    .await
+}
+
+/// What the audit log says the client got: `SPDY/3.1+` and the version of its SPDY upgrade.
+pub fn client_protocol(version: Option<UpstreamVersion>) -> String {
+    format!("SPDY/3.1+{}", answered_version(version))
+}
+
+/// The version the client is answered with (`X-Stream-Protocol-Version`).
+fn answered_version(version: Option<UpstreamVersion>) -> &'static str {
+    match version {
+        Some(v) => v.name(),
+        None => crate::translate::protocol::PORT_FORWARD_PROTOCOL,
+    }
 }
 
 /// The reverse translator's upstream WebSocket (with the subprotocol offered), or why there is
@@ -97,100 +131,42 @@ async fn dial_upstream(
     }
 }
 
-/// [`handle`], with the upstream already asked when `dialled` is given ([`dial`]). In order:
-/// the client's version offer is negotiated, the upstream is dialled while the caller is
-/// identified (a refusal is replayed to the client), an exec or attach's recording opens, the
-/// audit trail starts, and the client's 101 is answered while the session runs in the
-/// background ([`ReverseSession::run`]).
-pub async fn handle_dialled(
+/// Serves a reverse-translated session that has begun, on the upstream's answer `dialled`
+/// (under `auto` asked by the caller): a refusal is replayed to the client; on a WebSocket the
+/// client's 101 is answered while the session runs in the background
+/// ([`ReverseSession::run`]).
+pub async fn serve(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
-    slot: SessionSlot,
-    dialled: Option<Dialled>,
+    version: Option<UpstreamVersion>,
+    begun: Begun,
+    dialled: Dialled,
 ) -> Response<ProxyBody> {
-    let Some(subresource) = stream.target.subresource() else {
-        return failure(StatusCode::NOT_FOUND, "NotFound", "not a pod subresource");
-    };
-    let port_forward = subresource == Subresource::PortForward;
-    let version = match negotiate(&req, port_forward) {
-        Ok(version) => version,
-        Err(e) => return refuse_offer(&e),
-    };
-    let kind = match subresource {
-        Subresource::Attach => SessionKind::Attach,
-        Subresource::PortForward => SessionKind::PortForwardTunnel,
-        _ => SessionKind::Exec,
-    };
-    let guard = state.metrics.session(kind);
-    let session_id = next_session_id();
-    let headers = state.upstream_headers(&req.parts.headers, &stream);
-    let credentials = headers.get(header::AUTHORIZATION).cloned();
-    let path_and_query = req.path_and_query();
-    let dial = async {
-        match dialled {
-            Some(dialled) => dialled,
-            None => dial_upstream(&state, &path_and_query, headers, port_forward).await,
-        }
-    };
-    let (dialed, identity) = tokio::join!(
-        dial,
-        session_audit::identify(&state, &stream.caller, credentials),
-    );
-    // What the client is answered with: `X-Stream-Protocol-Version` of its own SPDY upgrade.
-    let client_protocol = match version {
-        Some(v) => v.name(),
-        None => crate::translate::protocol::PORT_FORWARD_PROTOCOL,
-    };
-    let mut info = session_audit::stream_info(
-        session_id,
-        &stream,
-        identity,
-        ProtocolPath::ReverseTranslated,
-        Some(format!("SPDY/3.1+{client_protocol}")),
-    );
-    let upstream = match dialed {
+    let Begun { running, recording } = begun;
+    let upstream = match dialled {
         Ok(d) => d,
         Err(e) => {
-            let running = Running::new(session_audit::start(&state, info), slot, guard);
+            // Nothing was recorded: the file holds its header only.
+            drop(recording);
             return upstream_refusal::refuse(&state, running, e);
         }
     };
-    // Exec and attach are recorded; a recording that cannot start under --record=required
-    // refuses the session before the client's 101.
-    let recording = match port_forward {
-        false => OpenedRecording::open(&state, session_id, &stream).await,
-        true => OpenedRecording::default(),
-    };
-    recording.name_in(&mut info);
-    let running = Running::new(session_audit::start(&state, info), slot, guard);
-    if let Some(why) = recording.refusal() {
-        drop(upstream);
-        let refusal = session_recording::unrecordable_response(why);
-        running.unstarted(
-            SessionOutcome::RecordingFailed,
-            session_audit::REFUSED_UNRECORDABLE,
-            recording.finish(),
-        );
-        return refusal;
-    }
     let session = ReverseSession {
         state,
         stream,
-        kind,
-        session_id,
         running,
         recording,
     };
     // The session's log lines name the request they came from (its audit id). Boxed: the task
     // then moves a pointer, not the session's whole state, each time tokio moves it.
     tokio::spawn(Box::pin(session.run(req.on_upgrade, upstream, version)).in_current_span());
-    spdy_switching_protocols(client_protocol)
+    spdy_switching_protocols(answered_version(version))
 }
 
 /// The version the client's SPDY upgrade offers that the reverse translator speaks: `None` for
 /// port-forward (one protocol), else the remote-command version.
-fn negotiate(
+pub fn negotiate(
     req: &UpgradeRequest,
     port_forward: bool,
 ) -> Result<Option<UpstreamVersion>, NegotiationError> {
@@ -207,8 +183,6 @@ fn negotiate(
 struct ReverseSession {
     state: Arc<ProxyState>,
     stream: StreamRequest,
-    kind: SessionKind,
-    session_id: u64,
     running: Running,
     recording: OpenedRecording,
 }
@@ -225,7 +199,7 @@ impl ReverseSession {
         let client = match tokio::time::timeout(self.state.handshake_timeout, on_upgrade).await {
             Ok(Ok(io)) => TokioIo::new(io),
             _ => {
-                warn!(session = self.session_id, "client upgrade failed");
+                warn!(session = self.running.session_id(), "client upgrade failed");
                 self.running.unstarted(
                     SessionOutcome::ClientGone,
                     session_audit::CLIENT_UPGRADE_FAILED,
@@ -257,10 +231,11 @@ impl ReverseSession {
         .await;
         let finished = Finished::tunnel(&outcome, watch);
         let result = finished.outcome;
+        let session_id = self.running.session_id();
         self.running.finish(finished);
         let stream = &self.stream;
         info!(
-            session = self.session_id,
+            session = session_id,
             verb = "portforward",
             path = "reverse_translated",
             user = stream.caller.user().unwrap_or(""),
@@ -295,9 +270,10 @@ impl ReverseSession {
         .await;
         let result = remote_command_outcome(&outcome);
         let recording_error = self.recording.finish();
+        let (kind, session_id) = (self.running.kind(), self.running.session_id());
         self.running
             .finish(Finished::remote_command(&outcome, result, recording_error));
-        log_exec_finished(&self.stream, self.kind, self.session_id, version, &outcome);
+        log_exec_finished(&self.stream, kind, session_id, version, &outcome);
     }
 }
 
@@ -407,7 +383,7 @@ fn spdy_switching_protocols(version: &'static str) -> Response<ProxyBody> {
 }
 
 /// A version offer we cannot serve, refused as a kubelet refuses it.
-fn refuse_offer(e: &NegotiationError) -> Response<ProxyBody> {
+pub fn refuse_offer(e: &NegotiationError) -> Response<ProxyBody> {
     let reason = match e {
         NegotiationError::NoOffer => "BadRequest",
         NegotiationError::NoOverlap { .. } => "Forbidden",

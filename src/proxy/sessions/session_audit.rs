@@ -194,6 +194,9 @@ pub const UPSTREAM_REFUSED: &str = "upstream refused";
 /// (`--record=required`).
 pub const REFUSED_UNRECORDABLE: &str = "refused: it could not be recorded";
 
+/// What the trail says of a session whose client went away before the upstream was asked.
+pub const CLIENT_GONE_BEFORE_UPSTREAM: &str = "the client went away before the upstream was asked";
+
 /// What the trail says of a client whose upgrade never completed.
 pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
 

@@ -1,25 +1,33 @@
 //! The one way a streaming session ends. Each kind of session says how it ended in a
 //! [`Finished`]; [`Running::finish`] turns that into its audit `ended` event, gives its slot
-//! back and counts it in the metrics, in that order, for every kind alike. The registry of live
-//! sessions (list, follow, end) hooks in here.
+//! back and counts it in the metrics, in that order, for every kind alike. A [`Running`] exists
+//! from the session's admission ([`session_task`](super::session_task)), so that every
+//! admitted session, whenever and however it ends, ends here. The registry of live sessions
+//! (list, follow, end) hooks in here.
 
 use std::time::Duration;
 
 use super::registry::SessionSlot;
 use super::session_audit;
-use crate::audit::{SessionAudit, SessionEnd as AuditEnd, SessionInfo};
-use crate::proxy::observability::metrics::{SessionGuard, SessionOutcome};
+use super::session_task::ClientPresence;
+use super::state::ProxyState;
+use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, SessionInfo};
+use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOutcome};
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::remote_command::{Outcome, SessionEndKind};
 use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
 
-/// A session that runs: its audit trail (if the audit log is on), its `--max-sessions` slot
-/// and its metrics, each ended exactly once by [`finish`](Self::finish) or
-/// [`unstarted`](Self::unstarted).
+/// A session from its admission to its end: its id, its audit trail (once started, if the
+/// audit log is on), its `--max-sessions` slot, its metrics and whether its client is still
+/// waiting for the answer; each ended exactly once by [`finish`](Self::finish) or
+/// [`unstarted`](Self::unstarted) (or, should its task end without either, by the drops of
+/// its parts: an `aborted` audit event and an `upstream_error` count).
 pub struct Running {
+    session_id: u64,
     audit: Option<SessionAudit>,
     slot: SessionSlot,
     guard: SessionGuard,
+    client: ClientPresence,
 }
 
 /// How a session ended, as its audit event and metrics say it.
@@ -128,9 +136,59 @@ impl Finished {
 }
 
 impl Running {
-    /// The session admitted with `slot`, counted by `guard`, audited by `audit`.
-    pub fn new(audit: Option<SessionAudit>, slot: SessionSlot, guard: SessionGuard) -> Running {
-        Running { audit, slot, guard }
+    /// The session `session_id` admitted with `slot`, counted by `guard` (from its admission),
+    /// its client's presence told by `client`. Its audit trail starts later
+    /// ([`start_audit`](Self::start_audit)), once the caller is identified.
+    pub fn admitted(
+        session_id: u64,
+        slot: SessionSlot,
+        guard: SessionGuard,
+        client: ClientPresence,
+    ) -> Running {
+        Running {
+            session_id,
+            audit: None,
+            slot,
+            guard,
+            client,
+        }
+    }
+
+    /// Its id (the audit events' and recording's `<replica>-<id>`, the log lines' `session`).
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// Writes its audit `started` event (nothing without the audit log, or for a request that
+    /// names no pod). Called once, before anything of the session goes upstream.
+    pub fn start_audit(&mut self, state: &ProxyState, info: Option<SessionInfo>) {
+        debug_assert!(self.audit.is_none(), "a session's trail starts once");
+        self.audit = session_audit::start(state, info);
+    }
+
+    /// Whether the client went away before it got its answer (its request was dropped).
+    pub fn client_gone(&self) -> bool {
+        self.client.is_gone()
+    }
+
+    /// The session took `path` as `kind` (`--upstream-streaming auto` decides on the upstream's
+    /// answer), with `protocol` where it is known now: it runs, is counted and ends as that.
+    pub fn took_path(&mut self, kind: SessionKind, path: ProtocolPath, protocol: Option<String>) {
+        self.guard.relabel(kind);
+        self.agreed(path, protocol);
+    }
+
+    /// What its `ended` event says of the path and the protocol the session agreed on (a
+    /// relay or a tunnel learns it from the upstream's answer).
+    pub fn agreed(&mut self, path: ProtocolPath, protocol: Option<String>) {
+        if let Some(audit) = self.audit.as_mut() {
+            audit.set_path(path, protocol);
+        }
+    }
+
+    /// The kind it runs and is counted as.
+    pub fn kind(&self) -> SessionKind {
+        self.guard.kind()
     }
 
     /// Whether the session is audited (the audit log is on and it names a pod).

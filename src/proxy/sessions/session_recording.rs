@@ -1,17 +1,18 @@
-//! A translated exec or attach's recording (either direction): opened once the upstream has
-//! agreed to the session, named in its audit `started` event, and finished with the session.
-//! Under `--record=required` a recording that cannot start refuses the session.
+//! An exec or attach's recording (translated either way, relayed or passed through): opened
+//! before anything goes upstream, named in its audit `started` event, and finished with the
+//! session. Under `--record=required` a recording that cannot start refuses the session.
 
 use http::{Response, StatusCode};
 use tracing::warn;
 
 use super::state::ProxyState;
-use crate::audit::recording::RecordPolicy;
+use crate::audit::recording::{RecordPolicy, Recorder};
 use crate::audit::SessionInfo;
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::translate::remote_command::SessionRecording;
+use crate::translate::status::Status;
 
 /// A session's recording as it started: recorded, not recorded (no `--record-dir`, or it
 /// could not start), or refused for it.
@@ -71,6 +72,13 @@ impl OpenedRecording {
         }
     }
 
+    /// Its parts, for a relay that follows the session's bytes itself: the recorder, why the
+    /// recording could not start, and whether recordings are required.
+    pub fn into_parts(self) -> (Option<Recorder>, Option<String>, bool) {
+        let required = self.refuses || self.recording.as_ref().is_some_and(|r| r.required);
+        (self.recording.map(|r| r.recorder), self.error, required)
+    }
+
     /// Finishes the recording (it is complete once its recorder is gone); why it could not
     /// start or was cut short, if so.
     pub fn finish(self) -> Option<String> {
@@ -85,6 +93,12 @@ pub fn unrecordable(why: &str) -> String {
         "kube-ws-proxy cannot record this session and recordings are required \
          (--record=required): {why}"
     )
+}
+
+/// The Status a translated exec or attach is told, inside its WebSocket, when it is refused
+/// because it cannot be recorded under `--record=required`.
+pub fn unrecordable_status(why: &str) -> Status {
+    Status::failure(503, "ServiceUnavailable", unrecordable(why))
 }
 
 /// The HTTP answer (503) to a session refused before its upgrade because it cannot be

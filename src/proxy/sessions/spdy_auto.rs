@@ -2,8 +2,9 @@
 //! `--upstream-streaming auto`: relayed unchanged where the path to the upstream carries SPDY,
 //! translated to WebSocket ([`reverse_handler`]) where it refuses SPDY.
 //!
-//! The client's upgrade goes upstream as the relay would send it, so a cluster that takes SPDY
-//! costs nothing extra. A refusal that is not the cluster's own answer ([`after_refusal`]: a
+//! The session begins before anything goes upstream (identified, recorded, audited: its
+//! `started` event says `auto`, its `ended` event names the path taken). The client's upgrade then goes
+//! upstream as the relay would send it, so a cluster that takes SPDY costs nothing extra. A refusal that is not the cluster's own answer ([`after_refusal`]: a
 //! SPDY-dropping gateway's page, a bare 400) makes the reverse translator ask once for this
 //! session; if its upstream takes it, the memory sends later ones there directly for a while.
 //! A Kubernetes `Status` (401, 403, 404 …) is the cluster's answer and is delivered as the
@@ -16,11 +17,13 @@ use http::{header, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::registry::SessionSlot;
+use super::admission::reverse_kind;
 use super::relay::{self, RelayError};
 use super::reverse_handler;
-use super::session_audit::{self, AuditIdentity};
+use super::session_end::Running;
+use super::session_start::{self, Begun, Held};
 use super::state::ProxyState;
+use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::SessionKind;
 use crate::proxy::route::stream_request::StreamRequest;
@@ -32,6 +35,7 @@ use crate::proxy::upstream::streaming::{
 use crate::proxy::upstream::websocket_dial::WebSocketDialError;
 use crate::proxy::wire::body::ProxyBody;
 use crate::translate::exec_options::Subresource;
+use crate::translate::protocol::UpstreamVersion;
 
 /// The upstream's answer to the client's SPDY upgrade, relayed.
 enum Relayed {
@@ -74,17 +78,21 @@ fn reverse_answer(dialled: &reverse_handler::Dialled) -> Answer {
     }
 }
 
-/// Handles a SPDY exec, attach (`subresource`) or port-forward upgrade under `auto`; `slot` is
-/// its admission. The relay is asked first unless the reverse translator is remembered; a 101
-/// is served and learned, the cluster's Status delivered, anything else makes the other path
-/// ask once (learned only if its upstream takes it). When both refuse, the client gets the
-/// cluster's Status if the second answer is one, else the first refusal as it came.
+/// Handles a SPDY exec, attach (`subresource`) or port-forward upgrade under `auto`, admitted
+/// as `running`; `version` is what the reverse translator would speak with the client. The
+/// session begins (the caller identified, an exec or attach's recording opened, the audit
+/// trail started, saying `auto`); then, if it may go upstream, the relay is asked first unless
+/// the reverse translator is remembered; a 101 is served and learned, the cluster's Status
+/// delivered, anything else makes the other path ask once (learned only if its upstream takes
+/// it). When both refuse, the client gets the cluster's Status if the second answer is one,
+/// else the first refusal as it came.
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
     subresource: Subresource,
-    slot: SessionSlot,
+    version: Option<UpstreamVersion>,
+    mut running: Running,
 ) -> Response<ProxyBody> {
     let family = match subresource {
         Subresource::PortForward => StreamFamily::PortForward,
@@ -95,128 +103,157 @@ pub async fn handle(
         state
             .streaming_memory
             .recall(&upstream, family, ClientProtocol::Spdy, Instant::now());
-    if remembered == Some(UpstreamPath::Reverse) {
-        return remembered_reverse(state, req, stream, family, slot).await;
+    // The `started` event says `auto`; the `ended` event names the path taken.
+    let path = ProtocolPath::Auto;
+    let recording = session_start::begin(&state, &req, &stream, &mut running, path, None).await;
+    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
+        return session_start::end_held(running, recording, held);
     }
-    let (relayed, identity) = match ask_relay(&state, &req, &stream).await {
-        Ok(asked) => asked,
-        Err(refused) => return refused,
-    };
-    match after_first(false, relayed.answer()) {
-        AfterFirst::Serve => learn(&state, family, UpstreamPath::Relay),
-        AfterFirst::Deliver => {}
-        AfterFirst::TryOther { .. } => {
-            let dialled = reverse_handler::dial(&state, &req, &stream).await;
-            match after_second(reverse_answer(&dialled)) {
-                // The reverse translator's session or its Status; only a 101 is learned.
-                second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
-                    if second == AfterSecond::Serve {
-                        learn(&state, family, UpstreamPath::Reverse);
-                    }
-                    return reverse_handler::handle_dialled(
-                        state,
-                        req,
-                        stream,
-                        slot,
-                        Some(dialled),
-                    )
-                    .await;
-                }
-                AfterSecond::DeliverFirst => drop(dialled),
-            }
-        }
-    }
-    relay_answer(&state, req, stream, slot, relayed, identity).await
-}
-
-/// The reverse translator remembered: asked first. A 101 is served (and keeps the memory
-/// fresh), the cluster's Status delivered; an unrecognised refusal forgets the memory and asks
-/// the relay once, which is learned if its upstream takes it. When both refuse, the client gets
-/// the relay's Status if it is one, else the reverse translator's refusal.
-async fn remembered_reverse(
-    state: Arc<ProxyState>,
-    req: UpgradeRequest,
-    stream: StreamRequest,
-    family: StreamFamily,
-    slot: SessionSlot,
-) -> Response<ProxyBody> {
-    let dialled = reverse_handler::dial(&state, &req, &stream).await;
-    match after_first(true, reverse_answer(&dialled)) {
-        AfterFirst::Serve => learn(&state, family, UpstreamPath::Reverse),
-        AfterFirst::Deliver => {}
-        AfterFirst::TryOther { .. } => {
-            let upstream = state.upstream.authority();
-            if state
-                .streaming_memory
-                .forget(&upstream, family, UpstreamPath::Reverse)
-            {
-                log_forgotten(&upstream, family, UpstreamPath::Reverse);
-            }
-            let (relayed, identity) = match ask_relay(&state, &req, &stream).await {
-                Ok(asked) => asked,
-                Err(refused) => return refused,
-            };
-            match after_second(relayed.answer()) {
-                AfterSecond::Serve => learn(&state, family, UpstreamPath::Relay),
-                AfterSecond::DeliverSecond => {}
-                AfterSecond::DeliverFirst => {
-                    return reverse_handler::handle_dialled(state, req, stream, slot, Some(dialled))
-                        .await
-                }
-            }
-            return relay_answer(&state, req, stream, slot, relayed, identity).await;
-        }
-    }
-    reverse_handler::handle_dialled(state, req, stream, slot, Some(dialled)).await
-}
-
-/// Asks the upstream with the client's SPDY upgrade, as the relay sends it, finding out who
-/// the caller is for the audit meanwhile.
-async fn ask_relay(
-    state: &ProxyState,
-    req: &UpgradeRequest,
-    stream: &StreamRequest,
-) -> Result<(Relayed, AuditIdentity), Response<ProxyBody>> {
-    let upstream_req = relay::upstream_request(state, req, stream).map_err(|e| e.response())?;
-    let credentials = upstream_req.headers().get(header::AUTHORIZATION).cloned();
-    let (answer, identity) = tokio::join!(
-        relay::ask_upstream(state, upstream_req),
-        session_audit::identify(state, &stream.caller, credentials),
-    );
-    let relayed = match answer {
-        Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Relayed::Accepted(resp),
-        // Never a stream for these subresources: a refusal, its beginning read to decide on it
-        // (the rest streams through if it is passed on).
-        Ok(resp) => Relayed::Refused(HeldRefusal::hold(resp, state.handshake_timeout).await),
-        Err(e) => Relayed::Failed(e),
-    };
-    Ok((relayed, identity))
-}
-
-/// Hands the relay's answer to the relay: the session on a 101, else the answer as it came.
-async fn relay_answer(
-    state: &ProxyState,
-    req: UpgradeRequest,
-    stream: StreamRequest,
-    slot: SessionSlot,
-    relayed: Relayed,
-    identity: AuditIdentity,
-) -> Response<ProxyBody> {
-    let answer = match relayed {
-        Relayed::Accepted(resp) => Ok(resp.map(BodyExt::boxed)),
-        Relayed::Refused(held) => Ok(held.into_response()),
-        Relayed::Failed(e) => Err(e),
-    };
-    relay::relay_answered(
+    let session = SpdyAuto {
         state,
         req,
         stream,
-        SessionKind::SpdyRelay,
-        slot,
-        answer,
-        identity,
-    )
-    .await
+        subresource,
+        version,
+        begun: Begun { running, recording },
+    };
+    match remembered {
+        Some(UpstreamPath::Reverse) => session.remembered_reverse(family).await,
+        _ => session.relay_first(family).await,
+    }
+}
+
+/// A SPDY exec, attach or port-forward under `auto` whose session has begun.
+struct SpdyAuto {
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    stream: StreamRequest,
+    subresource: Subresource,
+    version: Option<UpstreamVersion>,
+    begun: Begun,
+}
+
+impl SpdyAuto {
+    /// The relay asked first: a 101 is served and learned, the cluster's Status delivered;
+    /// anything else makes the reverse translator ask once.
+    async fn relay_first(self, family: StreamFamily) -> Response<ProxyBody> {
+        let relayed = self.ask_relay().await;
+        match after_first(false, relayed.answer()) {
+            AfterFirst::Serve => learn(&self.state, family, UpstreamPath::Relay),
+            AfterFirst::Deliver => {}
+            AfterFirst::TryOther { .. } => {
+                if self.begun.running.client_gone() {
+                    return self.client_gone();
+                }
+                let dialled = reverse_handler::dial(&self.state, &self.req, &self.stream).await;
+                match after_second(reverse_answer(&dialled)) {
+                    // The reverse translator's session or its Status; only a 101 is learned.
+                    second @ (AfterSecond::Serve | AfterSecond::DeliverSecond) => {
+                        if second == AfterSecond::Serve {
+                            learn(&self.state, family, UpstreamPath::Reverse);
+                        }
+                        return self.reverse(dialled).await;
+                    }
+                    AfterSecond::DeliverFirst => drop(dialled),
+                }
+            }
+        }
+        self.relay(relayed).await
+    }
+
+    /// The reverse translator remembered: asked first. A 101 is served (and keeps the memory
+    /// fresh), the cluster's Status delivered; an unrecognised refusal forgets the memory and
+    /// asks the relay once, which is learned if its upstream takes it. When both refuse, the
+    /// client gets the relay's Status if it is one, else the reverse translator's refusal.
+    async fn remembered_reverse(self, family: StreamFamily) -> Response<ProxyBody> {
+        let dialled = reverse_handler::dial(&self.state, &self.req, &self.stream).await;
+        match after_first(true, reverse_answer(&dialled)) {
+            AfterFirst::Serve => learn(&self.state, family, UpstreamPath::Reverse),
+            AfterFirst::Deliver => {}
+            AfterFirst::TryOther { .. } => {
+                let upstream = self.state.upstream.authority();
+                if self
+                    .state
+                    .streaming_memory
+                    .forget(&upstream, family, UpstreamPath::Reverse)
+                {
+                    log_forgotten(&upstream, family, UpstreamPath::Reverse);
+                }
+                if self.begun.running.client_gone() {
+                    drop(dialled);
+                    return self.client_gone();
+                }
+                let relayed = self.ask_relay().await;
+                match after_second(relayed.answer()) {
+                    AfterSecond::Serve => learn(&self.state, family, UpstreamPath::Relay),
+                    AfterSecond::DeliverSecond => {}
+                    AfterSecond::DeliverFirst => return self.reverse(dialled).await,
+                }
+                return self.relay(relayed).await;
+            }
+        }
+        self.reverse(dialled).await
+    }
+
+    /// Asks the upstream with the client's SPDY upgrade, as the relay sends it.
+    async fn ask_relay(&self) -> Relayed {
+        let state = &self.state;
+        let upstream_req = match relay::upstream_request(state, &self.req, &self.stream) {
+            Ok(upstream_req) => upstream_req,
+            Err(e) => return Relayed::Failed(e),
+        };
+        match relay::ask_upstream(state, upstream_req).await {
+            Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Relayed::Accepted(resp),
+            // Never a stream for these subresources: a refusal, its beginning read to decide on
+            // it (the rest streams through if it is passed on).
+            Ok(resp) => Relayed::Refused(HeldRefusal::hold(resp, state.handshake_timeout).await),
+            Err(e) => Relayed::Failed(e),
+        }
+    }
+
+    /// The session relayed, on the relay's answer: the session on a 101, else the answer as
+    /// it came.
+    async fn relay(self, relayed: Relayed) -> Response<ProxyBody> {
+        let SpdyAuto {
+            state,
+            req,
+            stream,
+            mut begun,
+            ..
+        } = self;
+        let (kind, path) = (SessionKind::SpdyRelay, ProtocolPath::RelaySpdy);
+        begun.running.took_path(kind, path, None);
+        let answer = match relayed {
+            Relayed::Accepted(resp) => Ok(resp.map(BodyExt::boxed)),
+            Relayed::Refused(held) => Ok(held.into_response()),
+            Relayed::Failed(e) => Err(e),
+        };
+        relay::relay_answered(&state, req, stream, begun, answer).await
+    }
+
+    /// The session reverse-translated, on its upstream's answer `dialled`.
+    async fn reverse(self, dialled: reverse_handler::Dialled) -> Response<ProxyBody> {
+        let SpdyAuto {
+            state,
+            req,
+            stream,
+            subresource,
+            version,
+            mut begun,
+        } = self;
+        let protocol = Some(reverse_handler::client_protocol(version));
+        let kind = reverse_kind(subresource);
+        begun
+            .running
+            .took_path(kind, ProtocolPath::ReverseTranslated, protocol);
+        reverse_handler::serve(state, req, stream, version, begun, dialled).await
+    }
+
+    /// Ends the session: its client went before the second path was asked.
+    fn client_gone(self) -> Response<ProxyBody> {
+        let Begun { running, recording } = self.begun;
+        session_start::end_held(running, recording, Held::ClientGone)
+    }
 }
 
 /// Notes that `path`'s upstream answered 101; logs a change of mind once.

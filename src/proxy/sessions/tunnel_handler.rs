@@ -1,28 +1,28 @@
-//! WebSockets offering `SPDY/3.1+<name>.k8s.io` (kubectl ≥ 1.31 port-forward): dial the
-//! upstream with a SPDY upgrade first; on its 101 accept the WebSocket and relay bytes; an
-//! upstream refusal ≥ 400 is replayed to the client as that HTTP response (PROTOCOL.md §2.1).
+//! WebSockets offering `SPDY/3.1+<name>.k8s.io` (kubectl ≥ 1.31 port-forward): once the
+//! session has begun (identified, audited), dial the upstream with a SPDY upgrade; on its 101
+//! accept the WebSocket and relay bytes; an upstream refusal ≥ 400 is replayed to the client as
+//! that HTTP response (PROTOCOL.md §2.1).
 //! Under `--upstream-streaming auto` the dial ([`dial`]) is made by the caller, which decides
 //! on its answer before handing it over.
 
 use std::sync::Arc;
 
-use http::{Response, StatusCode};
+use http::Response;
 use tracing::{info, warn, Instrument};
 
-use super::registry::{next_session_id, SessionSlot};
 use super::session_audit;
 use super::session_end::{Finished, Running};
+use super::session_start;
 use super::state::ProxyState;
 use super::upstream_refusal;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::validate_handshake;
-use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
+use crate::proxy::client::websocket::ClientAnswer;
+use crate::proxy::observability::metrics::SessionOutcome;
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::UpstreamIo;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, DialError};
 use crate::proxy::wire::body::ProxyBody;
-use crate::proxy::wire::status_response::failure;
 use crate::spdy::upgrade::Upgraded;
 use crate::translate::observe::{PortForwardWatch, PORT_FORWARD};
 use crate::translate::protocol::TUNNEL_PREFIX;
@@ -31,8 +31,8 @@ use crate::translate::tunnel;
 /// The tunnel's upstream SPDY connection, or why there is none.
 pub type Dialled = Result<Upgraded<UpstreamIo>, DialError>;
 
-/// Asks the upstream for the tunnel's SPDY connection as [`handle`] would, without committing
-/// the client to it: `auto` decides on the answer first.
+/// Asks the upstream for the tunnel's SPDY connection (a SPDY upgrade offering `protocols`),
+/// as [`handle`] does; under `auto` the caller decides on the answer before serving it.
 pub async fn dial(
     state: &ProxyState,
     req: &UpgradeRequest,
@@ -40,79 +40,64 @@ pub async fn dial(
     protocols: Vec<String>,
 ) -> Dialled {
     let headers = state.upstream_headers(&req.parts.headers, stream);
-    dial_upstream(state, &req.path_and_query(), headers, protocols).await
-}
-
-/// Dials the upstream with a SPDY upgrade offering `protocols`.
-async fn dial_upstream(
-    state: &ProxyState,
-    path_and_query: &str,
-    headers: http::HeaderMap,
-    protocols: Vec<String>,
-) -> Dialled {
+    let timeout = state.handshake_timeout;
     dial_spdy(
         &state.upstream,
-        path_and_query,
+        &req.path_and_query(),
         headers,
         protocols,
-        state.handshake_timeout,
+        timeout,
     )
     .await
 }
 
-/// Handles a request the classifier marked as a tunnel; `protocols` are the de-prefixed names;
-/// with `dialled` the upstream was asked already ([`dial`]). In order: the client's handshake
-/// is checked, the upstream is dialled while the caller is identified, the audit trail starts,
-/// and on the upstream's 101 the tunnel runs in the background ([`TunnelSession::run`]).
+/// Handles the tunnel to a SPDY upstream (`--upstream-streaming spdy`), admitted as `running`;
+/// `protocols` are the de-prefixed names. In order: the session begins (the caller
+/// identified, the audit trail started), then, if it may go upstream, the upstream is dialled
+/// and the session served ([`serve`]).
 pub async fn handle(
     state: Arc<ProxyState>,
     req: UpgradeRequest,
     stream: StreamRequest,
     protocols: Vec<String>,
-    slot: SessionSlot,
-    dialled: Option<Dialled>,
+    answer: ClientAnswer,
+    mut running: Running,
 ) -> Response<ProxyBody> {
-    let answer = match validate_handshake(&req.parts.method, &req.parts.headers, stream.client.form)
-    {
-        Ok(answer) => answer,
-        Err(e) => return failure(e.status(), "BadRequest", e.to_string()),
-    };
-    if protocols.is_empty() {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "unable to upgrade: no tunneling spdy protocols provided",
-        );
+    // The protocol is the upstream's choice: its `ended` event says it.
+    let recording = session_start::begin(
+        &state,
+        &req,
+        &stream,
+        &mut running,
+        ProtocolPath::Tunnel,
+        None,
+    )
+    .await;
+    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
+        return session_start::end_held(running, recording, held);
     }
-    let guard = state.metrics.session(SessionKind::PortForwardTunnel);
-    let session_id = next_session_id();
-    let headers = state.upstream_headers(&req.parts.headers, &stream);
-    let credentials = headers.get(http::header::AUTHORIZATION).cloned();
-    let path_and_query = req.path_and_query();
-    let dial = async {
-        match dialled {
-            Some(dialled) => dialled,
-            None => dial_upstream(&state, &path_and_query, headers, protocols).await,
-        }
-    };
-    let (dialed, identity) = tokio::join!(
-        dial,
-        session_audit::identify(&state, &stream.caller, credentials),
-    );
+    let dialled = dial(&state, &req, &stream, protocols).await;
+    serve(state, req, stream, answer, running, dialled).await
+}
+
+/// Serves a tunnel that has begun, on the upstream's answer `dialled` (under `auto` asked by
+/// the caller): a refusal is replayed to the client; on the upstream's 101 the tunnel runs in
+/// the background ([`TunnelSession::run`]) and the client's WebSocket is answered.
+pub async fn serve(
+    state: Arc<ProxyState>,
+    req: UpgradeRequest,
+    stream: StreamRequest,
+    answer: ClientAnswer,
+    mut running: Running,
+    dialled: Dialled,
+) -> Response<ProxyBody> {
     // No version header in the 101 → no subprotocol (the client then rejects it, as designed).
-    let chosen = dialed
+    let chosen = dialled
         .as_ref()
         .ok()
         .and_then(|u| u.protocol.as_ref().map(|p| format!("{TUNNEL_PREFIX}{p}")));
-    let info = session_audit::stream_info(
-        session_id,
-        &stream,
-        identity,
-        ProtocolPath::Tunnel,
-        chosen.clone(),
-    );
-    let running = Running::new(session_audit::start(&state, info), slot, guard);
-    let upstream = match dialed {
+    running.agreed(ProtocolPath::Tunnel, chosen.clone());
+    let upstream = match dialled {
         Ok(u) => u,
         Err(e) => return upstream_refusal::refuse(&state, running, e),
     };
@@ -123,7 +108,6 @@ pub async fn handle(
     let session = TunnelSession {
         state,
         stream,
-        session_id,
         running,
         watch,
     };
@@ -137,7 +121,6 @@ pub async fn handle(
 struct TunnelSession {
     state: Arc<ProxyState>,
     stream: StreamRequest,
-    session_id: u64,
     running: Running,
     /// The port-forward's connections, for the audit log.
     watch: Option<PortForwardWatch>,
@@ -171,10 +154,11 @@ impl TunnelSession {
         .await;
         let finished = Finished::tunnel(&outcome, self.watch);
         let result = finished.outcome;
+        let session_id = self.running.session_id();
         self.running.finish(finished);
         let (stream, client) = (&self.stream, self.stream.client);
         info!(
-            session = self.session_id,
+            session = session_id,
             verb = "portforward",
             user = stream.caller.user().unwrap_or(""),
             http_version = client.form.http_version(),

@@ -1,0 +1,116 @@
+//! What every streaming session does between its admission and its first word to the
+//! upstream, in the order that keeps the evidence ahead of the effect: the caller identified
+//! (a TokenReview or SelfSubjectReview is not the session's request), an exec or attach's
+//! recording opened, the audit `started` event written (naming the recording); then the
+//! session goes upstream only if it may: under `--record=required` a session that cannot be
+//! recorded is refused, and a session whose client already went away ends there, with nothing
+//! asked of the upstream.
+
+use http::{header, HeaderMap, HeaderValue, Response};
+
+use super::session_audit;
+use super::session_end::Running;
+use super::session_recording::{unrecordable_response, OpenedRecording};
+use super::state::ProxyState;
+use crate::audit::ProtocolPath;
+use crate::proxy::client::upgrade_request::UpgradeRequest;
+use crate::proxy::observability::metrics::SessionOutcome;
+use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::status_response::failure;
+
+/// A session whose trail has begun: its [`Running`] (audited from here) and its recording.
+pub struct Begun {
+    pub running: Running,
+    pub recording: OpenedRecording,
+}
+
+/// Why a session that has begun does not go upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// Its recording could not start and recordings are required: why.
+    Unrecordable(String),
+    /// Its client went away before it was answered.
+    ClientGone,
+}
+
+/// Identifies the caller, opens the recording of an exec or attach (with `--record`), and
+/// writes the session's audit `started` event, saying `path` and, where it is known before the
+/// upstream answers, `protocol`. Nothing goes upstream here but the identity review.
+pub async fn begin(
+    state: &ProxyState,
+    req: &UpgradeRequest,
+    stream: &StreamRequest,
+    running: &mut Running,
+    path: ProtocolPath,
+    protocol: Option<String>,
+) -> OpenedRecording {
+    let credentials = credentials(state, &req.parts.headers, stream);
+    let identity = session_audit::identify(state, &stream.caller, credentials).await;
+    let recording = match stream.target.is_remote_command() {
+        true => OpenedRecording::open(state, running.session_id(), stream).await,
+        false => OpenedRecording::default(),
+    };
+    let mut info =
+        session_audit::stream_info(running.session_id(), stream, identity, path, protocol);
+    recording.name_in(&mut info);
+    running.start_audit(state, info);
+    recording
+}
+
+/// Whether a session that has begun may go upstream now: not when it cannot be recorded under
+/// `--record=required`, nor when its client has gone.
+pub fn may_go_upstream(running: &Running, recording: &OpenedRecording) -> Result<(), Held> {
+    if let Some(why) = recording.refusal() {
+        return Err(Held::Unrecordable(why.to_owned()));
+    }
+    if running.client_gone() {
+        return Err(Held::ClientGone);
+    }
+    Ok(())
+}
+
+/// Ends a session held back before the upstream (`held`: why), counted and audited as every
+/// session is; the answer for the client (a 503 for a session that cannot be recorded; the
+/// answer to a client that is gone goes nowhere).
+pub fn end_held(running: Running, recording: OpenedRecording, held: Held) -> Response<ProxyBody> {
+    match held {
+        Held::Unrecordable(why) => {
+            let refusal = unrecordable_response(&why);
+            running.unstarted(
+                SessionOutcome::RecordingFailed,
+                session_audit::REFUSED_UNRECORDABLE,
+                recording.finish(),
+            );
+            refusal
+        }
+        Held::ClientGone => {
+            running.unstarted(
+                SessionOutcome::ClientGone,
+                session_audit::CLIENT_GONE_BEFORE_UPSTREAM,
+                recording.finish(),
+            );
+            failure(
+                http::StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the client went away",
+            )
+        }
+    }
+}
+
+/// The credentials the session's request carries upstream (`Authorization`, or in passthrough
+/// mode the bearer of the WebSocket subprotocol): who the audit asks about in passthrough
+/// mode.
+fn credentials(
+    state: &ProxyState,
+    client: &HeaderMap,
+    stream: &StreamRequest,
+) -> Option<HeaderValue> {
+    let mut headers = HeaderMap::new();
+    if let Some(authorization) = client.get(header::AUTHORIZATION) {
+        headers.insert(header::AUTHORIZATION, authorization.clone());
+    }
+    state.auth.apply(&stream.caller, &mut headers);
+    headers.remove(header::AUTHORIZATION)
+}
