@@ -280,7 +280,9 @@ async fn required_recordings_refuse_what_cannot_be_recorded() {
     );
     let ended = r.ended("relayed-refused").await;
     assert_eq!(ended["outcome"], "recording_failed", "{ended}");
-    assert_eq!(ended["protocol_path"], "relay_spdy", "{ended}");
+    // Refused before the upstream was asked: under `--upstream-streaming auto` no path was
+    // taken.
+    assert_eq!(ended["protocol_path"], "auto", "{ended}");
     assert!(ended["recording_error"].as_str().is_some(), "{ended}");
 
     // Once recordings can be made, a relayed SPDY session is recorded, so it is admitted.
@@ -777,13 +779,14 @@ fn fill(dir: &Path) {
     while filler.write_all(b"x").is_ok() {}
 }
 
-/// kubectl 1.33 (translated) and 1.28 (relayed SPDY) run `echo never` on `pods`: each is
-/// refused before the command runs, with a Status and an audit event saying `why`.
+/// kubectl 1.33 (WebSocket) and 1.28 (SPDY) run `echo never` on `pods`: each is refused before
+/// anything goes upstream, with a Status and an audit event saying `why` (and, as no path was
+/// taken under `--upstream-streaming auto`, the path `auto`).
 async fn refused_at_the_start(r: &Recorded, pods: [&str; 2], why: &str) {
     let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
         return;
     };
-    for (k, pod, path) in [(&k33, pods[0], "translated"), (&k28, pods[1], "relay_spdy")] {
+    for (k, pod, path) in [(&k33, pods[0], "auto"), (&k28, pods[1], "auto")] {
         let mut c = r.kubectl(k);
         c.args(["exec", pod, "--", "echo", "never"]);
         c.stdin(Stdio::null());

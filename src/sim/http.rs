@@ -288,9 +288,11 @@ async fn route(
     let method = req.method().clone();
     match segments.as_slice() {
         ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if method == Method::POST => {
+            slow(inner.config.delays.reviews).await;
             reviews::token_review(&inner, req).await
         }
         ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
+            slow(inner.config.delays.reviews).await;
             reviews::self_subject_review(user)
         }
         ["api", "v1", "namespaces", ns, "pods", pod, sub]
@@ -386,6 +388,14 @@ fn pod_response(inner: &Inner, req: &Request<Incoming>, ns: &str, pod: &str) -> 
         )
     } else {
         json_response(StatusCode::OK, &objects::pod(ns, pod, inner.started))
+    }
+}
+
+/// Waits `delay` ([`SimDelays`](super::SimDelays)); no wait at all when it is zero (a zero
+/// sleep would still wait for the timer's next tick).
+async fn slow(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -486,6 +496,8 @@ async fn subresource(
     if let Err(refusal) = api_server_checks(&inner, req.method(), user, ns, pod, sub) {
         return refusal;
     }
+    // A slow cluster: nothing of the session starts before this.
+    slow(inner.config.delays.streaming).await;
     let query = Query::parse(req.uri().query());
     // A new API server serves these itself (translator, tunnel); everything else goes to the
     // kubelet's own handlers.

@@ -72,6 +72,12 @@
 //! `SIM_USER` and `SIM_GROUPS` (comma-joined) of the effective identity; `forbidden-*` pods name
 //! it in their 403.
 //!
+//! # A slow cluster
+//!
+//! [`SimConfig::delays`] holds streaming requests (after the API server's checks, before
+//! anything starts) and reviews for a while before they are answered, so that a test can hang
+//! up while the proxy waits on each.
+//!
 //! # Fault-injection pods (by name prefix, on exec, attach, portforward and log)
 //!
 //! * `forbidden-*`: 403 Forbidden JSON Status before any upgrade.
@@ -163,6 +169,20 @@ pub struct SimConfig {
     pub front_proxy: Option<SimFrontProxy>,
     /// Which streaming protocols the cluster speaks (default: an old SPDY-only cluster).
     pub streaming: SimStreaming,
+    /// How long a slow cluster takes before it answers (default: no delay), for tests that
+    /// hang up while the proxy waits on it.
+    pub delays: SimDelays,
+}
+
+/// How long the simulated cluster holds requests before it answers them: a slow API server or
+/// kubelet. Zero (the default) answers at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimDelays {
+    /// Every streaming request (an exec, attach or port-forward upgrade, a log), after the
+    /// API server's checks and before anything of it starts or is answered.
+    pub streaming: Duration,
+    /// Every TokenReview and SelfSubjectReview.
+    pub reviews: Duration,
 }
 
 impl Default for SimConfig {
@@ -176,6 +196,7 @@ impl Default for SimConfig {
             impersonators: Vec::new(),
             front_proxy: None,
             streaming: SimStreaming::SpdyOnly,
+            delays: SimDelays::default(),
         }
     }
 }

@@ -85,6 +85,18 @@ impl H2Connection {
         protocol: Option<&'static str>,
         headers: &[(&str, &str)],
     ) -> Result<(http::Response<RecvStream>, SendStream<Bytes>), h2::Error> {
+        let (response, stream) = self.start_stream(path, protocol, headers).await?;
+        Ok((response.await?, stream))
+    }
+
+    /// Sends `CONNECT` as [`connect_stream`](Self::connect_stream) does, without waiting for
+    /// the answer: its future, and the stream (which the caller may reset meanwhile).
+    pub async fn start_stream(
+        &self,
+        path: &str,
+        protocol: Option<&'static str>,
+        headers: &[(&str, &str)],
+    ) -> Result<(h2::client::ResponseFuture, SendStream<Bytes>), h2::Error> {
         let uri = match protocol {
             Some(_) => format!("https://{}{path}", self.authority),
             None => self.authority.clone(),
@@ -99,8 +111,7 @@ impl H2Connection {
                 .insert(h2::ext::Protocol::from_static(p));
         }
         let mut send = self.send.clone().ready().await?;
-        let (response, stream) = send.send_request(req, false)?;
-        Ok((response.await?, stream))
+        send.send_request(req, false)
     }
 
     /// Opens a WebSocket on `path` offering `protocols`, as a browser would.

@@ -10,6 +10,7 @@ pub mod exec_suite;
 pub mod forward;
 pub mod go_front;
 pub mod h2_ws;
+pub mod hangup;
 pub mod harness;
 pub mod middlebox;
 pub mod page_server;

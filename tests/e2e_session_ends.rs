@@ -1,0 +1,242 @@
+//! Issue 35, Finding 5: `kube_ws_proxy_sessions_admitted_total` = `sessions_total` +
+//! `sessions_active` after every kind of early end: a handshake refused (never admitted), an
+//! upstream that refuses, a client gone while it is identified, a client gone while the
+//! upstream is asked, a client that never takes its upgrade, a session refused because it
+//! cannot be recorded (relayed and translated), and an upstream that cannot be reached. Each
+//! end is counted once, under the outcome it had.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::hangup::{family_sum, Counts, HangUp, Kind, Rig};
+use common::proxy_process::ProxyProcess;
+use kube_ws_proxy::sim::{SimConfig, SimDelays, SimStreaming};
+
+/// How long the slow cluster holds each review and each streaming answer.
+const HOLD: Duration = Duration::from_millis(150);
+
+/// The value of one series (`name{labels}`) in a Prometheus text; 0 when absent.
+fn series(text: &str, name_and_labels: &str) -> i64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as i64)
+}
+
+/// The proxy's session counts, read from `text`.
+fn counts(text: &str) -> Counts {
+    Counts {
+        admitted: family_sum(text, "kube_ws_proxy_sessions_admitted_total"),
+        finished: family_sum(text, "kube_ws_proxy_sessions_total"),
+        active: family_sum(text, "kube_ws_proxy_sessions_active"),
+    }
+}
+
+/// Runs `end` against `proxy` and checks what it leaves: `admitted` more sessions admitted,
+/// all of them ended (nothing active), the identity holding, and `counted` (a series of the
+/// metrics text) one more.
+async fn after_end<F: std::future::Future<Output = ()>>(
+    proxy: &ProxyProcess,
+    what: &str,
+    admitted: i64,
+    counted: &str,
+    end: F,
+) {
+    let before_text = proxy.metrics();
+    let before = counts(&before_text);
+    end.await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = proxy.metrics();
+        let now = counts(&text);
+        let settled = now.active == 0 && now.admitted == before.admitted + admitted;
+        if settled || tokio::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let now = counts(&text);
+    assert_eq!(
+        now.admitted - before.admitted,
+        admitted,
+        "{what}: admitted {before:?} -> {now:?}"
+    );
+    assert!(
+        now.add_up() && now.active == 0,
+        "{what}: admitted = finished + active does not hold: {now:?}"
+    );
+    assert_eq!(
+        series(&text, counted) - series(&before_text, counted),
+        1,
+        "{what}: {counted} did not count it once"
+    );
+}
+
+/// Sends `request` and reads the head of the answer.
+async fn ask(proxy: &ProxyProcess, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    let read = async {
+        while !head.ends_with(b"\r\n\r\n") && tcp.read(&mut byte).await.unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), read).await;
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// A v5 exec WebSocket to `pod`, read to its Close: what the translation tells inside it.
+async fn v5_exec(proxy: &ProxyProcess, pod: &str) -> Vec<u8> {
+    let path = common::ws_client::exec_path(pod, &["echo", "hi"], false, true, true);
+    let (mut ws, _) = common::ws_client::connect(proxy.addr, &path, "v5.channel.k8s.io")
+        .await
+        .expect("the WebSocket is accepted");
+    common::ws_client::read_to_close(&mut ws).await.status
+}
+
+const EXEC_CLIENT_GONE: &str = r#"kube_ws_proxy_sessions_total{kind="exec",outcome="client_gone"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() {
+    let sim = SimConfig {
+        streaming: SimStreaming::SpdyOnly,
+        delays: SimDelays {
+            streaming: HOLD,
+            reviews: HOLD,
+        },
+        ..SimConfig::default()
+    };
+    let rig = Rig::start(sim, false, &["--upstream-streaming", "spdy"]).await;
+    let proxy = &rig.proxy;
+    let token = |n: &str| format!("token-{n}");
+
+    let mut bad = Kind::V5Exec.http1_request("ends-bad-handshake", None);
+    bad = bad.replace("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8");
+    let refused = r#"kube_ws_proxy_handshake_rejections_total{reason="bad_request"}"#;
+    after_end(proxy, "a refused handshake", 0, refused, async {
+        let answer = ask(proxy, &bad).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    })
+    .await;
+
+    let forbidden = Kind::SpdyExec.http1_request("forbidden-ends", None);
+    let upstream_error =
+        r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="upstream_error"}"#;
+    after_end(proxy, "an upstream refusal", 1, upstream_error, async {
+        let answer = ask(proxy, &forbidden).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    })
+    .await;
+
+    let identifying = Kind::V5Exec.http1_request("ends-identifying", Some(&token("a")));
+    after_end(
+        proxy,
+        "a client gone while identified",
+        1,
+        EXEC_CLIENT_GONE,
+        async {
+            rig.hang_up_h1(&identifying, HangUp::After(HOLD / 2)).await;
+        },
+    )
+    .await;
+
+    let asking = Kind::V5Exec.http1_request("ends-asking", Some(&token("b")));
+    after_end(
+        proxy,
+        "a client gone while the upstream is asked",
+        1,
+        EXEC_CLIENT_GONE,
+        async {
+            rig.hang_up_h1(&asking, HangUp::After(HOLD + HOLD / 2))
+                .await;
+        },
+    )
+    .await;
+
+    let answered = Kind::V5Exec.http1_request("ends-answered", Some(&token("c")));
+    after_end(
+        proxy,
+        "a client that never takes its upgrade",
+        1,
+        EXEC_CLIENT_GONE,
+        async {
+            rig.hang_up_h1(&answered, HangUp::Answered).await;
+        },
+    )
+    .await;
+
+    // No recording can be made once the directory is gone.
+    std::fs::remove_dir_all(&rig.records).unwrap();
+    let relayed = Kind::SpdyExec.http1_request("ends-unrecordable-relayed", None);
+    let unrecordable =
+        r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="recording_failed"}"#;
+    after_end(
+        proxy,
+        "a relayed session that cannot be recorded",
+        1,
+        unrecordable,
+        async {
+            let answer = ask(proxy, &relayed).await;
+            assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        },
+    )
+    .await;
+    let unrecordable = r#"kube_ws_proxy_sessions_total{kind="exec",outcome="recording_failed"}"#;
+    after_end(
+        proxy,
+        "a translated session that cannot be recorded",
+        1,
+        unrecordable,
+        async {
+            let status = v5_exec(proxy, "ends-unrecordable-translated").await;
+            let status = String::from_utf8_lossy(&status);
+            assert!(status.contains("recordings are required"), "{status}");
+        },
+    )
+    .await;
+    assert!(
+        rig.sim
+            .requests()
+            .iter()
+            .all(|r| !r.path.contains("unrecordable")),
+        "a session that cannot be recorded went upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_upstream_cannot_be_reached_is_counted_once() {
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let proxy = ProxyProcess::start(&upstream, &["--upstream-streaming", "spdy"]);
+    let relayed = Kind::SpdyExec.http1_request("ends-unreachable", None);
+    let upstream_error =
+        r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="upstream_error"}"#;
+    after_end(
+        &proxy,
+        "an unreachable upstream (relayed)",
+        1,
+        upstream_error,
+        async {
+            let answer = ask(&proxy, &relayed).await;
+            assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        },
+    )
+    .await;
+    let upstream_error = r#"kube_ws_proxy_sessions_total{kind="exec",outcome="upstream_error"}"#;
+    after_end(
+        &proxy,
+        "an unreachable upstream (translated)",
+        1,
+        upstream_error,
+        async {
+            let status = v5_exec(&proxy, "ends-unreachable-translated").await;
+            assert!(!status.is_empty(), "no Status told inside the WebSocket");
+        },
+    )
+    .await;
+}
