@@ -310,8 +310,10 @@ async fn required_recordings_refuse_what_cannot_be_recorded() {
         metrics.contains("kube_ws_proxy_recording_failures_total 2"),
         "{metrics}"
     );
-    // Both refusals count as sessions that ended for their recording, whichever path refused.
-    for kind in ["exec", "spdy_relay"] {
+    // Both refusals count as sessions that ended for their recording. Refused before any path
+    // was taken, each counts under the kind `--upstream-streaming auto` admits it as (the v5
+    // exec as a pass-through, the SPDY one as a relay).
+    for kind in ["websocket_pass_through", "spdy_relay"] {
         let refused = format!(
             "kube_ws_proxy_sessions_total{{kind=\"{kind}\",outcome=\"recording_failed\"}} 1"
         );
@@ -648,7 +650,8 @@ async fn a_disk_that_fills_up_ends_required_sessions_and_not_best_effort_ones() 
         metrics.contains("kube_ws_proxy_recording_failures_total 2"),
         "{metrics}"
     );
-    // Both refusals count as sessions that ended for their recording, whichever path refused.
+    // Both sessions ended for their recording, each counted under the path it had taken when
+    // the disk filled.
     for kind in ["exec", "spdy_relay"] {
         let refused = format!(
             "kube_ws_proxy_sessions_total{{kind=\"{kind}\",outcome=\"recording_failed\"}} 1"

@@ -473,7 +473,7 @@ async fn open_session(
             state
                 .metrics
                 .handshake_rejected(HandshakeRejection::BadRequest);
-            return Ok(refusal);
+            return Ok(refusal.response());
         }
     };
     let slot = match state.sessions.admit() {

@@ -10,7 +10,9 @@ use super::pass_through;
 use super::reverse_handler;
 use super::state::ProxyState;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
-use crate::proxy::client::websocket::{is_valid_key, validate_handshake, ClientAnswer};
+use crate::proxy::client::websocket::{
+    is_valid_key, validate_handshake, ClientAnswer, HandshakeError,
+};
 use crate::proxy::observability::metrics::SessionKind;
 use crate::proxy::route::classify::RelayKind;
 use crate::proxy::route::stream_request::StreamTarget;
@@ -19,6 +21,7 @@ use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::translate::exec_options::Subresource;
 use crate::translate::protocol::UpstreamVersion;
+use crate::translate::reverse::negotiation::NegotiationError;
 
 /// A streaming session as the front door classified it.
 #[derive(Debug)]
@@ -29,6 +32,34 @@ pub enum Requested {
     Tunnel(Vec<String>),
     /// An upgrade the upstream serves natively.
     Relay(RelayKind),
+}
+
+/// Why a streaming request is refused before it is admitted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAdmissible {
+    /// Its WebSocket handshake is not one.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    /// A tunnel offering no tunnelled protocol.
+    #[error("unable to upgrade: no tunneling spdy protocols provided")]
+    NoTunnelProtocols,
+    /// A pass-through with nothing the upstream may be offered.
+    #[error("no WebSocket subprotocol to offer upstream")]
+    NothingToOffer,
+    /// The version a SPDY client offers, which the reverse translator does not speak.
+    #[error(transparent)]
+    Version(#[from] NegotiationError),
+}
+
+impl NotAdmissible {
+    /// The answer for the client: a Status (a version refused as a kubelet refuses it).
+    pub fn response(&self) -> Response<ProxyBody> {
+        match self {
+            NotAdmissible::Handshake(e) => failure(e.status(), "BadRequest", e.to_string()),
+            NotAdmissible::Version(e) => reverse_handler::refuse_offer(e),
+            other => failure(StatusCode::BAD_REQUEST, "BadRequest", other.to_string()),
+        }
+    }
 }
 
 /// A session that may be admitted, with what its checks found.
@@ -64,14 +95,14 @@ pub enum Admissible {
 }
 
 impl Admissible {
-    /// Checks `requested` (`req`, naming `target`) for admission; the refusal to answer
+    /// Checks `requested` (`req`, naming `target`) for admission; why it is refused
     /// otherwise.
     pub fn check(
         state: &ProxyState,
         req: &UpgradeRequest,
         target: &StreamTarget,
         requested: Requested,
-    ) -> Result<Admissible, Response<ProxyBody>> {
+    ) -> Result<Admissible, NotAdmissible> {
         let setting = state.upstream_streaming;
         match requested {
             Requested::RemoteCommand(subresource) => {
@@ -87,11 +118,7 @@ impl Admissible {
             Requested::Tunnel(protocols) => {
                 let answer = client_answer(req)?;
                 if protocols.is_empty() {
-                    return Err(failure(
-                        StatusCode::BAD_REQUEST,
-                        "BadRequest",
-                        "unable to upgrade: no tunneling spdy protocols provided",
-                    ));
+                    return Err(NotAdmissible::NoTunnelProtocols);
                 }
                 if setting != UpstreamStreaming::Spdy {
                     offers_upstream(req, StreamFamily::PortForward)?;
@@ -102,7 +129,7 @@ impl Admissible {
             Requested::Relay(RelayKind::WebSocket) => {
                 let key = req.parts.headers.get(header::SEC_WEBSOCKET_KEY);
                 if !key.is_some_and(|k| is_valid_key(k.as_bytes())) {
-                    return Err(bad_key());
+                    return Err(HandshakeError::Key.into());
                 }
                 Ok(Admissible::Relay(RelayKind::WebSocket))
             }
@@ -155,7 +182,7 @@ fn spdy(
     req: &UpgradeRequest,
     target: &StreamTarget,
     setting: UpstreamStreaming,
-) -> Result<Admissible, Response<ProxyBody>> {
+) -> Result<Admissible, NotAdmissible> {
     let Some(subresource) = target.streaming_subresource() else {
         return Ok(Admissible::Relay(RelayKind::Spdy));
     };
@@ -163,8 +190,7 @@ fn spdy(
         return Ok(Admissible::Relay(RelayKind::Spdy));
     }
     let port_forward = subresource == Subresource::PortForward;
-    let version = reverse_handler::negotiate(req, port_forward)
-        .map_err(|e| reverse_handler::refuse_offer(&e))?;
+    let version = reverse_handler::negotiate(req, port_forward)?;
     Ok(match setting {
         UpstreamStreaming::Auto => Admissible::SpdyAuto {
             subresource,
@@ -178,27 +204,18 @@ fn spdy(
 }
 
 /// How the client's WebSocket handshake is answered, if it is a valid one.
-fn client_answer(req: &UpgradeRequest) -> Result<ClientAnswer, Response<ProxyBody>> {
-    validate_handshake(&req.parts.method, &req.parts.headers, req.client.form)
-        .map_err(|e| failure(e.status(), "BadRequest", e.to_string()))
+fn client_answer(req: &UpgradeRequest) -> Result<ClientAnswer, NotAdmissible> {
+    Ok(validate_handshake(
+        &req.parts.method,
+        &req.parts.headers,
+        req.client.form,
+    )?)
 }
 
 /// Whether a pass-through has a subprotocol to offer the upstream.
-fn offers_upstream(req: &UpgradeRequest, family: StreamFamily) -> Result<(), Response<ProxyBody>> {
-    if pass_through::upstream_offer(family, &req.parts.headers).is_empty() {
-        return Err(failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "no WebSocket subprotocol to offer upstream",
-        ));
+fn offers_upstream(req: &UpgradeRequest, family: StreamFamily) -> Result<(), NotAdmissible> {
+    match pass_through::upstream_offer(family, &req.parts.headers).is_empty() {
+        true => Err(NotAdmissible::NothingToOffer),
+        false => Ok(()),
     }
-    Ok(())
-}
-
-fn bad_key() -> Response<ProxyBody> {
-    failure(
-        StatusCode::BAD_REQUEST,
-        "BadRequest",
-        "missing or invalid Sec-WebSocket-Key",
-    )
 }
