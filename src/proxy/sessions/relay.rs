@@ -344,7 +344,11 @@ fn start_audit(
     let mut info = session_audit::session_info(
         relayed.session_id,
         &relayed.target,
-        SessionClient::new(relayed.peer, relayed.client_stream.form),
+        SessionClient::new(
+            relayed.peer,
+            relayed.client_stream.form,
+            relayed.caller.address(),
+        ),
         identity,
         protocol_path(relayed.kind),
         protocol,
@@ -622,7 +626,7 @@ async fn refuse_unrecorded(
             let info = session_audit::session_info(
                 session_id,
                 &stream.target,
-                SessionClient::new(stream.peer, stream.client.form),
+                SessionClient::new(stream.peer, stream.client.form, stream.caller.address()),
                 identity,
                 protocol_path(kind),
                 None,
