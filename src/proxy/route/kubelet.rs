@@ -79,3 +79,40 @@ impl KubeletRun {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(pq: &str) -> RequestTarget {
+        RequestTarget::parse_path_and_query(pq).unwrap()
+    }
+
+    #[test]
+    fn a_pods_own_path_is_read_before_a_kubelet_path_inside_it() {
+        let get = http::Method::GET;
+        assert!(kubelet_call(&get, &target("/api/v1/nodes/w/proxy/exec/ns/p/c")).is_some());
+        // A pod subresource whose name happens to hold the node path is that pod's.
+        let inner = "/api/v1/namespaces/ns/pods/p/exec/api/v1/nodes/w/proxy/exec/ns/p/c";
+        assert!(kubelet_call(&get, &target(inner)).is_none());
+    }
+
+    #[test]
+    fn a_run_reads_its_command_as_the_kubelet_does() {
+        let post = http::Method::POST;
+        let t = target("/api/v1/nodes/w/proxy/run/ns/p/uid/c?cmd=from+query");
+        let run = KubeletRun::read(&post, &t, Some("cmd=echo+a++b")).unwrap();
+        assert_eq!(run.command, ["echo", "a", "", "b"]);
+        assert_eq!(run.call.uid.as_deref(), Some("uid"));
+        assert_eq!(
+            KubeletRun::read(&post, &t, None).unwrap().command,
+            ["from", "query"]
+        );
+        assert!(KubeletRun::read(&http::Method::GET, &t, None).is_none());
+        let exec = target("/api/v1/nodes/w/proxy/exec/ns/p/c");
+        assert!(KubeletRun::read(&post, &exec, None).is_none());
+        let audited = run.target();
+        assert_eq!(audited.node.as_deref(), Some("w"));
+        assert_eq!(audited.options.container.as_deref(), Some("c"));
+    }
+}

@@ -213,6 +213,49 @@ mod tests {
     }
 
     #[test]
+    fn kubelet_sessions_name_their_node_and_read_the_kubelets_options() {
+        let t = read("/api/v1/nodes/https:w-1:10250/proxy/exec/team/web/uid/main?command=id&command=-u&input=1&output=1&error=true&tty=1&stdin=1");
+        assert_eq!(t.node.as_deref(), Some("w-1"));
+        let pod = t.pod.as_ref().unwrap();
+        assert_eq!((pod.namespace.as_str(), pod.pod.as_str()), ("team", "web"));
+        assert_eq!(t.subresource(), Some(Subresource::Exec));
+        assert_eq!(t.options.container.as_deref(), Some("main"));
+        assert_eq!(t.options.command, ["id", "-u"]);
+        // The kubelet's names, each on only when `1`.
+        assert!(t.options.stdin && t.options.stdout && !t.options.stderr && t.options.tty);
+        assert!(t.is_remote_command());
+        // Always relayed: never translated or reverse-translated.
+        assert_eq!(t.streaming_subresource(), None);
+        assert_eq!(t.recording_title(), "team/web (main) on node w-1");
+        let pf = read("/api/v1/nodes/w/proxy/portForward/ns/db?port=5432&port=x&ports=1");
+        assert_eq!(pf.subresource(), Some(Subresource::PortForward));
+        assert_eq!(pf.ports, [5432]);
+        // `run` is no streaming session; other node proxy paths are none either.
+        assert_eq!(
+            read("/api/v1/nodes/w/proxy/run/ns/p/c?cmd=id"),
+            StreamTarget::default()
+        );
+        assert_eq!(
+            read("/api/v1/nodes/w/proxy/metrics"),
+            StreamTarget::default()
+        );
+    }
+
+    #[test]
+    fn log_fields_and_titles_are_bounded() {
+        let long = "p".repeat(1000);
+        let t = read(&format!(
+            "/api/v1/namespaces/ns/pods/{long}/exec?container={long}"
+        ));
+        assert_eq!(t.pod_name().len(), 256);
+        assert_eq!(t.container().len(), 256);
+        assert_eq!(
+            t.recording_title().len(),
+            "ns/".len() + 256 + " ()".len() + 256
+        );
+    }
+
+    #[test]
     fn followed_logs_are_told_apart() {
         let get = http::Method::GET;
         let target = |pq: &str| RequestTarget::parse_path_and_query(pq).unwrap();
