@@ -635,6 +635,13 @@ fn exec_target(
         dying: pod.starts_with("dying-"),
         user: user.clone(),
     };
+    with_a_stream(target)
+}
+
+/// `target`, or the kubelet's 400 when it asks for no stream at all.
+// The refusal is the response itself; it is built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(crate) fn with_a_stream(target: Target) -> Result<Target, Response<Body>> {
     if !target.stdin && !target.stdout && !target.stderr {
         return Err(text_response(
             StatusCode::BAD_REQUEST,

@@ -20,7 +20,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::exec::{self, Target};
-use super::http::valid_name;
+use super::http::{valid_name, with_a_stream};
 use super::identity::SimIdentity;
 use super::kill::KillSwitch;
 use super::objects::{CONTAINERS, NODE_NAME};
@@ -151,13 +151,7 @@ fn target(
         dying: pod.starts_with("dying-"),
         user: user.clone(),
     };
-    if !target.stdin && !target.stdout && !target.stderr {
-        return Err(text_response(
-            StatusCode::BAD_REQUEST,
-            "you must specify at least 1 of stdin, stdout, stderr",
-        ));
-    }
-    Ok(target)
+    with_a_stream(target)
 }
 
 /// `run`: the command runs to its end; its stdout then stderr are the answer.
