@@ -228,3 +228,40 @@ async fn forbidden_refusals_are_bounded_then_refused_by_the_proxy_and_counted() 
         serde_json::json!([{"address": "127.0.0.1", "sessions_refused": 35}])
     );
 }
+
+/// Only refusals of the caller (401, 403) and upgrades the client never completed spend an
+/// address's budget: a cluster that answers something else (here 500, as it would 404 or
+/// not at all during an outage) charges nobody, so every client behind one address is not
+/// locked out once the cluster is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_that_are_not_the_callers_fault_cost_nothing() {
+    let env = [
+        ("KUBE_WS_PROXY_AUDIT_REFUSAL_BURST", "2"),
+        ("KUBE_WS_PROXY_AUDIT_REFUSAL_REFILL", "1h"),
+    ];
+    let a = Audited::launch(SimStreaming::SpdyOnly, &[], &env).await;
+    let mut statuses = Vec::new();
+    for n in 0..8 {
+        // The cluster fails these with a 500.
+        statuses.push(huge_exec(&a, &format!("error500-{n}"), Some(TINA)).await);
+    }
+    assert!(
+        statuses.iter().all(|s| s.contains(" 500 ")),
+        "{statuses:#?}"
+    );
+    let ended: Vec<Value> = kept_events(&a.audit_log)
+        .into_iter()
+        .filter(|e| {
+            e["stage"] == "ended"
+                && e["pod"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("error500-"))
+        })
+        .collect();
+    assert_eq!(ended.len(), 8, "{ended:#?}");
+    for e in &ended {
+        assert_eq!(e["ended_by"], "upstream refused", "{e}");
+    }
+    let session = accepted_exec(&a).await;
+    assert_kept(&a.audit_log, &session);
+}

@@ -174,6 +174,9 @@ pub struct SessionEnd {
     /// none).
     #[serde(skip)]
     pub ports_seen: Option<Vec<u16>>,
+    /// The upstream's HTTP status when it refused the session (0 or `None`: no answer).
+    #[serde(skip)]
+    pub refused_with: Option<u16>,
 }
 
 /// What an `ended` event's `ended_by` says of a session the upstream would not open, or never
@@ -184,11 +187,14 @@ pub const UPSTREAM_REFUSED: &str = "upstream refused";
 pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
 
 impl SessionEnd {
-    /// Whether the session never ran: the upstream refused it (or never answered), or its
-    /// client never completed the upgrade. Its caller's address pays for its events
-    /// ([`RefusalBudget`](super::refusals::RefusalBudget)).
-    pub fn never_ran(&self) -> bool {
-        self.ended_by == UPSTREAM_REFUSED || self.ended_by == CLIENT_UPGRADE_FAILED
+    /// Whether its caller's address pays for its events
+    /// ([`RefusalBudget`](super::refusals::RefusalBudget)): the session never ran because the
+    /// upstream would not let the caller in (401 or 403), or because the client never completed
+    /// its upgrade. A cluster that is down or failing (no answer, 5xx) charges nobody: an
+    /// outage must not lock every client behind one address out once it is over.
+    pub fn charges_caller(&self) -> bool {
+        self.ended_by == CLIENT_UPGRADE_FAILED
+            || (self.ended_by == UPSTREAM_REFUSED && matches!(self.refused_with, Some(401 | 403)))
     }
 
     /// This end with what a port-forward's SPDY session was seen to carry.

@@ -58,11 +58,13 @@ impl SessionAudit {
         ended_by: &'static str,
         status: Option<String>,
         recording_error: Option<String>,
+        refused_with: Option<u16>,
     ) {
         let duration_ms = self.elapsed_ms();
         self.end(SessionEnd {
             duration_ms,
             status,
+            refused_with,
             outcome,
             ended_by,
             recording_error,
@@ -78,7 +80,7 @@ impl SessionAudit {
             truncated = truncated.merged(&bounds::bound_ports(&mut ports));
             self.info.ports = ports;
         }
-        if let (true, Some(caller)) = (end.never_ran(), self.info.charged_to) {
+        if let (true, Some(caller)) = (end.charges_caller(), self.info.charged_to) {
             self.log.refusals().charge(caller);
         }
         self.emit("ended", Some(&end), &truncated);

@@ -91,7 +91,8 @@ pub async fn run(state: &ProxyState, req: RunRequest, slot: SessionSlot) -> Resp
     )
     .await;
     if !resp.status().is_success() {
-        running.upstream_refused(format!("upstream answered {}", resp.status().as_u16()));
+        let status = resp.status().as_u16();
+        running.upstream_refused(format!("upstream answered {status}"), status);
         return resp;
     }
     let (parts, upstream_body) = resp.into_parts();

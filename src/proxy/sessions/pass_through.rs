@@ -544,7 +544,7 @@ async fn deliver(
             // exec branch's refusal is counted in `exec_handler` the same way).
             let guard = state.metrics.session(SessionKind::PassThrough);
             let running = Running::new(session_audit::start(&state, info), slot, guard);
-            running.upstream_refused(delivered.summary());
+            running.upstream_refused(delivered.summary(), delivered.upstream_status());
             match delivered {
                 Delivered::Replay(held) => held.into_response(),
                 Delivered::Unsupported { why, .. } => {

@@ -206,9 +206,16 @@ pub fn end_unstarted(
     ended_by: &'static str,
     status: Option<String>,
     recording_error: Option<String>,
+    refused_with: Option<u16>,
 ) {
     if let Some(audit) = audit {
-        audit.end_unstarted(outcome.label(), ended_by, status, recording_error);
+        audit.end_unstarted(
+            outcome.label(),
+            ended_by,
+            status,
+            recording_error,
+            refused_with,
+        );
     }
 }
 
@@ -270,6 +277,7 @@ impl AuditedBody {
                 outcome: if success { "success" } else { "upstream_error" },
                 ended_by,
                 recording_error: None,
+                refused_with: (!success).then_some(self.status),
                 ..Default::default()
             });
         }
