@@ -15,6 +15,8 @@ mod tunnel;
 mod websocket;
 
 #[cfg(test)]
+mod header_tests;
+#[cfg(test)]
 mod port_forward_tests;
 #[cfg(test)]
 mod scope_tests;
