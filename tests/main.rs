@@ -37,6 +37,7 @@ mod go_url_differential;
 mod sim_cluster;
 mod sim_identity;
 mod sim_streaming_modes;
+mod spdy_header_differential;
 mod spdy_interop;
 
 /// Cargo no longer makes a binary of each file in tests/, so a file not declared above would

@@ -52,7 +52,7 @@ fn unavailable(why: &str) -> Option<PathBuf> {
 }
 
 /// The built peer, or `None` if the tests are to be skipped. Built once per test binary.
-fn peer_binary() -> Option<&'static Path> {
+pub(crate) fn peer_binary() -> Option<&'static Path> {
     static PEER: OnceLock<Option<PathBuf>> = OnceLock::new();
     PEER.get_or_init(build_peer).as_deref()
 }
