@@ -196,6 +196,7 @@ fn take<'a>(rest: &mut &'a [u8]) -> Result<&'a [u8], HeaderBlockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spdy::header_block::go_names::go_lowercase;
 
     /// `streamtype: error`, as in PROTOCOL.md §6.2.
     const STREAMTYPE_ERROR: &[u8] =
@@ -413,6 +414,83 @@ mod tests {
         }
         // Not a token: its own key, not `Host`.
         assert!(parse(&raw(&[(b"host ", b"x")])).is_ok());
+    }
+
+    /// Go's algorithm transcribed literally: an `http.Header` map keyed by
+    /// `CanonicalMIMEHeaderKey`, the duplicate check looking the lowercased name up in it.
+    fn go_model(pairs: &[(Vec<u8>, Vec<u8>)]) -> (Vec<(Vec<u8>, Vec<Vec<u8>>)>, bool) {
+        fn canonical(name: &[u8]) -> Vec<u8> {
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if !name.iter().all(|&b| token(b)) {
+                return name.to_vec();
+            }
+            let mut upper = true;
+            name.iter()
+                .map(|&b| {
+                    let c = if upper {
+                        b.to_ascii_uppercase()
+                    } else {
+                        b.to_ascii_lowercase()
+                    };
+                    upper = c == b'-';
+                    c
+                })
+                .collect()
+        }
+        let mut map: Vec<(Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
+        let mut refused = false;
+        for (name, value) in pairs {
+            let (lower, changed) = go_lowercase(name);
+            refused |= changed;
+            refused |= map.iter().any(|(k, _)| *k == lower.as_bytes());
+            let key = canonical(lower.as_bytes());
+            let at = match map.iter().position(|(k, _)| *k == key) {
+                Some(at) => at,
+                None => {
+                    map.push((key, Vec::new()));
+                    map.len() - 1
+                }
+            };
+            map[at]
+                .1
+                .extend(value.split(|&b| b == 0).map(<[u8]>::to_vec));
+        }
+        refused |= map.iter().any(|(k, _)| {
+            [
+                &b"Connection"[..],
+                b"Host",
+                b"Keep-Alive",
+                b"Proxy-Connection",
+                b"Transfer-Encoding",
+            ]
+            .contains(&k.as_slice())
+        });
+        (map, refused)
+    }
+
+    proptest::proptest! {
+        /// The reading is Go's algorithm, whatever the names and values.
+        #[test]
+        fn reads_as_gos_algorithm(
+            pairs in proptest::collection::vec(
+                (
+                    proptest::collection::vec(proptest::sample::select(b"aAzZ0- \0\xff\xc3\x84".to_vec()), 0..4),
+                    proptest::collection::vec(proptest::sample::select(b"a0\0\xff".to_vec()), 0..4),
+                ),
+                0..24,
+            )
+        ) {
+            let reading = read(&raw(&pairs.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect::<Vec<_>>()));
+            let (model, refused) = go_model(&pairs);
+            proptest::prop_assert_eq!(reading.refusal.is_some(), refused);
+            proptest::prop_assert_eq!(reading.headers.len(), model.len());
+            for (name, value) in reading.headers.iter() {
+                let parts: Vec<Vec<u8>> = value.split(|&b| b == 0).map(<[u8]>::to_vec).collect();
+                let found = model.iter().find(|(k, _)| super::super::go_names::same_key(k, name.as_bytes()));
+                proptest::prop_assert_eq!(found.map(|(_, v)| v), Some(&parts));
+                proptest::prop_assert_eq!(reading.headers.get(name), parts.first().map(Vec::as_slice));
+            }
+        }
     }
 
     #[test]
