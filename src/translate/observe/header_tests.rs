@@ -133,6 +133,8 @@ fn repeated_and_unusual_names_are_read_as_go_reads_them() {
     assert_eq!(feed_chunked(&mut o, &up, &down, 1000), want_spdy());
 }
 
+/// Streams of types the kubelet does not know either: nothing on them is observed, and each
+/// is reported (a required recording ends the session on it).
 #[test]
 fn streams_the_kubelet_does_not_know_carry_nothing_observed() {
     let mut client = FrameEncoder::new();
@@ -159,8 +161,34 @@ fn streams_the_kubelet_does_not_know_carry_nothing_observed() {
     let mut o = observer();
     let mut got = Vec::new();
     o.feed(UP, &syns, &mut got).unwrap();
+    let unknown = |id: u32, ty: &str| {
+        Observed::UnknownStream(format!(
+            "stream {id} has a type the proxy does not know (streamtype \"{ty}\")"
+        ))
+    };
+    assert_eq!(
+        got,
+        [
+            unknown(1, ""),
+            unknown(3, "Stdout"),
+            unknown(5, "stdout "),
+            unknown(7, "")
+        ]
+    );
+    got.clear();
     o.feed(DOWN, &down, &mut got).unwrap();
     assert!(got.is_empty(), "{got:?}");
+    // A long type is quoted in part, escaped.
+    let mut client = FrameEncoder::new();
+    let long = [b'\xff'; 100];
+    let syn = encode(&mut client, &[streamtype(1, &long)]);
+    let mut got = Vec::new();
+    observer().feed(UP, &syn, &mut got).unwrap();
+    let Some(Observed::UnknownStream(why)) = got.first() else {
+        panic!("{got:?}");
+    };
+    assert_eq!(why.matches("\\xff").count(), 64, "{why}");
+    assert!(why.ends_with("\\xff...\")"), "{why}");
 }
 
 #[test]

@@ -246,7 +246,12 @@ impl SpdyObserver {
             };
             match self.forwards.as_deref_mut() {
                 Some(forwards) => Self::observe_forwards(forwards, direction, frame)?,
-                None => Self::observe(&mut self.streams, &mut self.resize, direction, frame, out)?,
+                None => Self::observe(
+                    (&mut self.streams, &mut self.resize, self.scope),
+                    direction,
+                    frame,
+                    out,
+                )?,
             }
         }
     }
@@ -280,8 +285,7 @@ impl SpdyObserver {
     }
 
     fn observe(
-        streams: &mut HashMap<u32, StreamType>,
-        resize: &mut ResizeDecoder,
+        (streams, resize, scope): (&mut HashMap<u32, StreamType>, &mut ResizeDecoder, Scope),
         direction: Direction,
         frame: Frame,
         out: &mut Vec<Observed>,
@@ -292,7 +296,15 @@ impl SpdyObserver {
                 if !streams.contains_key(&id) && streams.len() >= MAX_STREAMS {
                     return Err(ObserveError::TooManyStreams(MAX_STREAMS));
                 }
-                streams.insert(id, StreamType::of(StreamHeaders::read(&syn.headers)));
+                let headers = StreamHeaders::read(&syn.headers);
+                let ty = StreamType::of(headers);
+                if ty == StreamType::Other
+                    && direction == Direction::ClientToUpstream
+                    && scope == Scope::Everything
+                {
+                    out.push(Observed::UnknownStream(unknown_stream(id, headers)));
+                }
+                streams.insert(id, ty);
             }
             Frame::RstStream(rst) => {
                 streams.remove(&rst.stream_id.get());
@@ -326,6 +338,21 @@ impl SpdyObserver {
         }
         Ok(())
     }
+}
+
+/// Most bytes of an unknown `streamtype` quoted in words (it is the client's).
+const MAX_QUOTED_TYPE: usize = 64;
+
+/// Why a stream of an unknown type is not observed, in words.
+fn unknown_stream(id: u32, headers: StreamHeaders<'_>) -> String {
+    let ty = headers.stream_type;
+    let quoted = ty[..ty.len().min(MAX_QUOTED_TYPE)].escape_ascii();
+    let cut = if ty.len() > MAX_QUOTED_TYPE {
+        "..."
+    } else {
+        ""
+    };
+    format!("stream {id} has a type the proxy does not know (streamtype \"{quoted}{cut}\")")
 }
 
 /// Whether the DATA frame whose head is `head` goes by unread: under [`Scope::ErrorStream`],
