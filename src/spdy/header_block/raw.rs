@@ -416,9 +416,12 @@ mod tests {
         assert!(parse(&raw(&[(b"host ", b"x")])).is_ok());
     }
 
+    /// An `http.Header`: canonical keys and their values, in the order they came.
+    type GoHeader = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
+
     /// Go's algorithm transcribed literally: an `http.Header` map keyed by
     /// `CanonicalMIMEHeaderKey`, the duplicate check looking the lowercased name up in it.
-    fn go_model(pairs: &[(Vec<u8>, Vec<u8>)]) -> (Vec<(Vec<u8>, Vec<Vec<u8>>)>, bool) {
+    fn go_model(pairs: &[(Vec<u8>, Vec<u8>)]) -> (GoHeader, bool) {
         fn canonical(name: &[u8]) -> Vec<u8> {
             let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
             if !name.iter().all(|&b| token(b)) {
@@ -437,7 +440,7 @@ mod tests {
                 })
                 .collect()
         }
-        let mut map: Vec<(Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
+        let mut map: GoHeader = Vec::new();
         let mut refused = false;
         for (name, value) in pairs {
             let (lower, changed) = go_lowercase(name);
