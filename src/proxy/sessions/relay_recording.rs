@@ -404,15 +404,7 @@ mod tests {
         let mut up = BytesMut::new();
         for &(id, ty) in types {
             let headers: HeaderBlock = [("streamtype", ty)].into_iter().collect();
-            let syn = SynStream {
-                stream_id: StreamId::new(id),
-                associated_stream_id: StreamId::ZERO,
-                priority: 0,
-                slot: 0,
-                fin: false,
-                unidirectional: false,
-                headers,
-            };
+            let syn = SynStream::new(StreamId::new(id), headers);
             client.encode(&Frame::SynStream(syn), &mut up).unwrap();
         }
         up.to_vec()
@@ -484,15 +476,7 @@ mod tests {
         headers.push("streamtype", "stdout");
         client_enc
             .encode(
-                &Frame::SynStream(SynStream {
-                    stream_id: StreamId::new(1),
-                    associated_stream_id: StreamId::ZERO,
-                    priority: 0,
-                    slot: 0,
-                    fin: false,
-                    unidirectional: false,
-                    headers,
-                }),
+                &Frame::SynStream(SynStream::new(StreamId::new(1), headers)),
                 &mut up,
             )
             .unwrap();
@@ -693,15 +677,7 @@ mod tests {
             headers.push("streamtype", ty);
             client_enc
                 .encode(
-                    &Frame::SynStream(SynStream {
-                        stream_id: StreamId::new(id),
-                        associated_stream_id: StreamId::ZERO,
-                        priority: 0,
-                        slot: 0,
-                        fin: false,
-                        unidirectional: false,
-                        headers,
-                    }),
+                    &Frame::SynStream(SynStream::new(StreamId::new(id), headers)),
                     &mut up,
                 )
                 .unwrap();

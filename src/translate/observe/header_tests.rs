@@ -14,15 +14,7 @@ const UP: Direction = Direction::ClientToUpstream;
 const DOWN: Direction = Direction::UpstreamToClient;
 
 fn syn_with(id: u32, headers: HeaderBlock) -> Frame {
-    Frame::SynStream(SynStream {
-        stream_id: StreamId::new(id),
-        associated_stream_id: StreamId::ZERO,
-        priority: 0,
-        slot: 0,
-        fin: false,
-        unidirectional: false,
-        headers,
-    })
+    Frame::SynStream(SynStream::new(StreamId::new(id), headers))
 }
 
 fn streamtype(id: u32, value: &[u8]) -> Frame {
@@ -262,28 +254,27 @@ mod port_forward {
         }
     }
 
-    #[test]
-    fn a_port_with_a_nul_is_the_port_forwarded_to() {
-        let report = observe(
+    /// One connection's error and data streams, with these ports and request ids.
+    fn pair(ports: [&[u8]; 2], requests: [&[u8]; 2]) -> PortForwardReport {
+        observe(
             &[
-                stream(1, b"error", b"8080\0junk", b"0"),
-                stream(3, b"data\0", b"8080\0junk", b"0\0x"),
+                stream(1, b"error", ports[0], requests[0]),
+                stream(3, b"data\0", ports[1], requests[1]),
             ],
             3,
-        );
+        )
+    }
+
+    #[test]
+    fn a_port_with_a_nul_is_the_port_forwarded_to() {
+        let report = pair([b"8080\0junk"; 2], [b"0", b"0\0x"]);
         assert_eq!(report.ports, [8080]);
         assert_eq!(report.connections, [connection(Some(8080), "0", 3)]);
     }
 
     #[test]
     fn the_data_streams_port_is_the_one_forwarded_to() {
-        let report = observe(
-            &[
-                stream(1, b"error", b"22", b"7"),
-                stream(3, b"data", b"8080", b"7"),
-            ],
-            3,
-        );
+        let report = pair([b"22", b"8080"], [b"7"; 2]);
         assert_eq!(report.ports, [8080]);
         assert_eq!(report.connections, [connection(Some(8080), "7", 3)]);
     }
@@ -291,13 +282,7 @@ mod port_forward {
     #[test]
     fn ports_the_kubelet_would_not_parse_are_no_ports() {
         for port in [&b"+8080"[..], b"8080 ", b"0", b"65536", b""] {
-            let report = observe(
-                &[
-                    stream(1, b"error", port, b"0"),
-                    stream(3, b"data", port, b"0"),
-                ],
-                3,
-            );
+            let report = pair([port; 2], [b"0"; 2]);
             assert!(report.ports.is_empty(), "{port:?}");
             assert_eq!(report.connections, [connection(None, "0", 3)], "{port:?}");
         }
@@ -306,13 +291,7 @@ mod port_forward {
     #[test]
     fn without_a_request_id_streams_pair_as_the_kubelet_pairs_them() {
         // The error stream's id names the pair; its data stream is 2 further on.
-        let report = observe(
-            &[
-                stream(1, b"error", b"80", b""),
-                stream(3, b"data", b"80", b"\0ignored"),
-            ],
-            3,
-        );
+        let report = pair([b"80"; 2], [b"", b"\0ignored"]);
         assert_eq!(report.connections, [connection(Some(80), "1", 3)]);
     }
 }

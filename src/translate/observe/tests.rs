@@ -14,15 +14,7 @@ pub(super) fn syn(id: u32, streamtype: &str) -> Frame {
     let mut headers = HeaderBlock::new();
     headers.push("streamtype", streamtype);
     headers.push("port", "0");
-    Frame::SynStream(SynStream {
-        stream_id: StreamId::new(id),
-        associated_stream_id: StreamId::ZERO,
-        priority: 0,
-        slot: 0,
-        fin: false,
-        unidirectional: false,
-        headers,
-    })
+    Frame::SynStream(SynStream::new(StreamId::new(id), headers))
 }
 
 pub(super) fn reply(id: u32) -> Frame {
