@@ -33,12 +33,14 @@ mod e2e_recording;
 mod e2e_request_reading;
 mod e2e_reverse;
 mod e2e_security;
+mod e2e_spdy_headers;
 mod e2e_tls;
 mod e2e_upstream_streaming;
 mod go_url_differential;
 mod sim_cluster;
 mod sim_identity;
 mod sim_streaming_modes;
+mod spdy_header_differential;
 mod spdy_interop;
 
 /// Cargo no longer makes a binary of each file in tests/, so a file not declared above would
