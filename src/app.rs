@@ -7,8 +7,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::audit::log_file::REFUSAL_REPORT_INTERVAL;
 use crate::audit::recording::{RecordPolicy, RecordingConfig, Recordings};
-use crate::audit::{AuditLog, AuditLogConfig, AuditTarget};
+use crate::audit::{AuditLog, AuditLogConfig, AuditTarget, RefusalLimits};
 use crate::cli::{nonzero, ServeArgs};
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
 use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
@@ -231,6 +232,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
 /// The sessions' settings: streaming, keepalives, timeouts and the session limit.
 fn configure_sessions(state: &mut ProxyState, args: &ServeArgs) {
     state.upstream_streaming = args.streaming.upstream_streaming;
+    state.node_proxy_sessions = args.audit.node_proxy_sessions;
     state.max_message_size = args.streaming.max_message_size;
     state.upstream_ping_interval = nonzero(args.keepalive.upstream_ping_interval);
     state.upstream_ping_timeout = nonzero(args.keepalive.upstream_ping_timeout);
@@ -282,11 +284,19 @@ fn open_audit_log(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartE
         max_size: args.audit.audit_log_max_size,
         max_backups: args.audit.audit_log_max_backups,
     };
-    let log = AuditLog::open(config, state.metrics.audit_counters()).map_err(|source| {
-        StartError::AuditLog {
-            path: path.clone(),
-            source,
-        }
+    let limits = RefusalLimits {
+        burst: args.audit.audit_refusal_burst,
+        refill: args.audit.audit_refusal_refill,
+    };
+    let log = AuditLog::open_with(
+        config,
+        state.metrics.audit_counters(),
+        limits,
+        REFUSAL_REPORT_INTERVAL,
+    )
+    .map_err(|source| StartError::AuditLog {
+        path: path.clone(),
+        source,
     })?;
     state.audit = Some(Arc::new(log));
     Ok(())

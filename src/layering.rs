@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// Leaves: any module may use them; they use no other module of the crate.
 const LEAVES: &[&str] = &[
     "activity_clock",
+    "address_budget",
     "memory_trim",
     "read_sizer",
     "request",

@@ -18,10 +18,11 @@
 //!   port-forward records.
 //! - `sim` uses `spdy` only: the reference cluster shares no session code with what it tests.
 //! - `spdy` and `audit` use only the leaves.
-//! - Leaves, usable by all and using none: `request`, `activity_clock`, `read_sizer`,
-//!   `timestamp`, `memory_trim`.
+//! - Leaves, usable by all and using none: `request`, `activity_clock`, `address_budget`,
+//!   `read_sizer`, `timestamp`, `memory_trim`.
 
 pub mod activity_clock;
+pub mod address_budget;
 pub mod app;
 pub mod audit;
 pub mod cli;

@@ -26,27 +26,36 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const T: Duration = Duration::from_secs(60);
-const TINA: &str = "tina-token-audit-5e1";
+pub(crate) const TINA: &str = "tina-token-audit-5e1";
 const PROXY_TOKEN: &str = "proxy-token-audit-77a";
 const PROXY_USER: &str = "system:serviceaccount:kube-ws-proxy:kube-ws-proxy";
 
 /// The simulated cluster (plain HTTP, tokens), a proxy with listener TLS writing an audit log.
-struct Audited {
-    sim: SimCluster,
-    proxy: ProxyProcess,
-    dir: tempfile::TempDir,
-    proxy_ca: Ca,
+pub(crate) struct Audited {
+    pub(crate) sim: SimCluster,
+    pub(crate) proxy: ProxyProcess,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) proxy_ca: Ca,
     client_ca: Ca,
-    audit_log: PathBuf,
+    pub(crate) audit_log: PathBuf,
 }
 
 impl Audited {
-    async fn start(extra: &[&str]) -> Audited {
+    pub(crate) async fn start(extra: &[&str]) -> Audited {
         Audited::start_with(SimStreaming::SpdyOnly, extra).await
     }
 
     /// [`Audited::start`] against a cluster that streams as `streaming` says.
     async fn start_with(streaming: SimStreaming, extra: &[&str]) -> Audited {
+        Audited::launch(streaming, extra, &[]).await
+    }
+
+    /// [`Audited::start_with`], with extra environment variables for the proxy.
+    pub(crate) async fn launch(
+        streaming: SimStreaming,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Audited {
         let user = |token: &str, name: &str, groups: &[&str]| SimUser {
             token: token.to_owned(),
             name: name.to_owned(),
@@ -90,7 +99,7 @@ impl Audited {
         .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let proxy = ProxyProcess::launch(&refs, &[]);
+        let proxy = ProxyProcess::launch(&refs, env);
         Audited {
             sim,
             proxy,
@@ -101,7 +110,12 @@ impl Audited {
         }
     }
 
-    fn kubeconfig(&self, name: &str, token: Option<&str>, cert: Option<&Leaf>) -> PathBuf {
+    pub(crate) fn kubeconfig(
+        &self,
+        name: &str,
+        token: Option<&str>,
+        cert: Option<&Leaf>,
+    ) -> PathBuf {
         kubeconfig(
             &self.dir.path().join(format!("kubeconfig-{name}")),
             &format!("https://127.0.0.1:{}", self.proxy.addr.port()),
@@ -120,7 +134,7 @@ impl Audited {
     }
 
     /// Waits for the `ended` event of the session whose `started` event matches `pick`; both.
-    async fn pair(&self, pick: impl Fn(&Value) -> bool) -> (Value, Value) {
+    pub(crate) async fn pair(&self, pick: impl Fn(&Value) -> bool) -> (Value, Value) {
         let deadline = tokio::time::Instant::now() + T;
         loop {
             let events = self.events();

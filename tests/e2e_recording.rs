@@ -22,9 +22,11 @@ use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
 
-struct Recorded {
+/// A simulated cluster behind a proxy that audits and records (tests/e2e_spdy_headers.rs
+/// uses it too).
+pub(crate) struct Recorded {
     _sim: SimCluster,
-    proxy: ProxyProcess,
+    pub(crate) proxy: ProxyProcess,
     dir: tempfile::TempDir,
     records: PathBuf,
     audit: PathBuf,
@@ -32,7 +34,7 @@ struct Recorded {
 }
 
 impl Recorded {
-    async fn start(extra: &[&str]) -> Recorded {
+    pub(crate) async fn start(extra: &[&str]) -> Recorded {
         Recorded::start_with(SimStreaming::default(), extra).await
     }
 
@@ -79,7 +81,7 @@ impl Recorded {
     }
 
     /// The `ended` audit event of the session on `pod`, once written.
-    async fn ended(&self, pod: &str) -> Value {
+    pub(crate) async fn ended(&self, pod: &str) -> Value {
         let deadline = tokio::time::Instant::now() + T;
         loop {
             let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
@@ -99,7 +101,7 @@ impl Recorded {
     }
 
     /// The recording an `ended` event names, once complete (its writer has closed it).
-    async fn recording(&self, ended: &Value) -> PathBuf {
+    pub(crate) async fn recording(&self, ended: &Value) -> PathBuf {
         let path = PathBuf::from(ended["recording"].as_str().expect("a recording"));
         assert!(path.starts_with(&self.records), "{}", path.display());
         let deadline = tokio::time::Instant::now() + T;
@@ -120,7 +122,7 @@ impl Recorded {
     }
 }
 
-fn events(recording: &Path) -> (Value, Vec<Value>) {
+pub(crate) fn events(recording: &Path) -> (Value, Vec<Value>) {
     let text = std::fs::read_to_string(recording).unwrap();
     let mut lines = text
         .lines()

@@ -2,7 +2,10 @@
 //! (tests/interop/go_front, built in the test run) answers each generated request with what it
 //! read (decoded path, the query pairs `url.ParseQuery` kept, the first-value options
 //! kube-apiserver takes), and [`RequestTarget`] must read the same, refuse what Go's server
-//! refuses, and produce a canonical form Go reads exactly as it read the original.
+//! refuses, and produce a canonical form Go reads exactly as it read the original; and a
+//! `nodes/{node}/proxy` request must reach the same kubelet call (node, pod, container, command,
+//! streams) as Go's reading of kube-apiserver's node proxy and the kubelet's routes (go_front
+//! emulates them with Go's own `net/url`, `strings` and `path.Join`).
 //!
 //! Without `go` the test is skipped with a note, unless `CI` is set, where that is a failure.
 
@@ -204,5 +207,156 @@ proptest! {
     fn readings_of_generated_targets_match_go(target in generated_target()) {
         let Some(go) = go_reads() else { return Ok(()) };
         compare(go, &target)?;
+    }
+}
+
+/// Pieces of a generated `nodes/{node}/proxy` target: node ids with schemes and ports, the
+/// kubelet's calls in and out of case, dot segments, doubled and encoded slashes.
+fn kubelet_piece() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "/",
+        "//",
+        "sim-node",
+        "w:10250",
+        "https:w:1",
+        "ftp:w:1",
+        "a:b:c:d",
+        ":1",
+        "proxy",
+        "exec",
+        "%65xec",
+        "attach",
+        "portForward",
+        "portforward",
+        "run",
+        "Exec",
+        "ns",
+        "pod",
+        "uid",
+        "c",
+        ".",
+        "..",
+        "%2F",
+        "%2E%2E",
+        "x",
+        "%zz",
+    ])
+    .prop_map(str::to_owned)
+}
+
+fn kubelet_query_piece() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "command=",
+        "&command=",
+        "input=",
+        "&output=",
+        "&error=",
+        "&tty=",
+        "1",
+        "0",
+        "true",
+        "id",
+        "+",
+        "&",
+        ";",
+        "%31",
+    ])
+    .prop_map(str::to_owned)
+}
+
+fn generated_kubelet_target() -> impl Strategy<Value = String> {
+    let prefix = prop::sample::select(vec![
+        "/api/v1/nodes/sim-node/proxy/",
+        "/api/v1/nodes/",
+        "/api/v1/nodes/w:10250/proxy/exec/",
+        "/api/v1/nodes/w/proxy/portForward/",
+    ]);
+    let path = prop::collection::vec(kubelet_piece(), 0..10);
+    let query = prop::collection::vec(kubelet_query_piece(), 0..10);
+    (prefix, path, query)
+        .prop_map(|(prefix, path, query)| format!("{prefix}{}?{}", path.join("/"), query.concat()))
+}
+
+/// Compares the kubelet call Go's node proxy and kubelet make of `sent` with ours.
+fn compare_kubelet(go: &GoReads, sent: &str) -> Result<(), TestCaseError> {
+    use kube_ws_proxy::proxy::route::kubelet::kubelet_call;
+    use kube_ws_proxy::proxy::route::stream_request::StreamTarget;
+
+    let Ok(uri) = sent.parse::<http::Uri>() else {
+        return Ok(());
+    };
+    let pq = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+    let (Some(go_read), Ok(ours)) = (go.read(pq), RequestTarget::parse(uri.path(), uri.query()))
+    else {
+        return Ok(());
+    };
+    if !ours.is_utf8() {
+        return Ok(());
+    }
+    let get = http::Method::GET;
+    let call = kubelet_call(&get, &ours);
+    let go_call = &go_read["kubelet"];
+    prop_assert_eq!(
+        call.is_some(),
+        !go_call.is_null(),
+        "{:?}: Go read {}",
+        pq,
+        go_call
+    );
+    let Some(call) = call else { return Ok(()) };
+    let target = StreamTarget::read(&get, &ours);
+    let call_name = match call.call {
+        kube_ws_proxy::request::node::KubeletCall::Exec => "exec",
+        kube_ws_proxy::request::node::KubeletCall::Attach => "attach",
+        kube_ws_proxy::request::node::KubeletCall::PortForward => "portForward",
+        kube_ws_proxy::request::node::KubeletCall::Run => "run",
+    };
+    let ours_json = serde_json::json!({
+        "call": call_name,
+        "node": call.node,
+        "namespace": call.namespace,
+        "pod": call.pod,
+        "uid": call.uid.unwrap_or_default(),
+        "container": call.container.unwrap_or_default(),
+        "command": target.options.command,
+        "input": target.options.stdin,
+        "output": target.options.stdout,
+        "error": target.options.stderr,
+        "tty": target.options.tty,
+    });
+    let mut go_json = go_call.clone();
+    if go_json["command"].is_null() {
+        go_json["command"] = serde_json::json!([]);
+    }
+    prop_assert_eq!(&ours_json, &go_json, "{:?}", pq);
+    prop_assert_eq!(target.node.as_deref(), go_call["node"].as_str());
+    Ok(())
+}
+
+#[test]
+fn kubelet_readings_match_go() {
+    let Some(go) = go_reads() else { return };
+    for target in [
+        "/api/v1/nodes/sim-node/proxy/exec/default/web/main?command=id&command=-u&output=1&tty=1",
+        "/api/v1/nodes/https:w:10250/proxy/attach/ns/p/uid/c?input=1&input=0&error=true",
+        "/api/v1/nodes/w/proxy/x/../exec/ns/p/c/?command=ls",
+        "/api/v1/nodes/w/proxy//portForward//ns/./p?port=80",
+        "/api/v1/nodes/w/proxy/%65xec/ns/p%2Fuid/c",
+        "/api/v1/nodes/w/proxy/exec/ns/../../../c",
+        "/api/v1/nodes/ftp:w:1/proxy/exec/ns/p/c",
+        "/api/v1/nodes/w/proxy/run/ns/p/c?cmd=id",
+        "/api/v1/namespaces/n/pods/p/proxy/api/v1/nodes/w/proxy/exec/ns/p/c",
+    ] {
+        compare_kubelet(go, target).unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kubelet_readings_of_generated_targets_match_go(target in generated_kubelet_target()) {
+        let Some(go) = go_reads() else { return Ok(()) };
+        compare_kubelet(go, &target)?;
     }
 }

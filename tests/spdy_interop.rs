@@ -52,7 +52,7 @@ fn unavailable(why: &str) -> Option<PathBuf> {
 }
 
 /// The built peer, or `None` if the tests are to be skipped. Built once per test binary.
-fn peer_binary() -> Option<&'static Path> {
+pub(crate) fn peer_binary() -> Option<&'static Path> {
     static PEER: OnceLock<Option<PathBuf>> = OnceLock::new();
     PEER.get_or_init(build_peer).as_deref()
 }
@@ -299,7 +299,7 @@ async fn echo_round_trip_with_half_close() {
         let conn = peer.connect().await;
         let stream = conn.open_stream(scenario("echo")).await.unwrap();
         // spdystream's SYN_REPLY reflects our headers: its compressed block decodes.
-        assert_eq!(stream.headers().get("scenario"), Some("echo"));
+        assert_eq!(stream.headers().get("scenario"), Some(&b"echo"[..]));
         let (mut tx, mut rx) = stream.split();
         tx.send(Bytes::from_static(b"hello ")).await.unwrap();
         tx.send(Bytes::from_static(b"world")).await.unwrap();
@@ -540,11 +540,15 @@ async fn header_compression_across_many_streams() {
             }
             let stream = conn.open_stream(headers).await.unwrap();
             let reply = stream.headers();
-            assert_eq!(reply.get("seq"), Some(i.to_string().as_str()), "stream {i}");
-            assert_eq!(reply.get("x-token"), Some(format!("{token}{i}").as_str()));
+            assert_eq!(
+                reply.get("seq"),
+                Some(i.to_string().as_bytes()),
+                "stream {i}"
+            );
+            assert_eq!(reply.get("x-token"), Some(format!("{token}{i}").as_bytes()));
             if i % 7 == 0 {
-                let multi: Vec<&str> = reply.get_all("x-multi").collect();
-                assert_eq!(multi, ["a".to_string(), format!("b{i}")], "stream {i}");
+                let multi: Vec<&[u8]> = reply.get_all("x-multi").collect();
+                assert_eq!(multi, [&b"a"[..], format!("b{i}").as_bytes()], "stream {i}");
             }
             let (mut tx, mut rx) = stream.split();
             let payload = format!("payload {i}");

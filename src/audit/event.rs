@@ -2,9 +2,11 @@
 //! so that consumers can rely on one schema.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use serde::Serialize;
 
+use super::bounds::Truncations;
 use super::port_forward::{ForwardedConnection, PortForwardReport};
 
 /// The streaming subresource a session uses.
@@ -15,6 +17,9 @@ pub enum Verb {
     Attach,
     PortForward,
     Log,
+    /// The kubelet's `run` (`nodes/{node}/proxy/run/...`): a command run to its end, its
+    /// output the response's body.
+    Run,
 }
 
 /// How a session goes through the proxy.
@@ -105,6 +110,9 @@ pub struct SessionInfo {
     pub namespace: String,
     pub pod: String,
     pub container: Option<String>,
+    /// The node whose kubelet the session reaches through `nodes/{node}/proxy` (the
+    /// kubelet's own API); `None` for a pod's subresource, which the API server sends on.
+    pub node: Option<String>,
     /// The command of an exec (`cp` is an exec of `tar`); empty otherwise.
     pub command: Vec<String>,
     pub tty: bool,
@@ -131,6 +139,11 @@ pub struct SessionInfo {
     /// The `Audit-ID` of the request that opened the session: the id the API server's own audit
     /// log has for it (the proxy sets one where the client did not).
     pub audit_id: Option<String>,
+    /// The address the session is charged to if it is refused (`X-Forwarded-For`'s, when
+    /// trusted): the audit log's refusal budget ([`RefusalBudget`](super::refusals::RefusalBudget)).
+    /// Not written.
+    #[serde(skip)]
+    pub charged_to: Option<IpAddr>,
 }
 
 /// How a session ended.
@@ -165,9 +178,36 @@ pub struct SessionEnd {
     /// none).
     #[serde(skip)]
     pub ports_seen: Option<Vec<u16>>,
+    /// The upstream's HTTP status when it refused the session (0 or `None`: no answer).
+    #[serde(skip)]
+    pub refused_with: Option<u16>,
 }
 
+/// What an `ended` event's `ended_by` says of a session the upstream would not open, or never
+/// answered.
+pub const UPSTREAM_REFUSED: &str = "upstream refused";
+
+/// What an `ended` event's `ended_by` says of a session whose client's upgrade never completed.
+pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
+
+/// What an `ended` event's `ended_by` says of a session whose client went away before the
+/// upstream was asked.
+pub const CLIENT_GONE_BEFORE_UPSTREAM: &str = "the client went away before the upstream was asked";
+
 impl SessionEnd {
+    /// Whether its caller's address pays for its events
+    /// ([`RefusalBudget`](super::refusals::RefusalBudget)): the session never ran because the
+    /// upstream would not let the caller in (401 or 403), or because the client left before
+    /// it ran (it never completed its upgrade, or went away before the upstream was asked: a
+    /// pair of events a client could otherwise write for free). A cluster that is down or
+    /// failing (no answer, 5xx) charges nobody: an outage must not lock every client behind
+    /// one address out once it is over.
+    pub fn charges_caller(&self) -> bool {
+        self.ended_by == CLIENT_UPGRADE_FAILED
+            || self.ended_by == CLIENT_GONE_BEFORE_UPSTREAM
+            || (self.ended_by == UPSTREAM_REFUSED && matches!(self.refused_with, Some(401 | 403)))
+    }
+
     /// This end with what a port-forward's SPDY session was seen to carry.
     pub fn with_port_forwards(self, report: PortForwardReport) -> SessionEnd {
         SessionEnd {
@@ -190,6 +230,9 @@ pub(crate) struct Event<'a> {
     pub info: &'a SessionInfo,
     #[serde(flatten)]
     pub end: Option<&'a SessionEnd>,
+    /// The fields cut to their caps, with their original sizes; `null` when none was
+    /// ([`bounds`](super::bounds)).
+    pub truncated: Option<&'a Truncations>,
 }
 
 #[cfg(test)]
@@ -203,6 +246,7 @@ mod tests {
             namespace: "default".into(),
             pod: "web".into(),
             container: None,
+            node: None,
             command: vec![],
             tty: false,
             stdin: false,
@@ -217,6 +261,7 @@ mod tests {
             protocol: Some("SPDY/3.1+portforward.k8s.io".into()),
             recording: None,
             audit_id: Some("5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59".into()),
+            charged_to: None,
         }
     }
 
@@ -228,10 +273,11 @@ mod tests {
             stage: "started",
             info: &info,
             end: None,
+            truncated: None,
         };
         assert_eq!(
             serde_json::to_string(&started).unwrap(),
-            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","impersonated_user":null,"client_address":"127.0.0.1:50000","http_version":"HTTP/2","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null,"audit_id":"5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59"}"#
+            r#"{"time":"2026-11-25T01:02:03.456Z","stage":"started","session_id":"0a1b2c3d-7","verb":"portforward","namespace":"default","pod":"web","container":null,"node":null,"command":[],"tty":false,"stdin":false,"ports":[8080,9090],"user":"alice","groups":["dev"],"identity_source":"self_subject_review","impersonated_user":null,"client_address":"127.0.0.1:50000","http_version":"HTTP/2","protocol_path":"tunnel","protocol":"SPDY/3.1+portforward.k8s.io","recording":null,"audit_id":"5f0c6a52-1d2e-4c3b-9a8f-0e1d2c3b4a59","truncated":null}"#
         );
         let end = SessionEnd {
             bytes_in: 10,
@@ -249,6 +295,7 @@ mod tests {
             stage: "ended",
             info: &info,
             end: Some(&end),
+            truncated: None,
         };
         let v: serde_json::Value = serde_json::to_value(&ended).unwrap();
         assert_eq!(v["stage"], "ended");
@@ -273,6 +320,26 @@ mod tests {
         info.http_version = HttpVersion::Http11;
         let v = serde_json::to_value(&info).unwrap();
         assert_eq!(v["http_version"], "HTTP/1.1");
+    }
+
+    #[test]
+    fn only_refusals_of_the_caller_and_clients_that_left_are_charged() {
+        let end = |ended_by, refused_with| SessionEnd {
+            ended_by,
+            refused_with,
+            ..SessionEnd::default()
+        };
+        assert!(end(CLIENT_UPGRADE_FAILED, None).charges_caller());
+        assert!(end(CLIENT_GONE_BEFORE_UPSTREAM, None).charges_caller());
+        assert!(end(UPSTREAM_REFUSED, Some(401)).charges_caller());
+        assert!(end(UPSTREAM_REFUSED, Some(403)).charges_caller());
+        for status in [None, Some(404), Some(500), Some(503)] {
+            assert!(
+                !end(UPSTREAM_REFUSED, status).charges_caller(),
+                "{status:?}"
+            );
+        }
+        assert!(!end("completed", None).charges_caller());
     }
 
     #[test]
@@ -301,6 +368,7 @@ mod tests {
             stage: "ended",
             info: &info,
             end: Some(&end),
+            truncated: None,
         };
         let v: serde_json::Value = serde_json::to_value(&ended).unwrap();
         assert_eq!(

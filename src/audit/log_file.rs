@@ -18,15 +18,22 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::time::Duration;
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use prometheus::IntCounter;
 use serde::Serialize;
 use tracing::warn;
 
+use super::refusals::{RefusalBudget, RefusalLimits, RefusalReport};
+use crate::timestamp::rfc3339_millis;
+
 /// Events waiting for the writer at most; past that they are dropped.
 const QUEUE_EVENTS: usize = 4096;
+
+/// How often the sessions the refusal budget refused are reported (one `refused` event).
+pub const REFUSAL_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Where the events go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +88,8 @@ enum Message {
 pub struct AuditLog {
     tx: SyncSender<Message>,
     counters: AuditCounters,
+    /// How many refused sessions each caller address may still have audited.
+    refusals: Arc<RefusalBudget>,
 }
 
 impl std::fmt::Debug for Message {
@@ -96,13 +105,43 @@ impl AuditLog {
     /// Opens the target now (a file that cannot be written stops the start) and starts the
     /// writer thread.
     pub fn open(config: AuditLogConfig, counters: AuditCounters) -> io::Result<AuditLog> {
+        AuditLog::open_with(
+            config,
+            counters,
+            RefusalLimits::default(),
+            REFUSAL_REPORT_INTERVAL,
+        )
+    }
+
+    /// [`open`](Self::open), with these refusal limits, reported every `report_every`.
+    pub fn open_with(
+        config: AuditLogConfig,
+        counters: AuditCounters,
+        limits: RefusalLimits,
+        report_every: Duration,
+    ) -> io::Result<AuditLog> {
         let sink = Sink::open(config)?;
         let (tx, rx) = sync_channel(QUEUE_EVENTS);
         let thread_counters = counters.clone();
+        let refusals = Arc::new(RefusalBudget::new(limits));
+        let reports = Reports {
+            budget: refusals.clone(),
+            every: report_every,
+            next: Instant::now() + report_every,
+        };
         std::thread::Builder::new()
             .name("audit-log".into())
-            .spawn(move || write_loop(sink, rx, thread_counters))?;
-        Ok(AuditLog { tx, counters })
+            .spawn(move || write_loop(sink, rx, thread_counters, reports))?;
+        Ok(AuditLog {
+            tx,
+            counters,
+            refusals,
+        })
+    }
+
+    /// The caller addresses' refusal budgets ([`RefusalBudget`]).
+    pub fn refusals(&self) -> &RefusalBudget {
+        &self.refusals
     }
 
     /// Queues one event as a JSON line; drops it (and counts it) if the queue is full.
@@ -148,34 +187,124 @@ impl AuditLog {
     }
 }
 
-/// The writer thread: writes what is queued, flushes when the queue is empty, until every
-/// sender is gone.
-fn write_loop(mut sink: Sink, rx: Receiver<Message>, counters: AuditCounters) {
-    while let Ok(first) = rx.recv() {
+/// The writer thread: writes what is queued (and, when due, the refusal report), flushes
+/// when the queue is empty, until every sender is gone.
+fn write_loop(
+    mut sink: Sink,
+    rx: Receiver<Message>,
+    counters: AuditCounters,
+    mut reports: Reports,
+) {
+    loop {
+        let first = match rx.recv_timeout(reports.until_due()) {
+            Ok(first) => first,
+            Err(RecvTimeoutError::Timeout) => {
+                reports.write_due(&mut sink, &counters);
+                flush(&mut sink, &counters);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         let mut next = Some(first);
         while let Some(message) = next.take() {
             match message {
-                Message::Line(line) => match sink.write_line(&line) {
-                    Ok(()) => counters.written.inc(),
-                    Err(e) => {
-                        counters.write_failures.inc();
-                        counters.lost.inc();
-                        warn!(error = %e, "audit event could not be written: lost");
-                    }
-                },
+                Message::Line(line) => write_counted(&mut sink, &counters, &line),
                 Message::Sync(done) => {
+                    // What was refused until now is part of what was queued until now.
+                    reports.write_now(&mut sink, &counters);
                     let _ = sink.flush();
                     let _ = done.send(());
                 }
             }
             next = rx.try_recv().ok();
         }
-        if let Err(e) = sink.flush() {
+        reports.write_due(&mut sink, &counters);
+        flush(&mut sink, &counters);
+    }
+    reports.write_now(&mut sink, &counters);
+    let _ = sink.flush();
+}
+
+fn write_counted(sink: &mut Sink, counters: &AuditCounters, line: &[u8]) {
+    match sink.write_line(line) {
+        Ok(()) => counters.written.inc(),
+        Err(e) => {
             counters.write_failures.inc();
-            warn!(error = %e, "audit log could not be flushed");
+            counters.lost.inc();
+            warn!(error = %e, "audit event could not be written: lost");
         }
     }
-    let _ = sink.flush();
+}
+
+fn flush(sink: &mut Sink, counters: &AuditCounters) {
+    if let Err(e) = sink.flush() {
+        counters.write_failures.inc();
+        warn!(error = %e, "audit log could not be flushed");
+    }
+}
+
+/// The `refused` events: one per interval in which the refusal budget refused sessions.
+struct Reports {
+    budget: Arc<RefusalBudget>,
+    every: Duration,
+    next: Instant,
+}
+
+/// One `refused` event: the sessions the proxy refused without starting them, and from where.
+#[derive(Serialize)]
+struct RefusedEvent<'a> {
+    time: String,
+    /// `refused`.
+    stage: &'static str,
+    /// Why: the addresses' refused sessions had spent their budgets.
+    reason: &'static str,
+    /// The time this event covers (since the previous report).
+    interval_ms: u64,
+    #[serde(flatten)]
+    report: &'a RefusalReport,
+}
+
+impl Reports {
+    /// Reports with nothing to say (tests that drive the writer alone).
+    #[cfg(test)]
+    fn idle() -> Reports {
+        Reports {
+            budget: Arc::new(RefusalBudget::new(RefusalLimits::default())),
+            every: Duration::from_secs(3600),
+            next: Instant::now() + Duration::from_secs(3600),
+        }
+    }
+
+    fn until_due(&self) -> Duration {
+        self.next.saturating_duration_since(Instant::now())
+    }
+
+    fn write_due(&mut self, sink: &mut Sink, counters: &AuditCounters) {
+        if Instant::now() >= self.next {
+            self.write_now(sink, counters);
+        }
+    }
+
+    fn write_now(&mut self, sink: &mut Sink, counters: &AuditCounters) {
+        let now = Instant::now();
+        let since = now.saturating_duration_since(self.next.checked_sub(self.every).unwrap_or(now));
+        self.next = now + self.every;
+        let Some(report) = self.budget.take_report() else {
+            return;
+        };
+        let event = RefusedEvent {
+            time: rfc3339_millis(SystemTime::now()),
+            stage: "refused",
+            reason: "too many refused sessions from this address: refused by the proxy without \
+                     being started",
+            interval_ms: since.as_millis() as u64,
+            report: &report,
+        };
+        if let Ok(mut line) = serde_json::to_vec(&event) {
+            line.push(b'\n');
+            write_counted(sink, counters, &line);
+        }
+    }
 }
 
 /// An open target: each line goes out in one `write_all`, unbuffered, so that the writer
@@ -526,7 +655,7 @@ mod tests {
         }
         drop(tx);
         let c = counters();
-        write_loop(sink, rx, c.clone());
+        write_loop(sink, rx, c.clone(), Reports::idle());
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with('\n'), "{text:?}");
         (text.lines().map(str::to_owned).collect(), c)

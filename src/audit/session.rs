@@ -1,10 +1,15 @@
 //! The handle a session holds between its two events: `started` when it is made, `ended` when
 //! the session says how it ended, or, should the session's task end without saying, when the
 //! handle is dropped (so that every start has its end).
+//!
+//! What the events carry from the caller is cut to its caps first ([`bounds`](super::bounds)),
+//! and a session that never ran is charged to its caller's address
+//! ([`RefusalBudget`](super::refusals::RefusalBudget)).
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use super::bounds::{self, Truncations};
 use super::event::{Event, ProtocolPath, SessionEnd, SessionInfo};
 use super::log_file::AuditLog;
 use crate::timestamp::rfc3339_millis;
@@ -14,20 +19,24 @@ use crate::timestamp::rfc3339_millis;
 pub struct SessionAudit {
     log: Arc<AuditLog>,
     info: SessionInfo,
+    /// What the `started` event had to cut.
+    truncated: Truncations,
     started: Instant,
     ended: bool,
 }
 
 impl SessionAudit {
     /// Writes the `started` event.
-    pub fn start(log: Arc<AuditLog>, info: SessionInfo) -> SessionAudit {
+    pub fn start(log: Arc<AuditLog>, mut info: SessionInfo) -> SessionAudit {
+        let truncated = bounds::bound_info(&mut info);
         let audit = SessionAudit {
             log,
             info,
+            truncated,
             started: Instant::now(),
             ended: false,
         };
-        audit.emit("started", None);
+        audit.emit("started", None, &audit.truncated);
         audit
     }
 
@@ -59,11 +68,13 @@ impl SessionAudit {
         ended_by: &'static str,
         status: Option<String>,
         recording_error: Option<String>,
+        refused_with: Option<u16>,
     ) {
         let duration_ms = self.elapsed_ms();
         self.end(SessionEnd {
             duration_ms,
             status,
+            refused_with,
             outcome,
             ended_by,
             recording_error,
@@ -71,21 +82,27 @@ impl SessionAudit {
         });
     }
 
-    /// Writes the `ended` event.
+    /// Writes the `ended` event; a session that never ran is charged to its caller's address.
     pub fn end(mut self, mut end: SessionEnd) {
         self.ended = true;
-        if let Some(ports) = end.ports_seen.take() {
+        let mut truncated = self.truncated.merged(&bounds::bound_end(&mut end));
+        if let Some(mut ports) = end.ports_seen.take() {
+            truncated = truncated.merged(&bounds::bound_ports(&mut ports));
             self.info.ports = ports;
         }
-        self.emit("ended", Some(&end));
+        if let (true, Some(caller)) = (end.charges_caller(), self.info.charged_to) {
+            self.log.refusals().charge(caller);
+        }
+        self.emit("ended", Some(&end), &truncated);
     }
 
-    fn emit(&self, stage: &'static str, end: Option<&SessionEnd>) {
+    fn emit(&self, stage: &'static str, end: Option<&SessionEnd>, truncated: &Truncations) {
         self.log.emit(&Event {
             time: rfc3339_millis(SystemTime::now()),
             stage,
             info: &self.info,
             end,
+            truncated: (!truncated.is_empty()).then_some(truncated),
         });
     }
 }
@@ -104,7 +121,7 @@ impl Drop for SessionAudit {
                 recording_error: None,
                 ..Default::default()
             };
-            self.emit("ended", Some(&end));
+            self.emit("ended", Some(&end), &self.truncated);
         }
     }
 }

@@ -1,11 +1,13 @@
 //! The audit log of streaming sessions and the recordings of exec and attach.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
-use super::values::{parse_bytes, parse_bytes_or_zero};
+use super::values::{parse_bytes, parse_bytes_or_zero, parse_duration};
 use crate::audit::recording::RecordPolicy;
+use crate::proxy::route::kubelet::NodeProxySessions;
 
 /// Audit and recording.
 #[derive(Debug, Args)]
@@ -38,6 +40,47 @@ pub struct AuditArgs {
         value_name = "COUNT"
     )]
     pub audit_log_max_backups: usize,
+
+    /// Refused sessions one caller address may have audited in a row (then 429 for a while).
+    ///
+    /// A session the upstream refuses (or whose client never completes its upgrade) has
+    /// written its audit events; each costs its address one of these, and one comes back
+    /// every `--audit-refusal-refill`. Once they are spent the proxy refuses the address's
+    /// streaming sessions itself (429), without asking the upstream or writing their events;
+    /// one `refused` event a minute counts them. Sessions the upstream opens cost nothing.
+    /// Addresses are IPv4 addresses and IPv6 /64s (`X-Forwarded-For`'s with
+    /// `--trust-x-forwarded-for`).
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_AUDIT_REFUSAL_BURST",
+        default_value_t = 30,
+        value_name = "COUNT"
+    )]
+    pub audit_refusal_burst: u32,
+
+    /// How often a caller address gets one more refused session back (`--audit-refusal-burst`).
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_AUDIT_REFUSAL_REFILL",
+        default_value = "10s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub audit_refusal_refill: Duration,
+
+    /// Kubelet exec, attach, portForward and run through `nodes/{node}/proxy`: refuse or audit.
+    ///
+    /// `refuse`: 403, before anything goes upstream. `audit`: served as the sessions they are,
+    /// audited with the node named and recorded. They reach the kubelet's own API, past the
+    /// pod's `exec` RBAC, admission and the API server's audit of a pod exec; no kubectl
+    /// command uses them.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_NODE_PROXY_SESSIONS",
+        value_enum,
+        default_value_t = NodeProxySessions::Refuse
+    )]
+    pub node_proxy_sessions: NodeProxySessions,
 
     /// Record exec and attach sessions as asciicast v2 files in `--record-dir`.
     #[arg(long, env = "KUBE_WS_PROXY_RECORD", value_enum, default_value_t = RecordPolicy::Off)]

@@ -141,6 +141,30 @@ async fn exec(
     })
 }
 
+/// A command run to its end, as the kubelet's `run` runs it: its stdout, then its stderr; or
+/// why it could not start.
+pub(crate) async fn run_to_end(inner: &Arc<Inner>, target: &Target) -> Result<Vec<u8>, String> {
+    let cwd = inner.pod_dir(&target.namespace, &target.pod);
+    tokio::fs::create_dir_all(&cwd)
+        .await
+        .map_err(|e| format!("cannot prepare pod directory: {e}"))?;
+    let Some((program, args)) = target.command.split_first() else {
+        return Err("empty command".into());
+    };
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(&cwd)
+        .envs(exec_env(inner, target))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| start_failure(&target.command, &e))?;
+    let mut data = out.stdout;
+    data.extend_from_slice(&out.stderr);
+    Ok(data)
+}
+
 /// A runtime applies the client's first size before the process reads it: kubectl sends it
 /// right after the streams open, so a tty exec waits briefly for it instead of racing the
 /// command.

@@ -22,7 +22,9 @@ use super::peer_cert::PeerCert;
 use super::query::Query;
 use super::response::{bad_request, full, json_response, status_response, text_response, Body};
 use super::status::Status;
-use super::{logs, portforward, reviews, spdy, tunnel, websocket, Inner, SeenRequest, SessionKind};
+use super::{
+    kubelet, logs, portforward, reviews, spdy, tunnel, websocket, Inner, SeenRequest, SessionKind,
+};
 
 fn not_found() -> Response<Body> {
     status_response(
@@ -151,7 +153,7 @@ fn unauthorized() -> Response<Body> {
 }
 
 /// Kubernetes object names: a conservative character set, never `.` or `..`.
-fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name != "."
@@ -300,6 +302,21 @@ async fn route(
         {
             let (ns, pod, sub) = (ns.to_string(), pod.to_string(), sub.to_string());
             subresource(inner, kill, req, user, &ns, &pod, &sub).await
+        }
+        // The segments after `proxy`, empty ones kept as the request info keeps them.
+        ["api", "v1", "nodes", id, "proxy", ..] => {
+            let id = id.to_string();
+            let rest: Vec<String> = path
+                .trim_start_matches('/')
+                .splitn(6, '/')
+                .nth(5)
+                .unwrap_or("")
+                .trim_end_matches('/')
+                .split('/')
+                .map(str::to_owned)
+                .collect();
+            let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+            kubelet::serve(inner, kill, req, user, &id, &rest).await
         }
         _ => {
             let is_read = method == Method::GET || method == Method::HEAD;
@@ -630,6 +647,13 @@ fn exec_target(
         dying: pod.starts_with("dying-"),
         user: user.clone(),
     };
+    with_a_stream(target)
+}
+
+/// `target`, or the kubelet's 400 when it asks for no stream at all.
+// The refusal is the response itself; it is built once per refused request.
+#[allow(clippy::result_large_err)]
+pub(crate) fn with_a_stream(target: Target) -> Result<Target, Response<Body>> {
     if !target.stdin && !target.stdout && !target.stderr {
         return Err(text_response(
             StatusCode::BAD_REQUEST,
@@ -640,7 +664,7 @@ fn exec_target(
 }
 
 /// The exec or attach upgrade, by the transport the request asks for.
-async fn start_exec(
+pub(crate) async fn start_exec(
     inner: Arc<Inner>,
     kill: KillSwitch,
     req: Request<Incoming>,
@@ -663,7 +687,7 @@ async fn start_exec(
 }
 
 /// The port-forward upgrade: the API server's own tunnel, or the kubelet's WebSocket or SPDY.
-async fn port_forward(
+pub(crate) async fn port_forward(
     inner: Arc<Inner>,
     kill: KillSwitch,
     req: Request<Incoming>,

@@ -45,6 +45,10 @@
 //!   each input line `l` with `attached: l`.
 //! * `pods/{pod}/portforward` over SPDY (`portforward.k8s.io`) and legacy WebSocket
 //!   (`ports=`, `v4.channel.k8s.io`, `v4.base64.channel.k8s.io`, none): dials `127.0.0.1:<port>`.
+//! * `nodes/sim-node/proxy/{exec,attach,portForward,run}/...`: the kubelet's own API, as the
+//!   API server's node proxy reaches it (src/sim/kubelet.rs): the same exec, attach and
+//!   port-forward over SPDY and the legacy WebSocket protocols, with the kubelet's paths and
+//!   options, and `run` (a POST that runs a command to its end and answers its output).
 //! * `pods/{pod}/log`: plain (chunked) and WebSocket (`binary.k8s.io`, `base64.binary.k8s.io`);
 //!   lines `log line N`, N = 1..=10, and with `follow=true` one more line every 200 ms up to 300.
 //!
@@ -106,6 +110,7 @@ mod http;
 mod identity;
 mod impersonation;
 mod kill;
+mod kubelet;
 mod logs;
 mod objects;
 mod peer_cert;

@@ -24,6 +24,7 @@ use super::response::{text_response, Body};
 use super::spdy::{self as spdy_server, PORT_FORWARD_VERSIONS, STREAM_CREATION_TIMEOUT};
 use super::websocket::{self, Framing, Out, Protocol};
 use super::{Inner, SessionKind, SimEvent, Transport};
+use crate::spdy::kube_headers::{PortForwardStream, StreamHeaders};
 use crate::spdy::proto::{IncomingStream, SendStream, Stream};
 
 /// How long dialing the local port may take.
@@ -242,29 +243,32 @@ where
 {
     let (conn, mut incoming) = spdy_server::server_session(io);
     spdy_server::watch_peer(&conn, &ctx.cancel);
-    let mut pending: HashMap<String, Pending> = HashMap::new();
+    let mut pending: HashMap<Vec<u8>, Pending> = HashMap::new();
     let mut pairs = JoinSet::new();
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     let reason = loop {
         tokio::select! {
             s = incoming.accept() => {
                 let Some(s) = s else { break "client gone" };
-                let Some((kind, port, request_id)) = validate(&s) else {
+                let Some((kind, port, request)) = validate(&s) else {
                     s.reject().await;
                     continue;
                 };
+                let request_id = String::from_utf8_lossy(&request).into_owned();
+                let is_error = kind == PortForwardStream::Error;
                 let stream = match s.accept().await {
                     Ok(stream) => stream,
                     Err(_) => break "client gone",
                 };
-                let entry = pending.entry(request_id.clone()).or_insert_with(|| Pending {
+                let entry = pending.entry(request.clone()).or_insert_with(|| Pending {
                     port,
                     error: None,
                     data: None,
                     since: tokio::time::Instant::now(),
                 });
-                let taken = if kind == "error" { entry.error.is_some() } else { entry.data.is_some() };
+                let taken = if is_error { entry.error.is_some() } else { entry.data.is_some() };
                 if taken {
+                    let kind = if is_error { "error" } else { "data" };
                     let msg = format!(
                         "error processing stream for request {request_id}: {kind} stream already assigned"
                     );
@@ -273,13 +277,15 @@ where
                     }
                     continue;
                 }
-                if kind == "error" {
+                if is_error {
                     entry.error = Some(stream.split().0);
                 } else {
+                    // The kubelet forwards to the port the data stream names.
+                    entry.port = port;
                     entry.data = Some(stream);
                 }
                 if entry.error.is_some() && entry.data.is_some() {
-                    if let Some(p) = pending.remove(&request_id) {
+                    if let Some(p) = pending.remove(&request) {
                         if let (Some(error), Some(data)) = (p.error, p.data) {
                             pairs.spawn(forward_spdy_pair(ctx.clone(), p.port, error, data));
                         }
@@ -288,7 +294,7 @@ where
             }
             _ = sweep.tick() => {
                 let now = tokio::time::Instant::now();
-                let expired: Vec<String> = pending
+                let expired: Vec<Vec<u8>> = pending
                     .iter()
                     .filter(|(_, p)| now.duration_since(p.since) >= STREAM_CREATION_TIMEOUT)
                     .map(|(id, _)| id.clone())
@@ -296,6 +302,7 @@ where
                 for id in expired {
                     if let Some(p) = pending.remove(&id) {
                         if let Some(mut send) = p.error {
+                            let id = String::from_utf8_lossy(&id);
                             let msg = format!("(conn=sim-{}, request={id}) timed out waiting for streams", ctx.session);
                             let _ = send.send(Bytes::from(msg)).await;
                             let _ = send.finish().await;
@@ -325,30 +332,16 @@ where
 }
 
 /// `streamtype` (error|data), `port` (uint16 > 0) and `requestid` (or the legacy derivation
-/// from the stream id); `None` means reject.
-fn validate(s: &IncomingStream) -> Option<(String, u16, String)> {
-    let headers = s.headers();
-    let port: u16 = headers.get_all("port").next()?.parse().ok()?;
-    if port == 0 {
-        return None;
-    }
-    let kind = headers.get_all("streamtype").next()?;
-    if kind != "error" && kind != "data" {
-        return None;
-    }
-    let request_id = match headers.get_all("requestid").next() {
-        Some(id) => id.to_string(),
-        // Legacy clients: the error stream's id names the pair; data follows it at id + 2.
-        None => {
-            let id = u64::from(s.id().get());
-            if kind == "data" {
-                id.saturating_sub(2).to_string()
-            } else {
-                id.to_string()
-            }
-        }
-    };
-    Some((kind.to_string(), port, request_id))
+/// from the stream id), read as the kubelet reads them; `None` means reject.
+fn validate(s: &IncomingStream) -> Option<(PortForwardStream, u16, Vec<u8>)> {
+    let headers = StreamHeaders::read(s.headers());
+    let kind = headers.port_forward()?;
+    let port = headers.port()?;
+    Some((
+        kind,
+        port,
+        headers.port_forward_request(s.id()).into_owned(),
+    ))
 }
 
 async fn forward_spdy_pair(ctx: PfContext, port: u16, mut err_send: SendStream, data: Stream) {

@@ -17,6 +17,11 @@ impl Query {
         )
     }
 
+    /// Pairs made here (a kubelet's options under the API server's names).
+    pub(crate) fn from_pairs(pairs: impl IntoIterator<Item = (String, String)>) -> Query {
+        Query(pairs.into_iter().collect())
+    }
+
     pub(crate) fn first(&self, name: &str) -> Option<&str> {
         self.0
             .iter()

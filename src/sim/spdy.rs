@@ -16,6 +16,7 @@ use super::kill::KillSwitch;
 use super::resize::SizeDecoder;
 use super::response::{text_response, Body};
 use super::{Inner, SimEvent};
+use crate::spdy::kube_headers::StreamHeaders;
 use crate::spdy::proto::{Config, Connection, Incoming, SendStream, SessionEnd, Stream};
 
 /// Remote-command versions an old kubelet supports, in its preference order (no v5).
@@ -165,15 +166,16 @@ struct ExecStreams {
 impl ExecStreams {
     /// Files `stream` under its type. Like the kubelet: every known type counts (a repeated
     /// type replaces the first); unknown types are replied to and ignored (`false`).
-    fn place(&mut self, kind: &str, stream: Stream, v: u8, session: u64) -> bool {
+    fn place(&mut self, kind: &[u8], stream: Stream, v: u8, session: u64) -> bool {
         let slot = match kind {
-            "error" => &mut self.error,
-            "stdin" => &mut self.stdin,
-            "stdout" => &mut self.stdout,
-            "stderr" => &mut self.stderr,
-            "resize" if v >= 3 => &mut self.resize,
+            b"error" => &mut self.error,
+            b"stdin" => &mut self.stdin,
+            b"stdout" => &mut self.stdout,
+            b"stderr" => &mut self.stderr,
+            b"resize" if v >= 3 => &mut self.resize,
             other => {
-                tracing::debug!(session, stream_type = other, "unexpected stream type");
+                let other = String::from_utf8_lossy(other);
+                tracing::debug!(session, stream_type = %other, "unexpected stream type");
                 return false;
             }
         };
@@ -297,12 +299,8 @@ async fn accept_exec_streams(
                 return Err("stream creation timeout");
             }
         };
-        let kind = s
-            .headers()
-            .get_all("streamtype")
-            .next()
-            .unwrap_or("")
-            .to_string();
+        // Read as the kubelet reads it: `stdout\0` is stdout.
+        let kind = StreamHeaders::read(s.headers()).stream_type.to_vec();
         let stream = match s.accept().await {
             Ok(stream) => stream,
             Err(_) => return Err("client gone"),

@@ -36,6 +36,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::asciicast::Header;
 use super::state::RecordingState;
 use super::writer::{self, EventKind, Message};
+use crate::audit::bounds;
 
 /// Bytes of events waiting for the writer, all sessions together.
 const BUDGET_BYTES: usize = 16 * 1024 * 1024;
@@ -212,8 +213,13 @@ impl Recordings {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
-            command: command.join(" "),
-            title,
+            // What the caller chose, cut as its audit events cut it.
+            command: bounds::bounded_command(command).join(" "),
+            title: {
+                let mut title = title;
+                bounds::cut_text(&mut title, bounds::TEXT_CAP);
+                title
+            },
         };
         // Under `required` the header is written now, before the session is admitted: a file
         // that can be created is no proof that anything can be written to it.

@@ -31,6 +31,7 @@ pub use review::Review;
 pub use review_limiter::ReviewLimits;
 pub use token_review::{ReviewError, TokenReviewer};
 
+use crate::audit::bounds::log_field;
 use crate::audit::ImpersonatedUser;
 use crate::proxy::observability::log_throttle::{LogThrottle, Verdict};
 use crate::proxy::upstream::token_source::TokenSource;
@@ -59,6 +60,8 @@ pub enum Caller {
         bearer: Option<BearerToken>,
         /// Whom the caller's own `Impersonate-*` headers ask to act as (they go upstream).
         impersonating: Option<ImpersonatedUser>,
+        /// Where it calls from ([`Caller::address`]).
+        address: IpAddr,
     },
     /// An authenticated identity (impersonate and front-proxy modes).
     Identified {
@@ -67,15 +70,26 @@ pub enum Caller {
         /// (they go upstream beside the asserted identity). Always `None` in impersonate
         /// mode, which refuses them.
         impersonating: Option<ImpersonatedUser>,
+        /// Where it calls from ([`Caller::address`]).
+        address: IpAddr,
     },
 }
 
 impl Caller {
-    /// The authenticated user, if the proxy authenticated the caller.
+    /// The authenticated user, if the proxy authenticated the caller, for log lines: its
+    /// beginning, as [`log_field`] bounds it.
     pub fn user(&self) -> Option<&str> {
         match self {
             Caller::Passthrough { .. } => None,
-            Caller::Identified { identity, .. } => Some(identity.user()),
+            Caller::Identified { identity, .. } => Some(log_field(identity.user())),
+        }
+    }
+
+    /// The address its per-address budgets are charged to (TokenReviews, refused sessions):
+    /// the client's, or with `--trust-x-forwarded-for` the one its `X-Forwarded-For` names.
+    pub fn address(&self) -> IpAddr {
+        match self {
+            Caller::Passthrough { address, .. } | Caller::Identified { address, .. } => *address,
         }
     }
 
@@ -216,6 +230,7 @@ impl Authenticator {
             return Ok(Caller::Passthrough {
                 bearer,
                 impersonating,
+                address: caller,
             });
         }
         if self.mode == AuthMode::Impersonate && headers.keys().any(is_impersonation_header) {
@@ -224,6 +239,7 @@ impl Authenticator {
         let identified = |identity| Caller::Identified {
             identity,
             impersonating,
+            address: caller,
         };
         // The API server's order: a client certificate first, then tokens.
         if let Some(id) = certificate {
@@ -327,7 +343,8 @@ mod tests {
             caller,
             Caller::Passthrough {
                 bearer: None,
-                impersonating: None
+                impersonating: None,
+                ..
             }
         ));
     }

@@ -224,8 +224,11 @@ mod tests {
                 .unwrap(),
             ),
             impersonating: None,
+            address: LOCAL,
         }
     }
+
+    const LOCAL: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
     fn caller_headers() -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -262,6 +265,7 @@ mod tests {
             &Caller::Passthrough {
                 bearer: None,
                 impersonating: None,
+                address: LOCAL,
             },
             &mut h,
         );
@@ -281,6 +285,7 @@ mod tests {
         let caller = Caller::Passthrough {
             bearer: offered.take_bearer(),
             impersonating: None,
+            address: LOCAL,
         };
         outbound(AuthMode::Passthrough, None).apply(&caller, &mut h);
         assert_eq!(values(&h, "authorization"), ["Bearer t0k"]);
@@ -301,6 +306,7 @@ mod tests {
             &Caller::Passthrough {
                 bearer: None,
                 impersonating: None,
+                address: LOCAL,
             },
             &mut h,
         );

@@ -2,14 +2,16 @@
 //! flight. Every distinct bogus token misses the cache and costs the API server a review; without
 //! a bound per caller, one client could turn the proxy into a TokenReview amplifier.
 //!
-//! Addresses are grouped as the network assigns them: an IPv4 address alone, an IPv6 address
-//! by its /64 (one host usually owns the whole prefix). Only reviews actually made count:
-//! cached answers and callers waiting on a review already in flight cost nothing.
+//! Addresses are grouped as the network assigns them ([`crate::address_budget::group`]: an
+//! IPv6 address by its /64). Only reviews actually made count: cached answers and callers
+//! waiting on a review already in flight cost nothing.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use crate::address_budget::{group, Bucket, Rate};
 
 /// Limits on the reviews of one caller address.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,9 +40,8 @@ impl Default for ReviewLimits {
 const MAX_TRACKED: usize = 50_000;
 
 #[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    refilled: Instant,
+struct Entry {
+    bucket: Bucket,
     in_flight: usize,
 }
 
@@ -48,7 +49,7 @@ struct Bucket {
 #[derive(Debug)]
 pub struct ReviewLimiter {
     limits: ReviewLimits,
-    callers: Mutex<HashMap<IpAddr, Bucket>>,
+    callers: Mutex<HashMap<IpAddr, Entry>>,
 }
 
 /// A caller's review budget is spent.
@@ -80,7 +81,7 @@ impl ReviewLimiter {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Bucket>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Entry>> {
         self.callers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -91,7 +92,7 @@ impl ReviewLimiter {
 
     fn acquire_at(self: &Arc<Self>, caller: IpAddr, now: Instant) -> Result<ReviewPermit, Limited> {
         let caller = group(caller);
-        let burst = f64::from(self.limits.burst.max(1));
+        let rate = self.rate();
         let mut callers = self.lock();
         if callers.len() >= MAX_TRACKED && !callers.contains_key(&caller) {
             self.forget_settled(&mut callers, now);
@@ -101,19 +102,16 @@ impl ReviewLimiter {
                 return Err(Limited);
             }
         }
-        let b = callers.entry(caller).or_insert(Bucket {
-            tokens: burst,
-            refilled: now,
+        let e = callers.entry(caller).or_insert(Entry {
+            bucket: Bucket::full(rate, now),
             in_flight: 0,
         });
-        let elapsed = now.saturating_duration_since(b.refilled).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * self.limits.per_second).min(burst);
-        b.refilled = now;
-        if b.in_flight >= self.limits.in_flight.max(1) || b.tokens < 1.0 {
+        e.bucket.refill(rate, now);
+        if e.in_flight >= self.limits.in_flight.max(1) || !e.bucket.has_token() {
             return Err(Limited);
         }
-        b.tokens -= 1.0;
-        b.in_flight += 1;
+        e.bucket.take(rate);
+        e.in_flight += 1;
         Ok(ReviewPermit {
             limiter: self.clone(),
             caller,
@@ -122,11 +120,16 @@ impl ReviewLimiter {
 
     /// Drops callers whose bucket is full again and who have nothing in flight: they carry no
     /// state worth keeping.
-    fn forget_settled(&self, callers: &mut HashMap<IpAddr, Bucket>, now: Instant) {
-        let burst = f64::from(self.limits.burst.max(1));
-        let refill = Duration::from_secs_f64(burst / self.limits.per_second.max(f64::MIN_POSITIVE));
-        callers
-            .retain(|_, b| b.in_flight > 0 || now.saturating_duration_since(b.refilled) < refill);
+    fn forget_settled(&self, callers: &mut HashMap<IpAddr, Entry>, now: Instant) {
+        let rate = self.rate();
+        callers.retain(|_, e| e.in_flight > 0 || !e.bucket.settled(rate, now));
+    }
+
+    fn rate(&self) -> Rate {
+        Rate {
+            per_second: self.limits.per_second,
+            burst: self.limits.burst,
+        }
     }
 
     /// Caller addresses tracked now.
@@ -136,23 +139,10 @@ impl ReviewLimiter {
     }
 }
 
-/// The unit a budget belongs to: an IPv4 address, or an IPv6 /64.
-fn group(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V4(_) => addr,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn limiter(per_second: f64, burst: u32, in_flight: usize) -> Arc<ReviewLimiter> {
         ReviewLimiter::new(ReviewLimits {

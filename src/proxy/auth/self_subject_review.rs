@@ -2,8 +2,10 @@
 //! passthrough mode, so it asks the upstream with the caller's own credentials
 //! (`SelfSubjectReview`, `kubectl auth whoami`). `authentication.k8s.io/v1` from 1.28,
 //! `v1beta1` on 1.27; a cluster with neither, a refused review or a caller without
-//! credentials is "unknown". Answers are kept briefly per credential, so a burst of sessions
-//! costs one review.
+//! credentials is "unknown". A 401 is definite on any version: the API server authenticates
+//! before it routes, so credentials it does not authenticate for the review it does not
+//! authenticate for a session either ([`SelfReview::Unauthenticated`]). Answers are kept
+//! briefly per credential, so a burst of sessions costs one review.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,11 +35,33 @@ pub struct ReviewedUser {
     pub groups: Vec<String>,
 }
 
+/// What the upstream said of a caller's credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelfReview {
+    /// Who they belong to.
+    User(ReviewedUser),
+    /// It does not authenticate them (401).
+    Unauthenticated,
+    /// It could not say (no credentials, an older cluster, a refusal other than 401, no
+    /// answer in time).
+    Unknown,
+}
+
+impl SelfReview {
+    /// The user, if the upstream named one.
+    pub fn user(self) -> Option<ReviewedUser> {
+        match self {
+            SelfReview::User(user) => Some(user),
+            _ => None,
+        }
+    }
+}
+
 /// Makes and remembers SelfSubjectReviews.
 #[derive(Debug, Default)]
 pub struct SelfSubjectReviews {
-    /// Keyed by the `Authorization` value; `None`: the upstream could not say.
-    cache: Mutex<HashMap<HeaderValue, (Instant, Option<ReviewedUser>)>>,
+    /// Keyed by the `Authorization` value (empty: none).
+    cache: Mutex<HashMap<HeaderValue, (Instant, SelfReview)>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -71,17 +95,31 @@ impl SelfSubjectReviews {
         timeout: Duration,
     ) -> Option<ReviewedUser> {
         let credentials = credentials?;
+        self.review(client, upstream, credentials, timeout)
+            .await
+            .user()
+    }
+
+    /// What the upstream says of `credentials` (an `Authorization` value as it goes upstream,
+    /// or an empty one for a request without: asked anonymously), within `timeout`.
+    pub async fn review(
+        &self,
+        client: &PooledClient,
+        upstream: &Upstream,
+        credentials: HeaderValue,
+        timeout: Duration,
+    ) -> SelfReview {
         if let Some(cached) = self.cached(&credentials) {
             return cached;
         }
         let answer = tokio::time::timeout(timeout, ask(client, upstream, &credentials))
             .await
-            .unwrap_or(None);
+            .unwrap_or(SelfReview::Unknown);
         self.remember(credentials, answer.clone());
         answer
     }
 
-    fn cached(&self, credentials: &HeaderValue) -> Option<Option<ReviewedUser>> {
+    fn cached(&self, credentials: &HeaderValue) -> Option<SelfReview> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache
             .get(credentials)
@@ -89,7 +127,7 @@ impl SelfSubjectReviews {
             .map(|(_, user)| user.clone())
     }
 
-    fn remember(&self, credentials: HeaderValue, user: Option<ReviewedUser>) {
+    fn remember(&self, credentials: HeaderValue, user: SelfReview) {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         if cache.len() >= CAPACITY {
@@ -103,20 +141,19 @@ impl SelfSubjectReviews {
 }
 
 /// Asks each version in turn; a version the upstream does not serve (404) moves on.
-async fn ask(
-    client: &PooledClient,
-    upstream: &Upstream,
-    credentials: &HeaderValue,
-) -> Option<ReviewedUser> {
+async fn ask(client: &PooledClient, upstream: &Upstream, credentials: &HeaderValue) -> SelfReview {
     for version in VERSIONS {
         let path = format!("/apis/authentication.k8s.io/{version}/selfsubjectreviews");
         let body = serde_json::json!({
             "apiVersion": format!("authentication.k8s.io/{version}"),
             "kind": "SelfSubjectReview",
         });
-        let mut req = Request::builder()
+        let Ok(uri) = upstream.uri(&path) else {
+            return SelfReview::Unknown;
+        };
+        let Ok(mut req) = Request::builder()
             .method(Method::POST)
-            .uri(upstream.uri(&path).ok()?)
+            .uri(uri)
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json")
             .body(
@@ -124,33 +161,37 @@ async fn ask(
                     .map_err(|never| match never {})
                     .boxed(),
             )
-            .ok()?;
-        req.headers_mut()
-            .insert(header::AUTHORIZATION, credentials.clone());
+        else {
+            return SelfReview::Unknown;
+        };
+        if !credentials.is_empty() {
+            req.headers_mut()
+                .insert(header::AUTHORIZATION, credentials.clone());
+        }
         let resp = match client.get().request(req).await {
             Ok(resp) => resp,
             Err(e) => {
                 debug!(error = %e, "SelfSubjectReview failed");
-                return None;
+                return SelfReview::Unknown;
             }
         };
         match resp.status() {
             StatusCode::NOT_FOUND => continue,
+            StatusCode::UNAUTHORIZED => return SelfReview::Unauthenticated,
             s if s.is_success() => {
-                let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
-                    .collect()
-                    .await
-                    .ok()?
-                    .to_bytes();
-                return parse_answer(&bytes);
+                let Ok(body) = Limited::new(resp.into_body(), MAX_ANSWER).collect().await else {
+                    return SelfReview::Unknown;
+                };
+                return parse_answer(&body.to_bytes())
+                    .map_or(SelfReview::Unknown, SelfReview::User);
             }
             s => {
                 debug!(status = s.as_u16(), "SelfSubjectReview refused");
-                return None;
+                return SelfReview::Unknown;
             }
         }
     }
-    None
+    SelfReview::Unknown
 }
 
 fn parse_answer(bytes: &[u8]) -> Option<ReviewedUser> {
@@ -190,10 +231,11 @@ mod tests {
             user: "tina".into(),
             groups: vec![],
         };
-        reviews.remember(a.clone(), Some(tina.clone()));
-        assert_eq!(reviews.cached(&a), Some(Some(tina)));
+        reviews.remember(a.clone(), SelfReview::User(tina.clone()));
+        assert_eq!(reviews.cached(&a), Some(SelfReview::User(tina)));
         for n in 0..CAPACITY + 10 {
-            reviews.remember(HeaderValue::from_str(&format!("Bearer {n}")).unwrap(), None);
+            let key = HeaderValue::from_str(&format!("Bearer {n}")).unwrap();
+            reviews.remember(key, SelfReview::Unauthenticated);
         }
         assert!(reviews.cache.lock().unwrap().len() <= CAPACITY);
     }

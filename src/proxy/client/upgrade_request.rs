@@ -133,16 +133,13 @@ impl UpgradeRequest {
             .extensions
             .remove::<OnUpgrade>()
             .ok_or(UpgradeRequestError::NotUpgradable)?;
-        let mut held = None;
-        let body = tokio::time::timeout(timeout, read_body(body, limit, budget, &mut held))
-            .await
-            .map_err(|_| UpgradeRequestError::Timeout(timeout))??;
+        let held = HeldBody::read(body, limit, timeout, budget).await?;
         Ok(UpgradeRequest {
             parts,
-            body,
+            body: held.bytes,
             on_upgrade,
             client,
-            _budget: held,
+            _budget: held.budget,
         })
     }
 
@@ -153,6 +150,35 @@ impl UpgradeRequest {
             .path_and_query()
             .map(|pq| pq.as_str().to_owned())
             .unwrap_or_else(|| self.parts.uri.path().to_owned())
+    }
+}
+
+/// A request body read whole as an upgrade request's is, for a plain request whose body the
+/// proxy must read before it goes on (the kubelet's `run`, whose command a form body holds).
+#[derive(Debug)]
+pub struct HeldBody {
+    pub bytes: Bytes,
+    /// The share of the upgrade body budget the bytes hold, given back with them.
+    budget: Option<OwnedSemaphorePermit>,
+}
+
+impl HeldBody {
+    /// Reads `body` (at most `limit` bytes, within `timeout`, each byte taken from `budget` as
+    /// it arrives).
+    pub async fn read(
+        body: Incoming,
+        limit: usize,
+        timeout: Duration,
+        budget: &UpgradeBodyBudget,
+    ) -> Result<HeldBody, UpgradeRequestError> {
+        let mut held = None;
+        let bytes = tokio::time::timeout(timeout, read_body(body, limit, budget, &mut held))
+            .await
+            .map_err(|_| UpgradeRequestError::Timeout(timeout))??;
+        Ok(HeldBody {
+            bytes,
+            budget: held,
+        })
     }
 }
 

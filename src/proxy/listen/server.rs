@@ -25,21 +25,24 @@ use crate::proxy::auth::{Caller, PeerCertificate};
 use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody};
 use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::{
-    UpgradeRequest, UpgradeRequestError, MAX_UPGRADE_BODY,
+    HeldBody, UpgradeRequest, UpgradeRequestError, MAX_UPGRADE_BODY,
 };
 use crate::proxy::client::waiting_connections::Waiter;
 use crate::proxy::observability::metrics::ConnectionShed;
-use crate::proxy::observability::metrics::HandshakeRejection;
+use crate::proxy::observability::metrics::{HandshakeRejection, SessionKind};
 use crate::proxy::route::classify::{classify, Class};
+use crate::proxy::route::kubelet::{kubelet_call, KubeletRun};
 use crate::proxy::route::stream_request::{is_followed_log, StreamRequest, StreamTarget};
 use crate::proxy::sessions::admission::{Admissible, Requested};
 use crate::proxy::sessions::forward::forward;
+use crate::proxy::sessions::kubelet_run::{self, RunRequest};
 use crate::proxy::sessions::pass_through;
 use crate::proxy::sessions::registry::{next_session_id, Refusal};
 use crate::proxy::sessions::relay::relay;
 use crate::proxy::sessions::reverse_handler;
 use crate::proxy::sessions::session_audit::{self, AuditedBody, SessionClient};
 use crate::proxy::sessions::session_end::Running;
+use crate::proxy::sessions::session_gate;
 use crate::proxy::sessions::session_task;
 use crate::proxy::sessions::spdy_auto;
 use crate::proxy::sessions::state::ProxyState;
@@ -48,6 +51,7 @@ use crate::proxy::wire::client_stream::{ConnectionId, HandshakeForm};
 use crate::proxy::wire::headers::caller_address;
 use crate::proxy::wire::maybe_tls::MaybeTls;
 use crate::proxy::wire::status_response::failure;
+use crate::request::node::{form_media_type, FormBody, KubeletCall};
 use crate::request::target::RequestTarget;
 use crate::translate::subprotocol::BearerToken;
 
@@ -409,7 +413,7 @@ fn bad_request(state: &ProxyState, why: impl Into<String>) -> Response<ProxyBody
 /// latency, or, when audited, a followed pod log audited as a session. `Err` is the refusal
 /// by authentication.
 async fn forward_request(
-    state: &ProxyState,
+    state: &Arc<ProxyState>,
     mut req: Request<Incoming>,
     conn: &Connection,
     target: &RequestTarget,
@@ -417,7 +421,13 @@ async fn forward_request(
     let caller = authenticate(state, req.headers(), None, conn).await?;
     let method = req.method().clone();
     let started = Instant::now();
+    if kubelet_call(&method, target).is_some_and(|c| c.call == KubeletCall::Run) {
+        return Ok(Box::pin(kubelet_run(state, req, conn, caller, target)).await);
+    }
     if state.audit.is_some() && is_followed_log(&method, target) {
+        if let Some(refusal) = session_gate::check(state, &caller, req.headers(), false).await {
+            return Ok(refusal);
+        }
         if let Err(why) = canonical_target(&mut req, target) {
             return Ok(failure(StatusCode::BAD_REQUEST, "BadRequest", why));
         }
@@ -456,12 +466,23 @@ async fn open_session(
         return Ok(bad_request(&state, why));
     }
     let caller = authenticate(&state, req.headers(), upgrade.bearer, conn).await?;
+    let stream_target = StreamTarget::read(req.method(), target);
+    let kubelet = stream_target.node.is_some();
+    if let Some(refusal) = session_gate::check(&state, &caller, req.headers(), kubelet).await {
+        return Ok(refusal);
+    }
     let req = match read_upgrade_request(&state, req, conn).await {
         Ok(req) => req,
         Err(resp) => return Ok(resp),
     };
+    if let Some(refusal) = kubelet
+        .then(|| session_gate::refuse_form_body(&req.parts.headers, &req.body))
+        .flatten()
+    {
+        return Ok(refusal);
+    }
     let stream = StreamRequest {
-        target: StreamTarget::read(target),
+        target: stream_target,
         caller,
         peer: conn.peer,
         client: req.client,
@@ -610,8 +631,8 @@ async fn followed_log(
         state,
         session_audit::session_info(
             next_session_id(),
-            &StreamTarget::read(target),
-            SessionClient::new(peer, http_version),
+            &StreamTarget::read(&method, target),
+            SessionClient::new(peer, http_version, caller.address()),
             identity,
             ProtocolPath::Http,
             None,
@@ -621,6 +642,80 @@ async fn followed_log(
     AuditedBody::wrap(resp, audit)
 }
 
+/// The kubelet's `run` through `nodes/{node}/proxy`: refused, or (`--node-proxy-sessions=audit`)
+/// read whole, admitted and run as an audited session ([`kubelet_run::run`]).
+async fn kubelet_run(
+    state: &Arc<ProxyState>,
+    mut req: Request<Incoming>,
+    conn: &Connection,
+    caller: Caller,
+    target: &RequestTarget,
+) -> Response<ProxyBody> {
+    if let Some(refusal) = session_gate::check(state, &caller, req.headers(), true).await {
+        return refusal;
+    }
+    if let Err(why) = canonical_target(&mut req, target) {
+        return bad_request(state, why);
+    }
+    if let Some(refusal) = session_gate::refuse_multipart(req.headers()) {
+        return refusal;
+    }
+    let (parts, body) = req.into_parts();
+    let timeout = state.handshake_timeout;
+    let budget = &state.upgrade_body_budget;
+    let body = match HeldBody::read(body, MAX_UPGRADE_BODY, timeout, budget).await {
+        Ok(body) => body,
+        Err(e) => {
+            let (code, reason) = e.status();
+            return failure(code, reason, e.to_string());
+        }
+    };
+    let form = match form_body(&parts.headers, &body.bytes) {
+        Ok(form) => form,
+        Err(why) => return bad_request(state, why),
+    };
+    let Some(run) = KubeletRun::read(&parts.method, target, form) else {
+        return bad_request(state, "not a kubelet run");
+    };
+    let slot = match state.sessions.admit() {
+        Ok(slot) => slot,
+        Err(refusal) => return refuse(state, refusal),
+    };
+    let form = match parts.version {
+        http::Version::HTTP_2 => HandshakeForm::ExtendedConnect,
+        _ => HandshakeForm::Http1Upgrade,
+    };
+    // Owned from here by its own task, as every streaming session is ([`session_task`]).
+    let (running, hangup) = session_task::admit(state, slot, form, SessionKind::KubeletRun);
+    let audit_id = request_layers::audit_id(&parts.headers);
+    let req = RunRequest {
+        parts,
+        body,
+        run,
+        caller,
+        peer: conn.peer,
+        audit_id,
+    };
+    session_task::answer(kubelet_run::run(state.clone(), req, running), hangup).await
+}
+
+/// The form `body` a kubelet reads `cmd` from before the query, if the request has one; a form
+/// that is not UTF-8 is refused, as a target that is not is.
+fn form_body<'b>(
+    headers: &http::HeaderMap,
+    body: &'b [u8],
+) -> Result<Option<&'b str>, &'static str> {
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if form_media_type(content_type) != Some(FormBody::UrlEncoded) {
+        return Ok(None);
+    }
+    std::str::from_utf8(body)
+        .map(Some)
+        .map_err(|_| "the request's form body is not UTF-8")
+}
 /// Who the caller is, or the refusal to send (401, 403 or 503 with a Status).
 async fn authenticate(
     state: &ProxyState,

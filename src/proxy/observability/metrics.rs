@@ -25,6 +25,8 @@ pub enum SessionKind {
     /// v5 exec/attach or the port-forward tunnel passed through to an upstream that serves
     /// them (`--upstream-streaming`).
     PassThrough,
+    /// The kubelet's `run` through `nodes/{node}/proxy` (`--node-proxy-sessions=audit`).
+    KubeletRun,
 }
 
 impl SessionKind {
@@ -37,6 +39,7 @@ impl SessionKind {
             SessionKind::WebSocketRelay => "websocket_relay",
             SessionKind::SpdyRelay => "spdy_relay",
             SessionKind::PassThrough => "websocket_pass_through",
+            SessionKind::KubeletRun => "kubelet_run",
         }
     }
 }
@@ -85,6 +88,12 @@ pub enum HandshakeRejection {
     /// The proxy holds as many upgrade request bodies as `--upgrade-body-budget` allows (503
     /// with `Retry-After`): the request was well-formed, the proxy busy.
     Busy,
+    /// The caller's address had spent its budget of refused sessions (429 with `Retry-After`,
+    /// `--audit-refusal-burst`): refused without asking the upstream.
+    RefusedSessions,
+    /// A kubelet session through `nodes/{node}/proxy` under `--node-proxy-sessions=refuse`
+    /// (403).
+    NodeProxySession,
 }
 
 impl HandshakeRejection {
@@ -95,6 +104,8 @@ impl HandshakeRejection {
             HandshakeRejection::TooManySessions => "too_many_sessions",
             HandshakeRejection::Draining => "draining",
             HandshakeRejection::Busy => "busy",
+            HandshakeRejection::RefusedSessions => "refused_sessions",
+            HandshakeRejection::NodeProxySession => "node_proxy_session",
         }
     }
 }
@@ -462,8 +473,11 @@ fn recording_counters(r: &Register<'_>) -> RecordingCounters {
 
 /// Every value of the `reason` label of `kube_ws_proxy_auth_rejections_total` (besides
 /// `other`, which no caller should cause).
-pub const AUTH_REJECTION_REASONS: [&str; 5] = [
+pub const AUTH_REJECTION_REASONS: [&str; 6] = [
     "unauthenticated",
+    // Passthrough with the audit log: the upstream's SelfSubjectReview did not authenticate
+    // the caller's credentials, so the proxy refused its session before starting it.
+    "upstream_unauthenticated",
     "impersonation_headers",
     "authentication_unavailable",
     "ambiguous_client_certificate",
@@ -649,13 +663,14 @@ mod tests {
         seen
     }
 
-    const KINDS: [SessionKind; 6] = [
+    const KINDS: [SessionKind; 7] = [
         SessionKind::Exec,
         SessionKind::Attach,
         SessionKind::PortForwardTunnel,
         SessionKind::WebSocketRelay,
         SessionKind::SpdyRelay,
         SessionKind::PassThrough,
+        SessionKind::KubeletRun,
     ];
     const OUTCOMES: [SessionOutcome; 9] = [
         SessionOutcome::Success,
@@ -684,6 +699,8 @@ mod tests {
             HandshakeRejection::TooManySessions,
             HandshakeRejection::Draining,
             HandshakeRejection::Busy,
+            HandshakeRejection::RefusedSessions,
+            HandshakeRejection::NodeProxySession,
         ] {
             m.handshake_rejected(reason);
         }
@@ -726,6 +743,8 @@ mod tests {
             "too_many_sessions",
             "draining",
             "busy",
+            "refused_sessions",
+            "node_proxy_session",
             "request_header_timeout",
             "idle_timeout",
             "tls_handshake_failed",

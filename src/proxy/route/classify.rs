@@ -55,6 +55,20 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
     })
 }
 
+/// What an `Upgrade` other than exactly `websocket` asks for, as the kubelet reads its first
+/// value: its SPDY upgrader takes any value that contains `SPDY/3.1` (any case), so
+/// `h2c, SPDY/3.1` and `websocket, SPDY/3.1` are SPDY (the kubelet's WebSocket check wants the
+/// whole value to be `websocket`). A value starting with `SPDY` is relayed as SPDY too.
+fn upgrade_kind(upgrade: &str) -> RelayKind {
+    let spdy = upgrade.to_ascii_lowercase().contains("spdy/3.1")
+        || (upgrade.len() >= 4 && upgrade[..4].eq_ignore_ascii_case("spdy"));
+    if spdy {
+        RelayKind::Spdy
+    } else {
+        RelayKind::Other
+    }
+}
+
 /// Classifies one request.
 pub fn classify(method: &Method, target: &RequestTarget, headers: &HeaderMap) -> Class {
     // Checked on every request, upgrade or not: a malformed offer (a bad bearer entry, a line
@@ -75,11 +89,8 @@ pub fn classify(method: &Method, target: &RequestTarget, headers: &HeaderMap) ->
         kind,
         bearer: offered.take_bearer(),
     };
-    if upgrade.len() >= 4 && upgrade[..4].eq_ignore_ascii_case("spdy") {
-        return relay(RelayKind::Spdy, &mut offered);
-    }
     if !upgrade.eq_ignore_ascii_case("websocket") {
-        return relay(RelayKind::Other, &mut offered);
+        return relay(upgrade_kind(upgrade), &mut offered);
     }
     let _ = method;
     let subresource = pod_subresource(target.path());
@@ -138,6 +149,13 @@ mod tests {
         h
     }
 
+    fn upgrade(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, value.parse().unwrap());
+        h.insert(header::CONNECTION, "Upgrade".parse().unwrap());
+        h
+    }
+
     fn ws_relay() -> Class {
         Class::Relay {
             kind: RelayKind::WebSocket,
@@ -174,6 +192,12 @@ mod tests {
             ("v5 on a log is relayed", Method::GET, LOG, ws(&["v5.channel.k8s.io"]), ws_relay()),
             ("kubectl SPDY exec", Method::POST, EXEC, spdy(), Relay { kind: RelayKind::Spdy, bearer: None }),
             ("kubectl SPDY portforward", Method::POST, PF, spdy(), Relay { kind: RelayKind::Spdy, bearer: None }),
+            ("h2c, SPDY/3.1 is SPDY to the kubelet", Method::POST, EXEC, upgrade("h2c, SPDY/3.1"), Relay { kind: RelayKind::Spdy, bearer: None }),
+            ("websocket, SPDY/3.1 is SPDY too", Method::POST, EXEC, upgrade("websocket, SPDY/3.1"), Relay { kind: RelayKind::Spdy, bearer: None }),
+            ("spdy/3.1 in any case", Method::POST, PF, upgrade("foo-Spdy/3.1x"), Relay { kind: RelayKind::Spdy, bearer: None }),
+            ("SPDY/3.1 on a second Upgrade line is not read", Method::POST, EXEC, { let mut h = upgrade("h2c"); h.append(header::UPGRADE, "SPDY/3.1".parse().unwrap()); h }, Relay { kind: RelayKind::Other, bearer: None }),
+            ("a kubelet exec through the node proxy is relayed", Method::POST, "/api/v1/nodes/w/proxy/exec/ns/p/c", spdy(), Relay { kind: RelayKind::Spdy, bearer: None }),
+            ("a kubelet v5 exec through the node proxy is relayed, never translated", Method::GET, "/api/v1/nodes/w/proxy/exec/ns/p/c", ws(&["v5.channel.k8s.io"]), ws_relay()),
             ("h2c or other upgrade", Method::GET, "/api", { let mut h = HeaderMap::new(); h.insert(header::UPGRADE, "h2c".parse().unwrap()); h.insert(header::CONNECTION, "Upgrade, HTTP2-Settings".parse().unwrap()); h }, Relay { kind: RelayKind::Other, bearer: None }),
             ("plain GET", Method::GET, "/api/v1/pods", HeaderMap::new(), Forward),
             ("watch", Method::GET, "/api/v1/pods?watch=true", HeaderMap::new(), Forward),

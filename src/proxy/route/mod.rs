@@ -4,6 +4,7 @@
 //!   from its method, target and headers.
 //! - [`stream_request`]: a streaming request read once (pod, subresource, options, ports,
 //!   caller, client, audit id), which the front door hands to its session.
+//! - [`kubelet`]: kubelet calls through `nodes/{node}/proxy` and what is done with them.
 //!
 //! One proxy in front of many clusters picks the upstream here too: the route names the
 //! upstream (with its credentials, auth mode and streaming mode) a request goes to.
@@ -11,4 +12,5 @@
 //! `sessions` and `listen`.
 
 pub mod classify;
+pub mod kubelet;
 pub mod stream_request;

@@ -6,9 +6,12 @@
 
 use std::net::SocketAddr;
 
+use super::kubelet::kubelet_call;
+use crate::audit::bounds::log_field;
 use crate::proxy::auth::Caller;
 use crate::proxy::wire::client_stream::ClientStream;
 use crate::request::go_url::slice_to_bool;
+use crate::request::node::{kubelet_flag, KubeletCall, KubeletTarget};
 use crate::request::pod::{parse_pod_subresource, pod_subresource, PodTarget, Subresource};
 use crate::request::target::RequestTarget;
 use crate::translate::exec_options::ExecOptions;
@@ -19,15 +22,22 @@ pub struct StreamTarget {
     /// The pod and streaming subresource; `None` for a path that is not one (an upgrade
     /// relayed as it is, unaudited).
     pub pod: Option<PodTarget>,
+    /// The node whose kubelet a `nodes/{node}/proxy` request reaches (its exec, attach or
+    /// portForward: `pod` names the pod), `None` for a pod's subresource.
+    pub node: Option<String>,
     /// The exec/attach options (a log's `container` among them).
     pub options: ExecOptions,
-    /// The ports a port-forward names (`ports=8080&ports=9090` or `ports=8080,9090`).
+    /// The ports a port-forward names (`ports=8080&ports=9090` or `ports=8080,9090`; the
+    /// kubelet's `port=8080`).
     pub ports: Vec<u16>,
 }
 
 impl StreamTarget {
-    /// Reads `target`'s pod subresource, options and ports.
-    pub fn read(target: &RequestTarget) -> StreamTarget {
+    /// Reads `target`'s pod subresource (or kubelet call, for `method`), options and ports.
+    pub fn read(method: &http::Method, target: &RequestTarget) -> StreamTarget {
+        if let Some(kubelet) = kubelet_call(method, target) {
+            return StreamTarget::kubelet(kubelet, target);
+        }
         let Some(pod) = parse_pod_subresource(target.path()) else {
             return StreamTarget::default();
         };
@@ -36,8 +46,39 @@ impl StreamTarget {
         let ports = ports(target);
         StreamTarget {
             pod: Some(pod),
+            node: None,
             options,
             ports,
+        }
+    }
+
+    /// A kubelet's exec, attach or portForward, with its options as the kubelet reads them
+    /// (`run` is no streaming session: [`KubeletRun`]).
+    fn kubelet(call: KubeletTarget, target: &RequestTarget) -> StreamTarget {
+        let subresource = match call.call {
+            KubeletCall::Exec => Subresource::Exec,
+            KubeletCall::Attach => Subresource::Attach,
+            KubeletCall::PortForward => Subresource::PortForward,
+            KubeletCall::Run => return StreamTarget::default(),
+        };
+        let query = target.query();
+        let options = ExecOptions {
+            stdin: kubelet_flag(query, "input"),
+            stdout: kubelet_flag(query, "output"),
+            stderr: kubelet_flag(query, "error"),
+            tty: kubelet_flag(query, "tty"),
+            container: call.container,
+            command: target.all("command").map(str::to_owned).collect(),
+        };
+        StreamTarget {
+            pod: Some(PodTarget {
+                namespace: call.namespace,
+                pod: call.pod,
+                subresource,
+            }),
+            node: Some(call.node),
+            options,
+            ports: target.all("port").filter_map(|p| p.parse().ok()).collect(),
         }
     }
 
@@ -54,40 +95,49 @@ impl StreamTarget {
         )
     }
 
-    /// Exec, attach or port-forward: the requests `--upstream-streaming` decides on for SPDY
-    /// clients; anything else is always relayed.
+    /// Exec, attach or port-forward of a pod: the requests `--upstream-streaming` decides on
+    /// for SPDY clients; anything else (a kubelet's, through `nodes/{node}/proxy`, too) is
+    /// always relayed.
     pub fn streaming_subresource(&self) -> Option<Subresource> {
         self.subresource().filter(|s| {
-            matches!(
-                s,
-                Subresource::Exec | Subresource::Attach | Subresource::PortForward
-            )
+            self.node.is_none()
+                && matches!(
+                    s,
+                    Subresource::Exec | Subresource::Attach | Subresource::PortForward
+                )
         })
     }
 
-    /// The title of its recording: `ns/pod`, with the container when one is named (empty for
-    /// a path that is no pod's).
+    /// The title of its recording: `ns/pod`, with the container when one is named and the
+    /// node when the kubelet was reached directly (empty for a path that is no pod's); each
+    /// name bounded as log fields are.
     pub fn recording_title(&self) -> String {
-        match (&self.pod, &self.options.container) {
-            (Some(t), Some(c)) => format!("{}/{} ({c})", t.namespace, t.pod),
-            (Some(t), None) => format!("{}/{}", t.namespace, t.pod),
-            (None, _) => String::new(),
+        let Some(t) = &self.pod else {
+            return String::new();
+        };
+        let mut title = format!("{}/{}", log_field(&t.namespace), log_field(&t.pod));
+        if let Some(c) = &self.options.container {
+            title.push_str(&format!(" ({})", log_field(c)));
         }
+        if let Some(node) = &self.node {
+            title.push_str(&format!(" on node {}", log_field(node)));
+        }
+        title
     }
 
-    /// The namespace, or `""` (log fields).
+    /// The namespace, or `""` (log fields: bounded).
     pub fn namespace(&self) -> &str {
-        self.pod.as_ref().map_or("", |p| p.namespace.as_str())
+        log_field(self.pod.as_ref().map_or("", |p| p.namespace.as_str()))
     }
 
-    /// The pod's name, or `""` (log fields).
+    /// The pod's name, or `""` (log fields: bounded).
     pub fn pod_name(&self) -> &str {
-        self.pod.as_ref().map_or("", |p| p.pod.as_str())
+        log_field(self.pod.as_ref().map_or("", |p| p.pod.as_str()))
     }
 
-    /// The container named, or `""` (log fields).
+    /// The container named, or `""` (log fields: bounded).
     pub fn container(&self) -> &str {
-        self.options.container.as_deref().unwrap_or("")
+        log_field(self.options.container.as_deref().unwrap_or(""))
     }
 }
 
@@ -129,7 +179,10 @@ mod tests {
     use super::*;
 
     fn read(pq: &str) -> StreamTarget {
-        StreamTarget::read(&RequestTarget::parse_path_and_query(pq).unwrap())
+        StreamTarget::read(
+            &http::Method::GET,
+            &RequestTarget::parse_path_and_query(pq).unwrap(),
+        )
     }
 
     #[test]
@@ -157,6 +210,49 @@ mod tests {
         let other = read("/api/v1/namespaces/default/services/x/proxy?command=id");
         assert_eq!(other, StreamTarget::default());
         assert_eq!(other.recording_title(), "");
+    }
+
+    #[test]
+    fn kubelet_sessions_name_their_node_and_read_the_kubelets_options() {
+        let t = read("/api/v1/nodes/https:w-1:10250/proxy/exec/team/web/uid/main?command=id&command=-u&input=1&output=1&error=true&tty=1&stdin=1");
+        assert_eq!(t.node.as_deref(), Some("w-1"));
+        let pod = t.pod.as_ref().unwrap();
+        assert_eq!((pod.namespace.as_str(), pod.pod.as_str()), ("team", "web"));
+        assert_eq!(t.subresource(), Some(Subresource::Exec));
+        assert_eq!(t.options.container.as_deref(), Some("main"));
+        assert_eq!(t.options.command, ["id", "-u"]);
+        // The kubelet's names, each on only when `1`.
+        assert!(t.options.stdin && t.options.stdout && !t.options.stderr && t.options.tty);
+        assert!(t.is_remote_command());
+        // Always relayed: never translated or reverse-translated.
+        assert_eq!(t.streaming_subresource(), None);
+        assert_eq!(t.recording_title(), "team/web (main) on node w-1");
+        let pf = read("/api/v1/nodes/w/proxy/portForward/ns/db?port=5432&port=x&ports=1");
+        assert_eq!(pf.subresource(), Some(Subresource::PortForward));
+        assert_eq!(pf.ports, [5432]);
+        // `run` is no streaming session; other node proxy paths are none either.
+        assert_eq!(
+            read("/api/v1/nodes/w/proxy/run/ns/p/c?cmd=id"),
+            StreamTarget::default()
+        );
+        assert_eq!(
+            read("/api/v1/nodes/w/proxy/metrics"),
+            StreamTarget::default()
+        );
+    }
+
+    #[test]
+    fn log_fields_and_titles_are_bounded() {
+        let long = "p".repeat(1000);
+        let t = read(&format!(
+            "/api/v1/namespaces/ns/pods/{long}/exec?container={long}"
+        ));
+        assert_eq!(t.pod_name().len(), 256);
+        assert_eq!(t.container().len(), 256);
+        assert_eq!(
+            t.recording_title().len(),
+            "ns/".len() + 256 + " ()".len() + 256
+        );
     }
 
     #[test]

@@ -21,6 +21,16 @@ pub async fn forward(
     peer: SocketAddr,
     caller: &Caller,
 ) -> Response<ProxyBody> {
+    forward_body(state, req.map(BodyExt::boxed), peer, caller).await
+}
+
+/// [`forward`], for a request whose body the proxy holds (read whole, or made here).
+pub async fn forward_body(
+    state: &ProxyState,
+    req: Request<ProxyBody>,
+    peer: SocketAddr,
+    caller: &Caller,
+) -> Response<ProxyBody> {
     let upstream = &state.upstream;
     let client = state.client.get();
     let (mut parts, body) = req.into_parts();
@@ -41,7 +51,7 @@ pub async fn forward(
     if let Ok(host) = HeaderValue::from_str(&upstream.authority()) {
         parts.headers.insert(header::HOST, host);
     }
-    let req = Request::from_parts(parts, body.boxed());
+    let req = Request::from_parts(parts, body);
     match client.request(req).await {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();

@@ -16,6 +16,8 @@
 //!   [`relay_recording`] (recording a relayed exec/attach) and [`relay_ending`] (the Status a
 //!   relay ends a session with when its recording fails).
 //! - [`forward`]: the plain reverse proxy for requests that do not upgrade.
+//! - [`kubelet_run`]: the kubelet's `run` through `nodes/{node}/proxy`, a plain POST audited
+//!   and recorded as a session.
 //!
 //! What they share:
 //! - [`admission`]: what a streaming request must be before it is admitted, and which runner
@@ -28,6 +30,9 @@
 //! - [`session_audit`]: the audit hooks every streaming session calls at its start and end.
 //! - [`session_end`]: the one way a session ends, from its admission on (audit event, slot,
 //!   metrics).
+//! - [`session_gate`]: what the proxy refuses itself before a session starts (kubelet
+//!   sessions, an address's spent refusal budget, a caller the upstream does not
+//!   authenticate).
 //! - [`session_recording`]: a translated exec or attach's recording, opened one way.
 //! - [`upstream_refusal`]: an upstream that would not open a session, answered as
 //!   kube-apiserver answers it.
@@ -41,6 +46,7 @@
 pub mod admission;
 pub mod exec_handler;
 pub mod forward;
+pub mod kubelet_run;
 pub mod pass_through;
 pub mod registry;
 pub mod relay;
@@ -54,6 +60,7 @@ pub mod relay_session;
 pub mod reverse_handler;
 pub mod session_audit;
 pub mod session_end;
+pub mod session_gate;
 pub mod session_recording;
 pub mod session_start;
 pub mod session_task;

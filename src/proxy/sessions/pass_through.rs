@@ -440,7 +440,9 @@ impl PassThrough {
             let prepared = Prepared::Refused(status);
             return exec_handler::serve(state, req, stream, answer, begun, prepared).await;
         }
-        begun.running.upstream_refused(delivered.summary());
+        begun
+            .running
+            .upstream_refused(delivered.summary(), delivered.upstream_status());
         match delivered {
             Delivered::Replay(held) => held.into_response(),
             Delivered::Unsupported { why, .. } => {

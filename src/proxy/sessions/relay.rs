@@ -82,7 +82,7 @@ pub async fn relay(
     let upstream_req = match upstream_request(state, &req, &stream) {
         Ok(r) => r,
         Err(e) => {
-            running.upstream_refused(e.to_string());
+            running.upstream_refused(e.to_string(), 0);
             return e.response();
         }
     };
@@ -189,7 +189,7 @@ async fn carry(
         Ok(resp) => resp,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(0);
-            running.upstream_refused(e.to_string());
+            running.upstream_refused(e.to_string(), 0);
             return e.response();
         }
     };
@@ -276,10 +276,10 @@ fn not_switched(
         let e = format!(
             "the upstream answered the WebSocket upgrade with {status} instead of switching protocols"
         );
-        running.upstream_refused(e.clone());
+        running.upstream_refused(e.clone(), status);
         return failure(StatusCode::BAD_GATEWAY, "BadGateway", e);
     }
-    running.upstream_refused(format!("upstream answered {status}"));
+    running.upstream_refused(format!("upstream answered {status}"), status);
     let (mut parts, body) = resp.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::CONTENT_LENGTH);
@@ -317,7 +317,7 @@ async fn start_session(
         Ok(answer) => answer,
         Err(e) => {
             state.metrics.upstream_upgrade_failure(101);
-            running.upstream_refused(e.to_string());
+            running.upstream_refused(e.to_string(), 101);
             return failure(StatusCode::BAD_GATEWAY, "BadGateway", e.to_string());
         }
     };
@@ -326,12 +326,12 @@ async fn start_session(
         match tokio::time::timeout(handshake_timeout, hyper::upgrade::on(&mut resp)).await {
             Ok(Ok(io)) => io,
             Ok(Err(e)) => {
-                running.upstream_refused(e.to_string());
+                running.upstream_refused(e.to_string(), 101);
                 return RelayError::Http(e).response();
             }
             Err(_) => {
                 let e = RelayError::Timeout(handshake_timeout);
-                running.upstream_refused(e.to_string());
+                running.upstream_refused(e.to_string(), 101);
                 return e.response();
             }
         };

@@ -263,6 +263,22 @@ mod tests {
         assert!(end.bytes.ends_with(&[0, 0, 0, 7, 0x01, 0, 0, 0]));
     }
 
+    /// Streams the upstream ended with a control frame (SYN_REPLY with FIN, RST_STREAM) get
+    /// nothing of ours either: spdystream ends a stream on those as on a DATA frame's FIN.
+    #[test]
+    fn spdy_streams_the_upstream_reset_or_answered_with_fin_are_left_alone() {
+        let status = recording_failed(WHY);
+        let ending = Ending::for_protocol(Some("SPDY/3.1"), Some("v4.channel.k8s.io")).unwrap();
+        let mut cursor = FrameCursor::holding_heads(Framing::Spdy);
+        // SYN_REPLY with FIN on stdout (an empty block after the stream id), RST_STREAM on
+        // the error stream.
+        let reply_fin = [0x80, 3, 0, 2, 0x01, 0, 0, 4, 0, 0, 0, 5];
+        let rst = [0x80, 3, 0, 3, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 5];
+        assert_eq!(cursor.follow(&[&reply_fin[..], &rst].concat()).pass, 28);
+        let end = ending.frames(&status, &cursor, streams()).unwrap();
+        assert_eq!(end.bytes, [0, 0, 0, 7, 0x01, 0, 0, 0]);
+    }
+
     #[test]
     fn old_spdy_protocols_get_the_message_as_text() {
         let status = recording_failed(WHY);

@@ -1,5 +1,6 @@
 //! Where the frames a relay passes from the upstream to the client begin and end (SPDY/3.1 or
-//! WebSocket), followed from their heads alone, payloads never read. One [`FrameCursor`]
+//! WebSocket), followed from their heads alone, payloads never read (but for the stream id a
+//! SPDY frame that ends a stream names in its first four bytes, taken as part of its head). One [`FrameCursor`]
 //! follows the relay's upstream-to-client bytes, and everything that adds frames of the
 //! proxy's own asks it: keepalive pings ([`super::relay_pings`]) go only between two frames,
 //! and a relayed session under `--record=required` is ended between two frames with a Status
@@ -24,8 +25,13 @@
 use crate::spdy::frame::{FLAG_FIN, HEAD_LEN};
 use crate::translate::ws::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
 
-/// SPDY control frame type of GOAWAY.
+/// SPDY control frame types this follower looks at.
+const SYN_REPLY: u16 = 2;
+const RST_STREAM: u16 = 3;
 const GOAWAY: u16 = 7;
+const HEADERS: u16 = 8;
+/// A SPDY head with the stream id of the control frame it starts.
+const HEAD_WITH_STREAM: usize = HEAD_LEN + 4;
 /// Most SPDY streams whose end is remembered (a remote-command session opens five).
 const MAX_FINISHED: usize = 32;
 
@@ -79,7 +85,10 @@ enum Head {
     Lost,
 }
 
-/// The SPDY streams the upstream ended, in a fixed space (no allocation as the relay runs).
+/// The SPDY streams the upstream ended, in a fixed space (no allocation as the relay runs): by
+/// FIN on a DATA, SYN_REPLY or HEADERS frame (its side of the stream is done), or by
+/// RST_STREAM (the stream is gone both ways). spdystream ends a stream on each of these, so
+/// nothing of ours goes on one afterwards.
 #[derive(Debug, Clone, Copy)]
 struct Finished {
     streams: [u32; MAX_FINISHED],
@@ -117,7 +126,7 @@ pub struct FrameCursor {
     owed: u64,
     /// WebSocket: a data message has begun and not ended (its next frames are its fragments).
     in_message: bool,
-    /// SPDY: the streams the upstream ended (a DATA frame with FIN).
+    /// SPDY: the streams the upstream ended.
     finished: Finished,
 }
 
@@ -251,20 +260,42 @@ impl FrameCursor {
         }
     }
 
-    /// The SPDY head in `self.head[..gathered]`.
+    /// The SPDY head in `self.head[..gathered]`: 8 bytes, or 12 for a control frame that ends
+    /// a stream (SYN_REPLY or HEADERS with FIN, RST_STREAM), whose stream id is read with it.
     fn spdy_head(&mut self, gathered: usize) -> Head {
-        let Some(head) = self.head.get(..HEAD_LEN).filter(|_| gathered >= HEAD_LEN) else {
+        if gathered < HEAD_LEN {
             return Head::Partial;
-        };
-        self.owed = u64::from(u32::from_be_bytes([0, head[5], head[6], head[7]]));
-        if head[0] & 0x80 != 0 {
-            if u16::from_be_bytes([head[2], head[3]]) == GOAWAY {
-                self.state = State::Closing;
-            }
-        } else if head[4] & FLAG_FIN != 0 {
-            let stream = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-            self.finished.add(stream);
         }
+        let head = &self.head;
+        let length = u32::from_be_bytes([0, head[5], head[6], head[7]]);
+        let fin = head[4] & FLAG_FIN != 0;
+        if head[0] & 0x80 == 0 {
+            if fin {
+                self.finished.add(stream_id(&head[..4]));
+            }
+            self.owed = u64::from(length);
+            return Head::Whole(HEAD_LEN);
+        }
+        let ty = u16::from_be_bytes([head[2], head[3]]);
+        let ends_stream = match ty {
+            RST_STREAM => true,
+            SYN_REPLY | HEADERS => fin,
+            _ => false,
+        };
+        // A frame too short to name its stream is the peer's error, not a longer head.
+        if ends_stream && length >= 4 {
+            if gathered < HEAD_WITH_STREAM {
+                return Head::Partial;
+            }
+            self.finished
+                .add(stream_id(&head[HEAD_LEN..HEAD_WITH_STREAM]));
+            self.owed = u64::from(length - 4);
+            return Head::Whole(HEAD_WITH_STREAM);
+        }
+        if ty == GOAWAY {
+            self.state = State::Closing;
+        }
+        self.owed = u64::from(length);
         Head::Whole(HEAD_LEN)
     }
 
@@ -288,6 +319,11 @@ impl FrameCursor {
             Err(_) => Head::Lost,
         }
     }
+}
+
+/// A 31-bit SPDY stream id from its four bytes (the top bit is the control bit or reserved).
+fn stream_id(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) & 0x7FFF_FFFF
 }
 
 #[cfg(test)]
@@ -382,6 +418,106 @@ mod tests {
         }
         assert!(c.finished(1) && c.finished(MAX_FINISHED as u32));
         assert!(!c.finished(MAX_FINISHED as u32 + 1));
+    }
+
+    fn spdy_control(ty: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x80, 3];
+        f.extend_from_slice(&ty.to_be_bytes());
+        f.push(flags);
+        f.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// The frames of [`spdy_streams_end_by_fin_on_any_frame_and_by_rst_stream`]: stream 1
+    /// answered, 3 answered and ended, 5 ended by HEADERS, 7 reset, 9 given headers, 11 data.
+    fn ending_frames() -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = Vec::new();
+        let mut ends = vec![0];
+        for frame in [
+            spdy_control(SYN_REPLY, 0, &[0, 0, 0, 1, 0x78, 0xF9]),
+            spdy_control(SYN_REPLY, FLAG_FIN, &[0, 0, 0, 3, 1, 2, 3]),
+            spdy_control(HEADERS, FLAG_FIN, &[0, 0, 0, 5, 9]),
+            spdy_control(RST_STREAM, 0, &[0, 0, 0, 7, 0, 0, 0, 5]),
+            spdy_control(HEADERS, 0, &[0, 0, 0, 9, 9]),
+            spdy_data(11, false, b"x"),
+        ] {
+            bytes.extend(frame);
+            ends.push(bytes.len());
+        }
+        (bytes, ends)
+    }
+
+    fn assert_ended(c: &FrameCursor) {
+        for (id, ended) in [
+            (1, false),
+            (3, true),
+            (5, true),
+            (7, true),
+            (9, false),
+            (11, false),
+        ] {
+            assert_eq!(c.finished(id), ended, "stream {id}");
+        }
+    }
+
+    #[test]
+    fn spdy_streams_end_by_fin_on_any_frame_and_by_rst_stream() {
+        let (bytes, _) = ending_frames();
+        for mut c in [FrameCursor::new(Framing::Spdy), holding(Framing::Spdy)] {
+            assert_eq!(
+                c.follow(&bytes),
+                Followed {
+                    pass: bytes.len(),
+                    boundary: Some(bytes.len())
+                }
+            );
+            assert_ended(&c);
+        }
+        // Byte by byte: the stream id is gathered with the head.
+        let mut c = FrameCursor::new(Framing::Spdy);
+        for b in &bytes {
+            assert_eq!(c.follow(std::slice::from_ref(b)).pass, 1);
+        }
+        assert_ended(&c);
+        assert!(c.at_boundary());
+    }
+
+    #[test]
+    fn a_read_never_ends_inside_the_stream_id_of_a_frame_that_ends_a_stream() {
+        let rst = spdy_control(RST_STREAM, 0, &[0, 0, 0, 7, 0, 0, 0, 5]);
+        for cut in 1..12 {
+            let mut c = holding(Framing::Spdy);
+            assert_eq!(c.follow(&rst[..cut]).pass, 0, "cut at {cut}");
+            assert!(!c.finished(7));
+        }
+        let mut c = holding(Framing::Spdy);
+        assert_eq!(c.follow(&rst[..13]).pass, 13);
+        assert!(c.finished(7));
+        assert_eq!(c.owed(), 3);
+        assert!(!c.at_boundary());
+        assert_eq!(c.complete(&rst[13..]), 3);
+        assert!(c.at_boundary());
+        // A SYN_REPLY without FIN ends nothing: its head is the usual 8 bytes.
+        let reply = spdy_control(SYN_REPLY, 0, &[0, 0, 0, 1]);
+        let mut c = holding(Framing::Spdy);
+        assert_eq!(c.follow(&reply[..9]).pass, 9);
+        assert_eq!(c.owed(), 3);
+    }
+
+    #[test]
+    fn a_control_frame_too_short_to_name_its_stream_is_followed_by_its_length() {
+        let mut bytes = spdy_control(RST_STREAM, 0, &[0, 7]);
+        bytes.extend(spdy_data(3, true, b"ok"));
+        let mut c = holding(Framing::Spdy);
+        assert_eq!(
+            c.follow(&bytes),
+            Followed {
+                pass: bytes.len(),
+                boundary: Some(bytes.len())
+            }
+        );
+        assert!(c.finished(3) && !c.finished(7));
     }
 
     #[test]
@@ -569,6 +705,31 @@ mod tests {
                 at += n;
             }
             proptest::prop_assert!(f.at_boundary());
+        }
+
+        /// However the SPDY frames that end streams are cut into reads, the boundaries are
+        /// exactly the frame ends and the same streams end; a cursor holding heads passes
+        /// every byte once the reads are joined with what it held back.
+        #[test]
+        fn any_cutting_of_spdy_frames_finds_the_frame_ends_and_the_ended_streams(
+            cuts in proptest::collection::vec(1usize..16, 1..20),
+        ) {
+            let (bytes, ends) = ending_frames();
+            let mut free = FrameCursor::new(Framing::Spdy);
+            let mut held = holding(Framing::Spdy);
+            let (mut at, mut held_at) = (0, 0);
+            let mut cut = cuts.iter().cycle();
+            while at < bytes.len() {
+                let n = (*cut.next().unwrap()).min(bytes.len() - at);
+                let found = free.follow(&bytes[at..at + n]).boundary;
+                let expected = ends.iter().rev().find(|&&e| e >= at && e <= at + n).map(|e| e - at);
+                proptest::prop_assert_eq!(found, expected);
+                at += n;
+                held_at += held.follow(&bytes[held_at..at]).pass;
+            }
+            assert_ended(&free);
+            assert_ended(&held);
+            proptest::prop_assert_eq!(held_at, bytes.len());
         }
 
         /// Arbitrary bytes never panic it, and what it passes and its boundary are always

@@ -24,6 +24,9 @@ struct Shared {
     errors: ErrorStream,
     /// Why observing stopped, if it did.
     failure: Option<String>,
+    /// Best-effort: the first stream the client opened that could not be recorded (one of a
+    /// type the proxy does not know), while the rest of the session still is.
+    unrecorded: Option<String>,
     /// SPDY: the streams the upstream writes on, as last seen (kept should the observer stop).
     streams: RemoteCommandStreams,
 }
@@ -76,6 +79,7 @@ impl RelayTap {
                 observer,
                 errors: ErrorStream::default(),
                 failure: None,
+                unrecorded: None,
                 streams: RemoteCommandStreams::default(),
             }),
             unobservable: CancellationToken::new(),
@@ -159,10 +163,17 @@ impl RelayTap {
                     return false;
                 }
             }
-            for event in &events {
-                if let Observed::Error(data) = event {
-                    shared.errors.push(data);
+            if let Some(why) = take_events(&mut shared, &events) {
+                // A stream it cannot record: a required recording ends the session before
+                // the stream reaches the upstream; a best-effort one says so at the end.
+                if self.required && self.recorder.is_some() {
+                    self.stopped(&why);
+                    shared.failure = Some(why);
+                    self.unobservable.cancel();
+                    self.note_ended();
+                    return false;
                 }
+                shared.unrecorded.get_or_insert(why);
             }
             if direction == Direction::ClientToUpstream && self.ending.is_some() {
                 if let Some(streams) = shared.observer.spdy_streams() {
@@ -272,13 +283,29 @@ impl RelayTap {
         let recording_error = self
             .recorder
             .as_ref()
-            .and_then(|r| shared.failure.or_else(|| r.error()));
+            .and_then(|r| shared.failure.or(shared.unrecorded).or_else(|| r.error()));
         TapEnd {
             exit_code,
             status,
             recording_error,
         }
     }
+}
+
+/// Keeps the error stream's bytes of `events`; returns why a stream in them cannot be
+/// recorded, if one cannot.
+fn take_events(shared: &mut Shared, events: &[Observed]) -> Option<String> {
+    let mut unrecordable = None;
+    for event in events {
+        match event {
+            Observed::Error(data) => shared.errors.push(data),
+            Observed::UnknownStream(why) => {
+                unrecordable.get_or_insert_with(|| why.clone());
+            }
+            _ => {}
+        }
+    }
+    unrecordable
 }
 
 impl Recordable for Observed {
@@ -291,7 +318,7 @@ impl Recordable for Observed {
                 rows: size.height,
             },
             // Its Status is the audit event's business, not the terminal's.
-            Observed::Error(_) => return None,
+            Observed::Error(_) | Observed::UnknownStream(_) => return None,
         })
     }
 }
@@ -371,6 +398,71 @@ mod tests {
         assert!(end.recording_error.unwrap().contains("SPDY"));
     }
 
+    /// SYN_STREAMs of the given types, on one client zlib stream.
+    fn client_syns(types: &[(u32, &[u8])]) -> Vec<u8> {
+        let mut client = FrameEncoder::new();
+        let mut up = BytesMut::new();
+        for &(id, ty) in types {
+            let headers: HeaderBlock = [("streamtype", ty)].into_iter().collect();
+            let syn = SynStream::new(StreamId::new(id), headers);
+            client.encode(&Frame::SynStream(syn), &mut up).unwrap();
+        }
+        up.to_vec()
+    }
+
+    const UNKNOWN: &str = "stream 3 has a type the proxy does not know (streamtype \"bogus\")";
+
+    /// Under `--record=required`, a stream of a type the proxy does not know ends the session
+    /// before it reaches the upstream.
+    #[tokio::test]
+    async fn under_required_a_stream_of_unknown_type_ends_the_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let tap = tap(dir.path(), true).await;
+        let known = client_syns(&[(1, b"error")]);
+        assert!(tap.relayed(Direction::ClientToUpstream, &known).await);
+        // A stdout\0 stream is stdout: known.
+        let up = client_syns(&[(1, b"error"), (5, b"stdout\0"), (3, b"bogus")]);
+        assert!(
+            !tap.relayed(Direction::ClientToUpstream, &up[known.len()..])
+                .await
+        );
+        let why = tokio::time::timeout(Duration::from_secs(5), tap.must_end())
+            .await
+            .expect("the session is told to end");
+        assert_eq!(why, UNKNOWN);
+        assert_eq!(tap.must_have_ended().as_deref(), Some(UNKNOWN));
+        assert_eq!(tap.finish().recording_error.as_deref(), Some(UNKNOWN));
+    }
+
+    /// Best-effort, the session goes on and is recorded; its audit event says which stream
+    /// was not.
+    #[tokio::test]
+    async fn in_best_effort_a_stream_of_unknown_type_is_named_in_the_recording_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let tap = tap(dir.path(), false).await;
+        let up = client_syns(&[(1, b"stdout\0"), (3, b"bogus")]);
+        assert!(tap.relayed(Direction::ClientToUpstream, &up).await);
+        let mut server = FrameEncoder::new();
+        let mut down = BytesMut::new();
+        let out = Frame::Data(Data {
+            stream_id: StreamId::new(1),
+            fin: false,
+            payload: Bytes::from_static(b"still recorded\n"),
+        });
+        server.encode(&out, &mut down).unwrap();
+        assert!(tap.relayed(Direction::UpstreamToClient, &down).await);
+        let path = tap.path().unwrap().to_owned();
+        assert_eq!(tap.finish().recording_error.as_deref(), Some(UNKNOWN));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains("still recorded")
+        {
+            assert!(std::time::Instant::now() < deadline, "output not recorded");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The relay passes every byte on unchanged while the tap records what they carry.
     #[tokio::test]
     async fn a_tapped_pump_relays_bytes_unchanged() {
@@ -384,15 +476,7 @@ mod tests {
         headers.push("streamtype", "stdout");
         client_enc
             .encode(
-                &Frame::SynStream(SynStream {
-                    stream_id: StreamId::new(1),
-                    associated_stream_id: StreamId::ZERO,
-                    priority: 0,
-                    slot: 0,
-                    fin: false,
-                    unidirectional: false,
-                    headers,
-                }),
+                &Frame::SynStream(SynStream::new(StreamId::new(1), headers)),
                 &mut up,
             )
             .unwrap();
@@ -593,15 +677,7 @@ mod tests {
             headers.push("streamtype", ty);
             client_enc
                 .encode(
-                    &Frame::SynStream(SynStream {
-                        stream_id: StreamId::new(id),
-                        associated_stream_id: StreamId::ZERO,
-                        priority: 0,
-                        slot: 0,
-                        fin: false,
-                        unidirectional: false,
-                        headers,
-                    }),
+                    &Frame::SynStream(SynStream::new(StreamId::new(id), headers)),
                     &mut up,
                 )
                 .unwrap();

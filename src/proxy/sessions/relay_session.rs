@@ -195,7 +195,7 @@ impl RelaySession {
             user = self.user.as_deref().unwrap_or(""),
             http_version = self.client_stream.form.http_version(),
             connection = self.client_stream.connection.0,
-            path = %self.path,
+            path = crate::audit::bounds::log_field(&self.path),
             outcome = outcome.label(),
             bytes_up = stats.client_to_upstream,
             bytes_down = stats.upstream_to_client,

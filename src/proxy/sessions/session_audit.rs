@@ -3,13 +3,13 @@
 //! streaming path (translated, tunnel, relays, followed logs over plain HTTP) goes through
 //! here, so their events say the same things the same way.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response};
+use http::{header, HeaderMap, HeaderValue, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 
@@ -25,7 +25,7 @@ use crate::proxy::wire::body::ProxyBody;
 use crate::translate::exec_options::Subresource;
 
 /// Longest wait for a passthrough caller's SelfSubjectReview.
-const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Who the caller is, as an audit event says it.
 #[derive(Debug, Clone)]
@@ -84,6 +84,21 @@ async fn caller_identity(
     }
 }
 
+/// The `Authorization` a request from `caller` with `headers` carries upstream (the auth
+/// mode's: in passthrough the caller's own, its subprotocol token made one).
+pub fn outbound_credentials(
+    state: &ProxyState,
+    caller: &Caller,
+    headers: &HeaderMap,
+) -> Option<HeaderValue> {
+    let mut outbound = HeaderMap::new();
+    if let Some(a) = headers.get(header::AUTHORIZATION) {
+        outbound.insert(header::AUTHORIZATION, a.clone());
+    }
+    state.auth.apply(caller, &mut outbound);
+    outbound.remove(header::AUTHORIZATION)
+}
+
 fn unknown() -> AuditIdentity {
     AuditIdentity {
         user: None,
@@ -100,14 +115,22 @@ pub struct SessionClient {
     pub address: SocketAddr,
     /// The HTTP version of the request that opened the session.
     pub http_version: HttpVersion,
+    /// The address a refused session is charged to ([`Caller::address`]).
+    pub charged_to: IpAddr,
 }
 
 impl SessionClient {
-    /// The client at `address` whose request came in `http_version`.
-    pub fn new(address: SocketAddr, http_version: impl Into<HttpVersion>) -> SessionClient {
+    /// The client at `address` whose request came in `http_version`, its refusals charged to
+    /// `charged_to`.
+    pub fn new(
+        address: SocketAddr,
+        http_version: impl Into<HttpVersion>,
+        charged_to: IpAddr,
+    ) -> SessionClient {
         SessionClient {
             address,
             http_version: http_version.into(),
+            charged_to,
         }
     }
 }
@@ -137,6 +160,7 @@ pub fn session_info(
         namespace: pod.namespace.clone(),
         pod: pod.pod.clone(),
         container: options.container.clone(),
+        node: target.node.clone(),
         command: options.command.clone(),
         tty: options.tty,
         stdin: options.stdin,
@@ -151,6 +175,7 @@ pub fn session_info(
         protocol,
         recording: None,
         audit_id,
+        charged_to: Some(client.charged_to),
     })
 }
 
@@ -166,7 +191,7 @@ pub fn stream_info(
     session_info(
         session,
         &stream.target,
-        SessionClient::new(stream.peer, stream.client.form),
+        SessionClient::new(stream.peer, stream.client.form, stream.caller.address()),
         identity,
         protocol_path,
         protocol,
@@ -181,24 +206,31 @@ pub fn end_unstarted(
     ended_by: &'static str,
     status: Option<String>,
     recording_error: Option<String>,
+    refused_with: Option<u16>,
 ) {
     if let Some(audit) = audit {
-        audit.end_unstarted(outcome.label(), ended_by, status, recording_error);
+        audit.end_unstarted(
+            outcome.label(),
+            ended_by,
+            status,
+            recording_error,
+            refused_with,
+        );
     }
 }
 
 /// What the trail says of a session the upstream refused (or never answered).
-pub const UPSTREAM_REFUSED: &str = "upstream refused";
+pub const UPSTREAM_REFUSED: &str = crate::audit::UPSTREAM_REFUSED;
 
 /// What the trail says of a session refused because it could not be recorded
 /// (`--record=required`).
 pub const REFUSED_UNRECORDABLE: &str = "refused: it could not be recorded";
 
 /// What the trail says of a session whose client went away before the upstream was asked.
-pub const CLIENT_GONE_BEFORE_UPSTREAM: &str = "the client went away before the upstream was asked";
+pub const CLIENT_GONE_BEFORE_UPSTREAM: &str = crate::audit::CLIENT_GONE_BEFORE_UPSTREAM;
 
 /// What the trail says of a client whose upgrade never completed.
-pub const CLIENT_UPGRADE_FAILED: &str = "the client's upgrade did not complete";
+pub const CLIENT_UPGRADE_FAILED: &str = crate::audit::CLIENT_UPGRADE_FAILED;
 
 /// Starts the trail of a session (its `started` event); `None` when there is nothing to audit.
 pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAudit> {
@@ -236,6 +268,8 @@ impl AuditedBody {
     fn finish(&mut self, ended_by: &'static str) {
         if let Some(audit) = self.audit.take() {
             let success = (200..300).contains(&self.status);
+            // An answer other than 2xx is the upstream refusing the log: charged as one.
+            let ended_by = if success { ended_by } else { UPSTREAM_REFUSED };
             let duration_ms = audit.elapsed_ms();
             audit.end(SessionEnd {
                 bytes_in: 0,
@@ -246,6 +280,7 @@ impl AuditedBody {
                 outcome: if success { "success" } else { "upstream_error" },
                 ended_by,
                 recording_error: None,
+                refused_with: (!success).then_some(self.status),
                 ..Default::default()
             });
         }
@@ -296,7 +331,10 @@ mod tests {
     use crate::request::target::RequestTarget;
 
     fn target(pq: &str) -> StreamTarget {
-        StreamTarget::read(&RequestTarget::parse_path_and_query(pq).unwrap())
+        StreamTarget::read(
+            &http::Method::GET,
+            &RequestTarget::parse_path_and_query(pq).unwrap(),
+        )
     }
 
     fn who() -> AuditIdentity {
@@ -314,7 +352,7 @@ mod tests {
         let info = session_info(
             7,
             &target("/api/v1/namespaces/team/pods/web/exec?command=tar&command=cf&command=-&container=main&stdin=true&tty=false"),
-            SessionClient::new(peer, HandshakeForm::ExtendedConnect),
+            SessionClient::new(peer, HandshakeForm::ExtendedConnect, peer.ip()),
             who(),
             ProtocolPath::Translated,
             Some("v5.channel.k8s.io".into()),
@@ -340,7 +378,7 @@ mod tests {
         let info = session_info(
             1,
             &target("/api/v1/namespaces/default/pods/db/portforward?ports=5432&ports=8080,9090"),
-            SessionClient::new(peer, HandshakeForm::Http1Upgrade),
+            SessionClient::new(peer, HandshakeForm::Http1Upgrade, peer.ip()),
             who(),
             ProtocolPath::RelayWebsocket,
             None,
@@ -353,7 +391,7 @@ mod tests {
         assert!(session_info(
             1,
             &target("/api/v1/namespaces/default/services/x/proxy"),
-            SessionClient::new(peer, http::Version::HTTP_11),
+            SessionClient::new(peer, http::Version::HTTP_11, peer.ip()),
             who(),
             ProtocolPath::RelayWebsocket,
             None,

@@ -49,6 +49,8 @@ pub struct Finished {
     pub recording_error: Option<String>,
     /// The connections a port-forward was seen to carry (only when audited).
     pub port_forwards: Option<PortForwardWatch>,
+    /// The upstream's HTTP status when it refused the session.
+    pub refused_with: Option<u16>,
 }
 
 impl Finished {
@@ -70,6 +72,7 @@ impl Finished {
             status: None,
             recording_error: None,
             port_forwards: None,
+            refused_with: None,
         }
     }
 
@@ -84,6 +87,10 @@ impl Finished {
             exit_code: outcome.exit_code().map(i32::from),
             status: outcome.status.as_ref().map(|s| s.summary()),
             recording_error,
+            refused_with: (outcome.end == SessionEndKind::UpstreamRefused)
+                .then(|| outcome.status.as_ref().map(|s| u16::try_from(s.code).ok()))
+                .flatten()
+                .flatten(),
             ..Finished::new(
                 result,
                 outcome.bytes_in,
@@ -126,6 +133,7 @@ impl Finished {
             outcome: self.outcome.label(),
             ended_by: self.ended_by,
             recording_error: self.recording_error,
+            refused_with: self.refused_with,
             ..Default::default()
         };
         match self.port_forwards {
@@ -225,18 +233,20 @@ impl Running {
         ended_by: &'static str,
         recording_error: Option<String>,
     ) {
-        self.end_unstarted(outcome, ended_by, None, recording_error);
+        self.end_unstarted(outcome, ended_by, None, recording_error, None);
     }
 
     /// Ends, as [`unstarted`](Self::unstarted) does, a session the upstream refused or never
     /// handed over once admitted; `why` is what its event's status says. Counted as
-    /// `upstream_error`.
-    pub fn upstream_refused(self, why: String) {
+    /// `upstream_error`. `upstream_status` is the upstream's HTTP answer (0: none): a 401 or
+    /// 403 is charged to the caller's address.
+    pub fn upstream_refused(self, why: String, upstream_status: u16) {
         self.end_unstarted(
             SessionOutcome::UpstreamError,
             session_audit::UPSTREAM_REFUSED,
             Some(why),
             None,
+            (upstream_status != 0).then_some(upstream_status),
         );
     }
 
@@ -246,8 +256,16 @@ impl Running {
         ended_by: &'static str,
         status: Option<String>,
         recording_error: Option<String>,
+        refused_with: Option<u16>,
     ) {
-        session_audit::end_unstarted(self.audit, outcome, ended_by, status, recording_error);
+        session_audit::end_unstarted(
+            self.audit,
+            outcome,
+            ended_by,
+            status,
+            recording_error,
+            refused_with,
+        );
         self.guard.finish(outcome, 0, 0);
         drop(self.slot);
     }

@@ -8,7 +8,7 @@ use tracing::warn;
 use super::state::ProxyState;
 use crate::audit::recording::{RecordPolicy, Recorder};
 use crate::audit::SessionInfo;
-use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::translate::remote_command::SessionRecording;
@@ -29,16 +29,19 @@ pub struct OpenedRecording {
 impl OpenedRecording {
     /// Opens the recording of session `session_id` of `stream`, if recordings are on.
     pub async fn open(state: &ProxyState, session_id: u64, stream: &StreamRequest) -> Self {
+        OpenedRecording::open_for(state, session_id, &stream.target).await
+    }
+
+    /// Opens the recording of session `session_id`, which `target` names, if recordings are
+    /// on.
+    pub async fn open_for(state: &ProxyState, session_id: u64, target: &StreamTarget) -> Self {
         let Some(recordings) = &state.recordings else {
             return OpenedRecording::default();
         };
         let required = recordings.policy() == RecordPolicy::Required;
         let id = crate::audit::instance::session_id(session_id);
-        let title = stream.target.recording_title();
-        match recordings
-            .open(&id, &stream.target.options.command, title)
-            .await
-        {
+        let title = target.recording_title();
+        match recordings.open(&id, &target.options.command, title).await {
             Ok(recorder) => OpenedRecording {
                 recording: Some(SessionRecording { recorder, required }),
                 ..OpenedRecording::default()

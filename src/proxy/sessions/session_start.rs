@@ -6,7 +6,7 @@
 //! recorded is refused, and a session whose client already went away ends there, with nothing
 //! asked of the upstream.
 
-use http::{header, HeaderMap, HeaderValue, Response};
+use http::Response;
 
 use super::session_audit;
 use super::session_end::Running;
@@ -45,7 +45,8 @@ pub async fn begin(
     path: ProtocolPath,
     protocol: Option<String>,
 ) -> OpenedRecording {
-    let credentials = credentials(state, &req.parts.headers, stream);
+    let credentials =
+        session_audit::outbound_credentials(state, &stream.caller, &req.parts.headers);
     let identity = session_audit::identify(state, &stream.caller, credentials).await;
     let recording = match stream.target.is_remote_command() {
         true => OpenedRecording::open(state, running.session_id(), stream).await,
@@ -97,20 +98,4 @@ pub fn end_held(running: Running, recording: OpenedRecording, held: Held) -> Res
             )
         }
     }
-}
-
-/// The credentials the session's request carries upstream (`Authorization`, or in passthrough
-/// mode the bearer of the WebSocket subprotocol): who the audit asks about in passthrough
-/// mode.
-fn credentials(
-    state: &ProxyState,
-    client: &HeaderMap,
-    stream: &StreamRequest,
-) -> Option<HeaderValue> {
-    let mut headers = HeaderMap::new();
-    if let Some(authorization) = client.get(header::AUTHORIZATION) {
-        headers.insert(header::AUTHORIZATION, authorization.clone());
-    }
-    state.auth.apply(&stream.caller, &mut headers);
-    headers.remove(header::AUTHORIZATION)
 }

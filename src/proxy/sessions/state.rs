@@ -14,6 +14,7 @@ use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
 use crate::proxy::client::waiting_connections::{WaitingConnections, DEFAULT_MAX_PENDING};
 use crate::proxy::client::websocket::{upgraded, ClientSocket, ClientUpgradeError};
 use crate::proxy::observability::metrics::Metrics;
+use crate::proxy::route::kubelet::NodeProxySessions;
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
 use crate::proxy::upstream::spdy_dial::upstream_headers;
@@ -81,6 +82,8 @@ pub struct ProxyState {
     pub upstream_streaming: UpstreamStreaming,
     /// What `auto` learned about the upstream.
     pub streaming_memory: StreamingMemory,
+    /// Kubelet sessions through `nodes/{node}/proxy` (`--node-proxy-sessions`).
+    pub node_proxy_sessions: NodeProxySessions,
 }
 
 impl ProxyState {
@@ -117,6 +120,7 @@ impl ProxyState {
             self_reviews: SelfSubjectReviews::default(),
             upstream_streaming: UpstreamStreaming::default(),
             streaming_memory: StreamingMemory::default(),
+            node_proxy_sessions: NodeProxySessions::default(),
         }
     }
 }

@@ -21,11 +21,18 @@ pub const DEFAULT_MAX_CONTROL_FRAME: usize = 1 << 20;
 ///
 /// After any error the connection must be abandoned: the stream cannot be resynchronised, and
 /// spdystream would end the session the same way (PROTOCOL.md §3.2).
+///
+/// Header blocks are read as spdystream reads them. A decoder for our own sessions refuses a
+/// frame where spdystream refuses it; one that [follows](FrameDecoder::following) a session
+/// between two other ends reads what the receiving end reads and refuses nothing a receiver
+/// could read.
 #[derive(Debug)]
 pub struct FrameDecoder {
     max_control_frame: usize,
     /// `None` once released: no more streams will be accepted or opened.
     headers: Option<HeaderDecoder>,
+    /// Whether header blocks spdystream refuses are read all the same.
+    following: bool,
 }
 
 impl Default for FrameDecoder {
@@ -46,6 +53,18 @@ impl FrameDecoder {
         FrameDecoder {
             max_control_frame,
             headers: Some(HeaderDecoder::with_limit(max_header_block)),
+            following: false,
+        }
+    }
+
+    /// A decoder with the limits of [`FrameDecoder::with_limits`] for an observer of a session
+    /// between two other ends: a header block that spdystream refuses is read all the same,
+    /// as spdystream read it before refusing (the refusal ends the receiver's session, so
+    /// nothing it carried takes effect; and a receiver that accepts it reads it this way).
+    pub fn following(max_control_frame: usize, max_header_block: usize) -> FrameDecoder {
+        FrameDecoder {
+            following: true,
+            ..FrameDecoder::with_limits(max_control_frame, max_header_block)
         }
     }
 
@@ -163,6 +182,9 @@ impl FrameDecoder {
             .headers
             .as_mut()
             .ok_or(FrameError::HeaderContextReleased)?;
+        if self.following {
+            return Ok(decoder.read(block, kind)?.headers);
+        }
         Ok(decoder.decode(block, kind)?)
     }
 }

@@ -325,6 +325,8 @@ fn zero_ids_and_bad_flags() {
     );
 }
 
+/// What spdystream refuses, our own sessions refuse: a name that is not lowercase, a duplicate
+/// its check sees (only names that are their own `http.Header` key), a hop-by-hop name.
 #[test]
 fn header_rule_violations() {
     let header_err =
@@ -334,11 +336,11 @@ fn header_rule_violations() {
         };
     assert_eq!(
         header_err(&[("StreamType", "error")]),
-        HeaderBlockError::UppercaseName("StreamType".into())
+        HeaderBlockError::UppercaseName("streamtype".into())
     );
     assert_eq!(
-        header_err(&[("port", "1"), ("port", "2")]),
-        HeaderBlockError::DuplicateName("port".into())
+        header_err(&[("8080", "1"), ("8080", "2")]),
+        HeaderBlockError::DuplicateName("8080".into())
     );
     for name in [
         "connection",
@@ -355,7 +357,61 @@ fn header_rule_violations() {
             }
         );
     }
-    assert_eq!(header_err(&[("", "x")]), HeaderBlockError::EmptyName);
+}
+
+/// What spdystream accepts, every decoder reads as it does: a repeated `streamtype` (its
+/// duplicate check misses it), an empty name, values with NULs.
+#[test]
+fn blocks_spdystream_accepts_are_read_as_it_reads_them() {
+    let frame = syn_stream_with_raw_block(&raw_block(&[
+        ("streamtype", "stdout\0"),
+        ("port", "1"),
+        ("streamtype", "stderr"),
+        ("", "x"),
+    ]));
+    for mut decoder in [
+        FrameDecoder::new(),
+        FrameDecoder::following(1 << 20, 1 << 16),
+    ] {
+        let Some(Frame::SynStream(syn)) = decoder.decode(&mut BytesMut::from(&frame[..])).unwrap()
+        else {
+            panic!("a SYN_STREAM");
+        };
+        assert_eq!(syn.headers.get("streamtype"), Some(&b"stdout"[..]));
+        assert_eq!(syn.headers.get_all("streamtype").count(), 3);
+        assert_eq!(syn.headers.get(""), Some(&b"x"[..]));
+    }
+}
+
+/// An observer's decoder reads what spdystream refuses, as spdystream read it before refusing.
+#[test]
+fn a_following_decoder_reads_what_spdystream_refuses() {
+    for pairs in [
+        &[("StreamType", "stdout")][..],
+        &[("streamtype", "stdout"), ("host", "x")],
+        &[("streamtype", "stdout"), ("1", "a"), ("1", "b")],
+    ] {
+        let frame = syn_stream_with_raw_block(&raw_block(pairs));
+        assert!(matches!(decode_err(&frame), FrameError::HeaderBlock(_)));
+        let decoded = FrameDecoder::following(1 << 20, 1 << 16)
+            .decode(&mut BytesMut::from(&frame[..]))
+            .unwrap();
+        let Some(Frame::SynStream(syn)) = decoded else {
+            panic!("a SYN_STREAM");
+        };
+        assert_eq!(
+            syn.headers.get("streamtype"),
+            Some(&b"stdout"[..]),
+            "{pairs:?}"
+        );
+    }
+    // A layout it cannot follow still fails.
+    let mut raw = raw_block(&[("streamtype", "stdout")]);
+    raw.push(0);
+    let frame = syn_stream_with_raw_block(&raw);
+    assert!(FrameDecoder::following(1 << 20, 1 << 16)
+        .decode(&mut BytesMut::from(&frame[..]))
+        .is_err());
 }
 
 #[test]

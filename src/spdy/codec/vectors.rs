@@ -124,9 +124,9 @@ fn port_forward_error_stream() {
     };
     assert_eq!(syn.stream_id, StreamId::new(1));
     assert_eq!(syn.headers.len(), 3);
-    assert_eq!(syn.headers.get("port"), Some("8080"));
-    assert_eq!(syn.headers.get("requestid"), Some("0"));
-    assert_eq!(syn.headers.get("streamtype"), Some("error"));
+    assert_eq!(syn.headers.get("port"), Some(&b"8080"[..]));
+    assert_eq!(syn.headers.get("requestid"), Some(&b"0"[..]));
+    assert_eq!(syn.headers.get("streamtype"), Some(&b"error"[..]));
 }
 
 /// Fixed-layout frames: encoding gives the vector, decoding the vector gives the frame.

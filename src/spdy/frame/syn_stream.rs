@@ -41,6 +41,20 @@ pub struct SynStream {
 impl SynStream {
     const NAME: &'static str = "SYN_STREAM";
 
+    /// A stream opened as Kubernetes clients open theirs: no association, priority 0, no
+    /// flags.
+    pub fn new(stream_id: StreamId, headers: HeaderBlock) -> SynStream {
+        SynStream {
+            stream_id,
+            associated_stream_id: StreamId::ZERO,
+            priority: 0,
+            slot: 0,
+            fin: false,
+            unidirectional: false,
+            headers,
+        }
+    }
+
     /// Decodes the payload; `decode_block` turns the compressed block into headers (it owns the
     /// connection's inflate context). Unknown flag bits and the unused priority bits are ignored.
     pub(crate) fn decode(

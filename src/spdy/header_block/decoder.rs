@@ -2,7 +2,7 @@
 
 use flate2::{Decompress, FlushDecompress, Status};
 
-use super::{BlockKind, HeaderBlock, HeaderBlockError, DICTIONARY, DICTIONARY_ADLER32};
+use super::{BlockKind, HeaderBlock, HeaderBlockError, Reading, DICTIONARY, DICTIONARY_ADLER32};
 
 /// Default cap on one decompressed block: far above anything Kubernetes sends (a few dozen
 /// bytes), far below what would hurt.
@@ -62,7 +62,9 @@ impl HeaderDecoder {
         matches!(self.state, State::Active(_))
     }
 
-    /// Inflates exactly one frame's header block and parses it as a block of `kind`.
+    /// Inflates exactly one frame's header block and reads it as a block of `kind`, failing
+    /// where spdystream refuses the frame (see [`HeaderBlock::read_raw`]): for our own
+    /// sessions, which end as spdystream's would.
     ///
     /// The SPDY/3 dictionary is supplied when the stream asks for it. Every byte of
     /// `compressed` must be consumed, and the output may not exceed the limit: a header bomb is
@@ -74,14 +76,30 @@ impl HeaderDecoder {
         compressed: &[u8],
         kind: BlockKind,
     ) -> Result<HeaderBlock, HeaderBlockError> {
+        let reading = self.read(compressed, kind)?;
+        match reading.refusal {
+            Some(refusal) => Err(refusal),
+            None => Ok(reading.headers),
+        }
+    }
+
+    /// Inflates exactly one frame's header block and reads it as spdystream does, refusal or
+    /// not: for an observer of a session between two other ends, which must read what the
+    /// receiving end reads. Fails only where the block cannot be inflated or its layout
+    /// followed.
+    pub fn read(
+        &mut self,
+        compressed: &[u8],
+        kind: BlockKind,
+    ) -> Result<Reading, HeaderBlockError> {
         let inflated = self.inflate(compressed);
         if inflated.is_err() {
             self.state = State::Poisoned;
         }
-        let block = inflated.and_then(|()| HeaderBlock::parse_raw(&self.scratch, kind));
+        let reading = inflated.and_then(|()| HeaderBlock::read_raw(&self.scratch, kind));
         self.scratch.clear();
         self.scratch.shrink_to(RETAINED_SCRATCH);
-        block
+        reading
     }
 
     /// Inflates `input` into `self.scratch`.

@@ -2,9 +2,10 @@
 
 use super::BlockKind;
 
-/// A header block could not be encoded or decoded.
+/// A header block could not be encoded or decoded, or spdystream refuses it.
 ///
-/// On read, every one of these ends the session in spdystream (PROTOCOL.md §3.3).
+/// On read, every one of these but [`TrailingBytes`](Self::TrailingBytes) (which spdystream
+/// reads as the start of the next block) ends the session in spdystream (PROTOCOL.md §3.3).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderBlockError {
     /// A count or length points past the end of the decompressed block.
@@ -13,13 +14,15 @@ pub enum HeaderBlockError {
     /// Bytes remain after the last pair the count announced.
     #[error("{0} bytes after the last header pair")]
     TrailingBytes(usize),
-    /// A header with an empty name.
+    /// A header with an empty name, which we never send (spdystream reads one).
     #[error("empty header name")]
     EmptyName,
-    /// A name with uppercase letters (names travel lowercased).
+    /// A name that Go's `strings.ToLower` changes: uppercase letters, or bytes that are not
+    /// UTF-8 (names travel lowercased). Carries the name lowercased.
     #[error("header name {0:?} is not lowercase")]
     UppercaseName(String),
-    /// The same name twice in one block (several values share one name, joined by NUL).
+    /// A name repeated where spdystream's duplicate check sees it: only names that are their
+    /// own canonical `http.Header` key (`8080`, `x y`); a repeated `streamtype` is accepted.
     #[error("header name {0:?} appears twice")]
     DuplicateName(String),
     /// A hop-by-hop name that this frame type must not carry.
@@ -30,9 +33,6 @@ pub enum HeaderBlockError {
         /// The frame type that carried it.
         kind: BlockKind,
     },
-    /// A name or value that is not UTF-8.
-    #[error("header name or value is not UTF-8")]
-    InvalidUtf8,
     /// The block inflates to more than the decoder's limit (a header bomb).
     #[error("header block inflates to more than {limit} bytes")]
     DecompressedTooLarge {

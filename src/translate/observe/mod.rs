@@ -15,6 +15,8 @@ mod tunnel;
 mod websocket;
 
 #[cfg(test)]
+mod header_tests;
+#[cfg(test)]
 mod port_forward_tests;
 #[cfg(test)]
 mod scope_tests;
@@ -68,6 +70,11 @@ pub enum Observed {
     Resize(TerminalSize),
     /// Bytes of the error stream (a Status, or a text message on the oldest protocols).
     Error(Bytes),
+    /// SPDY: the client opened a stream whose type the proxy does not know (why, in words):
+    /// nothing on it is observed. No client sends one (nor would the kubelet use it, as the
+    /// proxy reads it), but a reading that differed from the kubelet's would hide a stream
+    /// this way, so a required recording ends the session on it.
+    UnknownStream(String),
 }
 
 /// How much of a remote-command session an observer looks at.

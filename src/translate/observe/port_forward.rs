@@ -3,11 +3,19 @@
 //! `port` and the `requestid` that pairs them. Kept per connection: the port, the bytes of its
 //! data stream each way and the text of its error stream. Payloads are counted, never kept,
 //! except a bounded piece of the error text.
+//!
+//! Streams are read as the kubelet reads them ([`StreamHeaders`]): it pairs a connection's two
+//! streams by request id (derived from the stream ids when the client sent none) and forwards
+//! to the port its data stream names, if that is a valid port. A pair whose port the kubelet
+//! refuses is kept all the same (an attempt, with no port), its bytes counted until the
+//! streams are reset.
 
 use std::collections::{BTreeSet, HashMap};
 
 use super::{Direction, ObserveError};
 use crate::audit::port_forward::{ForwardedConnection, PortForwardReport};
+use crate::spdy::frame::StreamId;
+use crate::spdy::kube_headers::StreamHeaders;
 
 /// Connections kept in detail; those after them are only counted.
 pub const MAX_CONNECTIONS: usize = 1_000;
@@ -45,8 +53,8 @@ struct Connection {
 #[derive(Debug, Default)]
 pub(super) struct PortForwards {
     streams: HashMap<u32, Stream>,
-    /// Detailed connections by request id.
-    by_request: HashMap<String, usize>,
+    /// Detailed connections by request id (bytes, as the kubelet compares them).
+    by_request: HashMap<Vec<u8>, usize>,
     connections: Vec<Connection>,
     omitted: u64,
     ports: BTreeSet<u16>,
@@ -56,62 +64,35 @@ impl PortForwards {
     /// A stream opened by `direction`'s SYN_STREAM with these headers.
     pub(super) fn opened(
         &mut self,
-        id: u32,
+        id: StreamId,
         direction: Direction,
         fin: bool,
-        streamtype: Option<&str>,
-        port: Option<&str>,
-        request_id: Option<&str>,
+        headers: StreamHeaders<'_>,
     ) -> Result<(), ObserveError> {
-        if !self.streams.contains_key(&id) && self.streams.len() >= MAX_OPEN_STREAMS {
+        let key = id.get();
+        if !self.streams.contains_key(&key) && self.streams.len() >= MAX_OPEN_STREAMS {
             return Err(ObserveError::TooManyStreams(MAX_OPEN_STREAMS));
         }
-        let kind = match streamtype {
-            Some("data") => Kind::Data,
-            Some("error") => Kind::Error,
-            _ => Kind::Other,
+        let kind = if headers.is("data") {
+            Kind::Data
+        } else if headers.is("error") {
+            Kind::Error
+        } else {
+            Kind::Other
         };
-        // The kubelet's rule: a port parses as uint16 and is not 0.
-        let port = port.and_then(|p| p.parse::<u16>().ok()).filter(|&p| p > 0);
-        if let Some(p) = port {
-            self.ports.insert(p);
-        }
         let connection = match kind {
             Kind::Other => None,
-            Kind::Data | Kind::Error => {
-                // Without a request id (clients older than kubectl 1.x sent none) each stream
-                // stands for itself.
-                let key = request_id.map_or_else(|| format!("stream {id}"), str::to_owned);
-                match self.by_request.get(&key) {
-                    Some(&i) => Some(i),
-                    None if self.connections.len() < MAX_CONNECTIONS => {
-                        let i = self.connections.len();
-                        self.connections.push(Connection {
-                            info: ForwardedConnection {
-                                port,
-                                request_id: key.clone(),
-                                bytes_in: 0,
-                                bytes_out: 0,
-                                error: None,
-                            },
-                            error: Vec::new(),
-                        });
-                        self.by_request.insert(key, i);
-                        Some(i)
-                    }
-                    None => {
-                        // Every connection has one data stream: counting those counts
-                        // each omitted connection once.
-                        if kind == Kind::Data {
-                            self.omitted += 1;
-                        }
-                        None
-                    }
-                }
-            }
+            Kind::Data | Kind::Error => self.connection(&headers.port_forward_request(id), kind),
         };
+        // The kubelet forwards to the port the data stream names.
+        if let (Kind::Data, Some(port)) = (kind, headers.port()) {
+            self.ports.insert(port);
+            if let Some(c) = connection.and_then(|i| self.connections.get_mut(i)) {
+                c.info.port.get_or_insert(port);
+            }
+        }
         self.streams.insert(
-            id,
+            key,
             Stream {
                 kind,
                 connection,
@@ -120,9 +101,36 @@ impl PortForwards {
             },
         );
         if fin {
-            self.finished(id, direction);
+            self.finished(key, direction);
         }
         Ok(())
+    }
+
+    /// The detailed connection of `request`, made if it is new and there is room; `None`
+    /// beyond the detailed ones (counted once, by their data stream).
+    fn connection(&mut self, request: &[u8], kind: Kind) -> Option<usize> {
+        if let Some(&i) = self.by_request.get(request) {
+            return Some(i);
+        }
+        if self.connections.len() >= MAX_CONNECTIONS {
+            if kind == Kind::Data {
+                self.omitted += 1;
+            }
+            return None;
+        }
+        let i = self.connections.len();
+        self.connections.push(Connection {
+            info: ForwardedConnection {
+                port: None,
+                request_id: String::from_utf8_lossy(request).into_owned(),
+                bytes_in: 0,
+                bytes_out: 0,
+                error: None,
+            },
+            error: Vec::new(),
+        });
+        self.by_request.insert(request.to_vec(), i);
+        Some(i)
     }
 
     /// `direction` sent its last frame on stream `id`.

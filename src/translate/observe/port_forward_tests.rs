@@ -16,15 +16,7 @@ fn syn(id: u32, streamtype: &str, port: &str, request_id: &str) -> Frame {
     headers.push("streamtype", streamtype);
     headers.push("port", port);
     headers.push("requestid", request_id);
-    Frame::SynStream(SynStream {
-        stream_id: StreamId::new(id),
-        associated_stream_id: StreamId::ZERO,
-        priority: 0,
-        slot: 0,
-        fin: false,
-        unidirectional: false,
-        headers,
-    })
+    Frame::SynStream(SynStream::new(StreamId::new(id), headers))
 }
 
 fn reply(id: u32) -> Frame {

@@ -1,6 +1,9 @@
 //! Following a relayed SPDY/3.1 session (PROTOCOL.md §3). In a remote-command session the
 //! client opens one stream per `streamtype` (error, stdin, stdout, stderr, resize) with
-//! SYN_STREAM; the kubelet answers on them with DATA. In a port-forward session each forwarded
+//! SYN_STREAM; the kubelet answers on them with DATA. Header blocks are read as the receiving
+//! end reads them ([`FrameDecoder::following`], [`StreamHeaders`]): a `streamtype` of
+//! `stdout\0` is stdout, as it is for the kubelet; a block the observer cannot read (one that
+//! does not inflate within its limits) stops the observation with an error. In a port-forward session each forwarded
 //! connection is an `error` and a `data` stream ([`super::port_forward`]); their DATA payloads
 //! are counted as they pass, never buffered. Each direction has its own zlib context for
 //! header blocks, so each has its own decoder, and every control frame must go through it.
@@ -16,6 +19,7 @@ use super::{Direction, ObserveError, Observed, Scope, MAX_FRAME};
 use crate::audit::port_forward::PortForwardReport;
 use crate::spdy::codec::FrameDecoder;
 use crate::spdy::frame::{Frame, FLAG_FIN, HEAD_LEN};
+use crate::spdy::kube_headers::StreamHeaders;
 use crate::translate::resize::ResizeDecoder;
 
 /// Streams a remote-command session opens: five, and a few spare for clients that reopen.
@@ -37,13 +41,14 @@ enum StreamType {
 }
 
 impl StreamType {
-    fn from_header(value: Option<&str>) -> StreamType {
-        match value {
-            Some("error") => StreamType::Error,
-            Some("stdin") => StreamType::Stdin,
-            Some("stdout") => StreamType::Stdout,
-            Some("stderr") => StreamType::Stderr,
-            Some("resize") => StreamType::Resize,
+    /// The kubelet's switch on `streamtype`.
+    fn of(headers: StreamHeaders<'_>) -> StreamType {
+        match headers.stream_type {
+            b"error" => StreamType::Error,
+            b"stdin" => StreamType::Stdin,
+            b"stdout" => StreamType::Stdout,
+            b"stderr" => StreamType::Stderr,
+            b"resize" => StreamType::Resize,
             _ => StreamType::Other,
         }
     }
@@ -71,7 +76,7 @@ impl Side {
     fn new() -> Side {
         Side {
             buf: BytesMut::new(),
-            decoder: FrameDecoder::with_limits(MAX_FRAME - HEAD_LEN, MAX_HEADER_BLOCK),
+            decoder: FrameDecoder::following(MAX_FRAME - HEAD_LEN, MAX_HEADER_BLOCK),
             skipping: None,
         }
     }
@@ -241,7 +246,12 @@ impl SpdyObserver {
             };
             match self.forwards.as_deref_mut() {
                 Some(forwards) => Self::observe_forwards(forwards, direction, frame)?,
-                None => Self::observe(&mut self.streams, &mut self.resize, direction, frame, out)?,
+                None => Self::observe(
+                    (&mut self.streams, &mut self.resize, self.scope),
+                    direction,
+                    frame,
+                    out,
+                )?,
             }
         }
     }
@@ -254,18 +264,19 @@ impl SpdyObserver {
     ) -> Result<(), ObserveError> {
         match frame {
             Frame::SynStream(syn) => {
-                let h = &syn.headers;
                 forwards.opened(
-                    syn.stream_id.get(),
+                    syn.stream_id,
                     direction,
                     syn.fin,
-                    h.get("streamtype"),
-                    h.get("port"),
-                    h.get("requestid"),
+                    StreamHeaders::read(&syn.headers),
                 )?;
             }
+            // spdystream ends its side of a stream on FIN, whichever frame carries it.
             Frame::SynReply(reply) if reply.fin => {
                 forwards.finished(reply.stream_id.get(), direction);
+            }
+            Frame::Headers(headers) if headers.fin => {
+                forwards.finished(headers.stream_id.get(), direction);
             }
             Frame::RstStream(rst) => forwards.reset(rst.stream_id.get()),
             _ => {}
@@ -274,8 +285,7 @@ impl SpdyObserver {
     }
 
     fn observe(
-        streams: &mut HashMap<u32, StreamType>,
-        resize: &mut ResizeDecoder,
+        (streams, resize, scope): (&mut HashMap<u32, StreamType>, &mut ResizeDecoder, Scope),
         direction: Direction,
         frame: Frame,
         out: &mut Vec<Observed>,
@@ -286,7 +296,15 @@ impl SpdyObserver {
                 if !streams.contains_key(&id) && streams.len() >= MAX_STREAMS {
                     return Err(ObserveError::TooManyStreams(MAX_STREAMS));
                 }
-                streams.insert(id, StreamType::from_header(syn.headers.get("streamtype")));
+                let headers = StreamHeaders::read(&syn.headers);
+                let ty = StreamType::of(headers);
+                if ty == StreamType::Other
+                    && direction == Direction::ClientToUpstream
+                    && scope == Scope::Everything
+                {
+                    out.push(Observed::UnknownStream(unknown_stream(id, headers)));
+                }
+                streams.insert(id, ty);
             }
             Frame::RstStream(rst) => {
                 streams.remove(&rst.stream_id.get());
@@ -320,6 +338,21 @@ impl SpdyObserver {
         }
         Ok(())
     }
+}
+
+/// Most bytes of an unknown `streamtype` quoted in words (it is the client's).
+const MAX_QUOTED_TYPE: usize = 64;
+
+/// Why a stream of an unknown type is not observed, in words.
+fn unknown_stream(id: u32, headers: StreamHeaders<'_>) -> String {
+    let ty = headers.stream_type;
+    let quoted = ty[..ty.len().min(MAX_QUOTED_TYPE)].escape_ascii();
+    let cut = if ty.len() > MAX_QUOTED_TYPE {
+        "..."
+    } else {
+        ""
+    };
+    format!("stream {id} has a type the proxy does not know (streamtype \"{quoted}{cut}\")")
 }
 
 /// Whether the DATA frame whose head is `head` goes by unread: under [`Scope::ErrorStream`],

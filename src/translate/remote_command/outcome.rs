@@ -83,7 +83,8 @@ impl SessionEndKind {
             SessionEndKind::Completed => "completed",
             SessionEndKind::ClientGone => "client gone",
             SessionEndKind::ClientViolation => "client protocol violation",
-            SessionEndKind::UpstreamRefused => "upstream refused",
+            // The audit's words: a session that never ran is charged to its caller's address.
+            SessionEndKind::UpstreamRefused => crate::audit::UPSTREAM_REFUSED,
             SessionEndKind::Drained => "drained",
             SessionEndKind::ClientUnresponsive => "client unresponsive",
             SessionEndKind::UpstreamUnresponsive => "upstream unresponsive",

@@ -38,7 +38,7 @@ fn kubelet(io: DuplexStream, output: usize) -> Connection {
     tokio::spawn(async move {
         let mut held = Vec::new();
         while let Some(s) = incoming.accept().await {
-            let is_stdout = s.headers().get("streamtype") == Some("stdout");
+            let is_stdout = s.headers().get("streamtype") == Some(&b"stdout"[..]);
             let (mut tx, rx) = s.accept().await.unwrap().split();
             if is_stdout {
                 let _ = tx.send(Bytes::from(vec![b'x'; output])).await;

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::spdy::kube_headers::StreamHeaders;
 use crate::spdy::proto::{Connection, Incoming, RecvStream, SendStream};
 use crate::translate::exec_options::{ExecOptions, StreamKind};
 use crate::translate::protocol::UpstreamVersion;
@@ -60,9 +61,9 @@ pub async fn accept_streams(
             Ok(None) => return Err(AcceptError::Gone),
             Err(_) => return Err(AcceptError::Timeout),
         };
-        let kind = next
-            .headers()
-            .get("streamtype")
+        // As the kubelet reads it: `stdout\0` is stdout.
+        let kind = StreamHeaders::read(next.headers())
+            .stream_type_str()
             .and_then(StreamKind::from_wire)
             .filter(|k| expected.contains(k));
         let stream = next.accept().await.map_err(|_| AcceptError::Gone)?;

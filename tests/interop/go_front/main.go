@@ -19,6 +19,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,112 @@ type reading struct {
 	Tty       bool     `json:"tty"`
 	Follow    bool     `json:"follow"`
 	Upgrade   string   `json:"upgrade"`
+	// The kubelet call a nodes/{node}/proxy request reaches, if it reaches one.
+	Kubelet *kubeletCall `json:"kubelet"`
+}
+
+// kubeletCall is what kube-apiserver's node proxy and the kubelet make of a request
+// (pkg/registry/core/node/rest/proxy.go, pkg/kubelet/server/server.go).
+type kubeletCall struct {
+	Call      string   `json:"call"`
+	Node      string   `json:"node"`
+	Namespace string   `json:"namespace"`
+	Pod       string   `json:"pod"`
+	UID       string   `json:"uid"`
+	Container string   `json:"container"`
+	Command   []string `json:"command"`
+	Input     bool     `json:"input"`
+	Output    bool     `json:"output"`
+	Error     bool     `json:"error"`
+	Tty       bool     `json:"tty"`
+}
+
+// splitSchemeNamePort is apimachinery's: "<name>", "<name>:<port>" or
+// "<scheme>:<name>:<port>", a non-empty name and a scheme of http, https or none.
+func splitSchemeNamePort(id string) (string, bool) {
+	parts := strings.Split(id, ":")
+	var scheme, name string
+	switch len(parts) {
+	case 1, 2:
+		name = parts[0]
+	case 3:
+		scheme, name = parts[0], parts[1]
+	default:
+		return "", false
+	}
+	valid := len(name) > 0 && (scheme == "" || scheme == "http" || scheme == "https")
+	return name, valid
+}
+
+// joinPreservingTrailingSlash is apimachinery's net.JoinPreservingTrailingSlash.
+func joinPreservingTrailingSlash(elem ...string) string {
+	result := path.Join(elem...)
+	for i := len(elem) - 1; i >= 0; i-- {
+		if len(elem[i]) > 0 {
+			if strings.HasSuffix(elem[i], "/") && !strings.HasSuffix(result, "/") {
+				result += "/"
+			}
+			break
+		}
+	}
+	return result
+}
+
+// kubelet reads r as the API server's node proxy builds the kubelet's URL (request info
+// parts after "proxy", the subpath's slashes, path.Join) and as the kubelet routes it.
+func kubelet(r *http.Request) *kubeletCall {
+	p := r.URL.Path
+	i := strings.Index(p, "/api/v1/nodes/")
+	if i < 0 || strings.Contains(p[:i], "/api/") {
+		return nil
+	}
+	parts := strings.Split(strings.Trim(p[i+len("/api/v1/"):], "/"), "/")
+	if len(parts) < 3 || parts[2] != "proxy" {
+		return nil
+	}
+	node, ok := splitSchemeNamePort(parts[1])
+	if !ok {
+		return nil
+	}
+	sub := strings.Join(parts[3:], "/")
+	if len(sub) > 0 && !strings.HasPrefix(sub, "/") {
+		sub = "/" + sub
+	}
+	if strings.HasSuffix(p, "/") && !strings.HasSuffix(sub, "/") {
+		sub += "/"
+	}
+	loc := joinPreservingTrailingSlash("", sub)
+	if !strings.HasPrefix(loc, "/") {
+		return nil
+	}
+	segs := strings.Split(strings.TrimRight(loc[1:], "/"), "/")
+	call := &kubeletCall{Call: segs[0], Node: node}
+	args := segs[1:]
+	switch {
+	case segs[0] == "portForward" && (len(args) == 2 || len(args) == 3):
+		call.Namespace, call.Pod = args[0], args[1]
+		if len(args) == 3 {
+			call.UID = args[2]
+		}
+	case (segs[0] == "exec" || segs[0] == "attach" || segs[0] == "run") && (len(args) == 3 || len(args) == 4):
+		call.Namespace, call.Pod, call.Container = args[0], args[1], args[len(args)-1]
+		if len(args) == 4 {
+			call.UID = args[2]
+		}
+	default:
+		return nil
+	}
+	post := r.Method == "POST"
+	if (segs[0] == "run" && !post) || (r.Method != "GET" && !post) {
+		return nil
+	}
+	q := r.URL.Query()
+	call.Command = q["command"]
+	call.Input = r.FormValue("input") == "1"
+	call.Output = r.FormValue("output") == "1"
+	call.Error = r.FormValue("error") == "1"
+	call.Tty = r.FormValue("tty") == "1"
+	return call
 }
 
 // sliceToBool is apimachinery's Convert_Slice_string_To_bool.
@@ -76,6 +183,7 @@ func read(r *http.Request) reading {
 		Tty:       sliceToBool(q["tty"]),
 		Follow:    sliceToBool(q["follow"]),
 		Upgrade:   r.Header.Get("Upgrade"),
+		Kubelet:   kubelet(r),
 	}
 }
 

@@ -7,6 +7,8 @@
 //
 // Protocol with the test: the peer prints "LISTEN <addr>" on stdout once it accepts connections,
 // and exits when its stdin is closed, so a test that dies never leaves it running.
+//
+// Run as `spdy_peer headers`, it reads SYN_STREAM frames on stdin instead (headers.go).
 package main
 
 import (
@@ -36,6 +38,10 @@ const patternCycle = 251
 
 func main() {
 	log.SetPrefix("spdy_peer: ")
+	if len(os.Args) > 1 && os.Args[1] == "headers" {
+		readHeaders()
+		return
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
