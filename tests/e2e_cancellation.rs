@@ -6,8 +6,9 @@
 //! where it is aimed: at once, while the caller is identified, while the upstream is asked
 //! (first and second attempt), and as soon as the answer came. Afterwards no session ran in
 //! the cluster without an audit `started` event, nothing is left running there, every audited
-//! session ended, and the proxy's counts add up with nothing active. A client gone while it
-//! was identified leaves nothing in the cluster at all.
+//! session ended, and the proxy's counts add up with nothing active. A client gone while its
+//! caller was reviewed (before admission) leaves nothing at all: no event, nothing asked of the
+//! cluster.
 //!
 //! A longer, finer sweep (a hang-up every 0.25 ms from 0 to 20 ms after the request, no held
 //! steps, `N` rounds of it) runs with `KUBE_WS_PROXY_SWEEP_LONG=N` (RELIABILITY.md).
@@ -142,29 +143,19 @@ async fn one_kind(rig: &Rig, name: &str, kind: Kind, form: Form, steps: &[Step])
     }
 }
 
-/// A client gone while its caller was identified: its session ended before the upstream was
-/// asked (the cluster never saw it), as its audit event says.
+/// A client gone while its caller was reviewed (in passthrough mode with the audit log, before
+/// admission: the review refuses a caller the cluster does not authenticate): never admitted,
+/// so it left no audit event, and the cluster was never asked for its session.
 fn assert_gone_before_the_upstream(rig: &Rig, prefix: &str) {
     let events = rig.audit_events();
     let identifying: Vec<_> = events
         .iter()
-        .filter(|e| e["stage"] == "ended")
         .filter(|e| {
             let pod = e["pod"].as_str().unwrap_or("");
             pod.starts_with(prefix) && pod.contains("-identifying-")
         })
         .collect();
-    assert!(
-        !identifying.is_empty(),
-        "no client hung up while identified"
-    );
-    for e in &identifying {
-        assert_eq!(e["outcome"], "client_gone", "{e}");
-        assert_eq!(
-            e["ended_by"], "the client went away before the upstream was asked",
-            "{e}"
-        );
-    }
+    assert!(identifying.is_empty(), "audited: {identifying:?}");
     let asked = upstream_requests(rig, prefix);
     let seen: Vec<_> = asked
         .keys()

@@ -1,9 +1,11 @@
 //! Issue 35, Finding 5: `kube_ws_proxy_sessions_admitted_total` = `sessions_total` +
 //! `sessions_active` after every kind of early end: a handshake refused (never admitted), an
-//! upstream that refuses, a client gone while it is identified, a client gone while the
-//! upstream is asked, a client that never takes its upgrade, a session refused because it
-//! cannot be recorded (relayed and translated), and an upstream that cannot be reached. Each
-//! end is counted once, under the outcome it had.
+//! upstream that refuses, a client gone while its caller is reviewed (before admission: never
+//! admitted), a client gone while the upstream is asked, a client that never takes its upgrade,
+//! a session refused because it cannot be recorded (relayed and translated), an upstream that
+//! cannot be reached, and kubelet sessions through `nodes/{node}/proxy` (a relayed exec and a
+//! `run`) whose client goes while the kubelet is asked. Each end is counted once, under the
+//! outcome it had.
 
 use crate::common;
 
@@ -34,12 +36,12 @@ fn counts(text: &str) -> Counts {
 
 /// Runs `end` against `proxy` and checks what it leaves: `admitted` more sessions admitted,
 /// all of them ended (nothing active), the identity holding, and `counted` (a series of the
-/// metrics text) one more.
+/// metrics text) one more, or, with `None`, no session counted at all.
 async fn after_end<F: std::future::Future<Output = ()>>(
     proxy: &ProxyProcess,
     what: &str,
     admitted: i64,
-    counted: &str,
+    counted: Option<&str>,
     end: F,
 ) {
     let before_text = proxy.metrics();
@@ -65,11 +67,17 @@ async fn after_end<F: std::future::Future<Output = ()>>(
         now.add_up() && now.active == 0,
         "{what}: admitted = finished + active does not hold: {now:?}"
     );
-    assert_eq!(
-        series(&text, counted) - series(&before_text, counted),
-        1,
-        "{what}: {counted} did not count it once"
-    );
+    match counted {
+        Some(counted) => assert_eq!(
+            series(&text, counted) - series(&before_text, counted),
+            1,
+            "{what}: {counted} did not count it once"
+        ),
+        None => assert_eq!(
+            now.finished, before.finished,
+            "{what}: a session was counted"
+        ),
+    }
 }
 
 /// Sends `request` and reads the head of the answer.
@@ -116,7 +124,7 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
     let mut bad = Kind::V5Exec.http1_request("ends-bad-handshake", None);
     bad = bad.replace("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8");
     let refused = r#"kube_ws_proxy_handshake_rejections_total{reason="bad_request"}"#;
-    after_end(proxy, "a refused handshake", 0, refused, async {
+    after_end(proxy, "a refused handshake", 0, Some(refused), async {
         let answer = ask(proxy, &bad).await;
         assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     })
@@ -125,22 +133,25 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
     let forbidden = Kind::SpdyExec.http1_request("forbidden-ends", None);
     let upstream_error =
         r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="upstream_error"}"#;
-    after_end(proxy, "an upstream refusal", 1, upstream_error, async {
-        let answer = ask(proxy, &forbidden).await;
-        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
-    })
-    .await;
-
-    let identifying = Kind::V5Exec.http1_request("ends-identifying", Some(&token("a")));
     after_end(
         proxy,
-        "a client gone while identified",
+        "an upstream refusal",
         1,
-        EXEC_CLIENT_GONE,
+        Some(upstream_error),
         async {
-            rig.hang_up_h1(&identifying, HangUp::After(HOLD / 2)).await;
+            let answer = ask(proxy, &forbidden).await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
         },
     )
+    .await;
+
+    // In passthrough mode with the audit log the caller's review comes before admission (a
+    // caller the cluster does not authenticate is refused there): a client gone during it
+    // was never admitted and leaves nothing.
+    let identifying = Kind::V5Exec.http1_request("ends-identifying", Some(&token("a")));
+    after_end(proxy, "a client gone while reviewed", 0, None, async {
+        rig.hang_up_h1(&identifying, HangUp::After(HOLD / 2)).await;
+    })
     .await;
 
     let asking = Kind::V5Exec.http1_request("ends-asking", Some(&token("b")));
@@ -148,7 +159,7 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
         proxy,
         "a client gone while the upstream is asked",
         1,
-        EXEC_CLIENT_GONE,
+        Some(EXEC_CLIENT_GONE),
         async {
             rig.hang_up_h1(&asking, HangUp::After(HOLD + HOLD / 2))
                 .await;
@@ -161,7 +172,7 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
         proxy,
         "a client that never takes its upgrade",
         1,
-        EXEC_CLIENT_GONE,
+        Some(EXEC_CLIENT_GONE),
         async {
             rig.hang_up_h1(&answered, HangUp::Answered).await;
         },
@@ -177,7 +188,7 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
         proxy,
         "a relayed session that cannot be recorded",
         1,
-        unrecordable,
+        Some(unrecordable),
         async {
             let answer = ask(proxy, &relayed).await;
             assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
@@ -189,7 +200,7 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
         proxy,
         "a translated session that cannot be recorded",
         1,
-        unrecordable,
+        Some(unrecordable),
         async {
             let status = v5_exec(proxy, "ends-unrecordable-translated").await;
             let status = String::from_utf8_lossy(&status);
@@ -220,7 +231,7 @@ async fn a_session_whose_upstream_cannot_be_reached_is_counted_once() {
         &proxy,
         "an unreachable upstream (relayed)",
         1,
-        upstream_error,
+        Some(upstream_error),
         async {
             let answer = ask(&proxy, &relayed).await;
             assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
@@ -232,11 +243,81 @@ async fn a_session_whose_upstream_cannot_be_reached_is_counted_once() {
         &proxy,
         "an unreachable upstream (translated)",
         1,
-        upstream_error,
+        Some(upstream_error),
         async {
             let status = v5_exec(&proxy, "ends-unreachable-translated").await;
             assert!(!status.is_empty(), "no Status told inside the WebSocket");
         },
     )
     .await;
+}
+
+/// Kubelet sessions through `nodes/{node}/proxy` (`--node-proxy-sessions audit`) are admitted,
+/// audited and ended as pod sessions are: a relayed kubelet exec and a kubelet `run` whose
+/// client goes while the kubelet is asked are each counted once, the identity holding, and
+/// each has its `ended` event naming the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_sessions_whose_client_goes_are_counted_once() {
+    let sim = SimConfig {
+        delays: SimDelays {
+            streaming: HOLD,
+            reviews: HOLD,
+        },
+        ..SimConfig::default()
+    };
+    let extra = [
+        "--upstream-streaming",
+        "spdy",
+        "--node-proxy-sessions",
+        "audit",
+    ];
+    let rig = Rig::start(sim, false, &extra).await;
+    let proxy = &rig.proxy;
+    // After the caller's review (before admission) and into the kubelet's hold.
+    let asking = HangUp::After(HOLD + HOLD / 2);
+
+    let exec = Kind::SpdyExec.http1_request("kubelet-exec-ends", Some("token-k1"));
+    let exec = exec.replacen(
+        &Kind::SpdyExec.path("kubelet-exec-ends"),
+        "/api/v1/nodes/sim-node/proxy/exec/default/kubelet-exec-ends/main?command=cat&input=1&output=1",
+        1,
+    );
+    let relay_gone = r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="client_gone"}"#;
+    after_end(
+        proxy,
+        "a kubelet exec whose client goes while the kubelet is asked",
+        1,
+        Some(relay_gone),
+        rig.hang_up_h1(&exec, asking),
+    )
+    .await;
+
+    let run = "POST /api/v1/nodes/sim-node/proxy/run/default/kubelet-run-ends/main?cmd=echo+hi \
+               HTTP/1.1\r\nHost: kube\r\nContent-Length: 0\r\nAuthorization: Bearer token-k2\r\n\r\n";
+    let run_gone = r#"kube_ws_proxy_sessions_total{kind="kubelet_run",outcome="client_gone"}"#;
+    after_end(
+        proxy,
+        "a kubelet run whose client goes while the kubelet is asked",
+        1,
+        Some(run_gone),
+        rig.hang_up_h1(run, asking),
+    )
+    .await;
+
+    let events = rig.audit_events();
+    for pod in ["kubelet-exec-ends", "kubelet-run-ends"] {
+        let stages: Vec<_> = events
+            .iter()
+            .filter(|e| e["pod"] == pod)
+            .map(|e| (e["stage"].clone(), e["node"].clone(), e["outcome"].clone()))
+            .collect();
+        assert_eq!(stages.len(), 2, "{pod}: {stages:?}");
+        assert_eq!(stages[0].0, "started", "{pod}: {stages:?}");
+        assert_eq!(stages[1].0, "ended", "{pod}: {stages:?}");
+        assert_eq!(stages[1].2, "client_gone", "{pod}: {stages:?}");
+        assert!(
+            stages.iter().all(|s| s.1 == "sim-node"),
+            "{pod}: {stages:?}"
+        );
+    }
 }

@@ -410,7 +410,7 @@ fn pod_response(inner: &Inner, req: &Request<Incoming>, ns: &str, pod: &str) -> 
 
 /// Waits `delay` ([`SimDelays`](super::SimDelays)); no wait at all when it is zero (a zero
 /// sleep would still wait for the timer's next tick).
-async fn slow(delay: Duration) {
+pub(super) async fn slow(delay: Duration) {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }

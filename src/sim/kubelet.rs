@@ -49,6 +49,13 @@ pub(crate) async fn serve(
     }
     let method = req.method().clone();
     let query = Query::parse(req.uri().query());
+    if matches!(
+        segments.first(),
+        Some(&("exec" | "attach" | "portForward" | "run"))
+    ) {
+        // A slow kubelet: nothing of the session starts before this.
+        super::http::slow(inner.config.delays.streaming).await;
+    }
     match segments.as_slice() {
         ["exec" | "attach", ns, pod, .., container] if segments.len() <= 5 => {
             if method != Method::GET && method != Method::POST {
