@@ -843,15 +843,10 @@ async fn a_stream_the_peer_opens_after_every_handle_dropped_is_refused() {
     let (server, incoming) = Connection::server(a, Bytes::new(), quiet());
     let mut peer = RawPeer::new(b);
     drop(server);
-    peer.write(Frame::SynStream(crate::spdy::frame::SynStream {
-        stream_id: StreamId::new(1),
-        associated_stream_id: StreamId::ZERO,
-        priority: 0,
-        slot: 0,
-        fin: false,
-        unidirectional: false,
-        headers: headers("stdin"),
-    }))
+    peer.write(Frame::SynStream(crate::spdy::frame::SynStream::new(
+        StreamId::new(1),
+        headers("stdin"),
+    )))
     .await;
     // Whatever it says before the end, the peer never gets a SYN_REPLY, and the socket goes.
     let mut frames = Vec::new();
