@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 const LEAVES: &[&str] = &[
     "activity_clock",
     "memory_trim",
+    "peer_hangup",
     "read_sizer",
     "request",
     "timestamp",
