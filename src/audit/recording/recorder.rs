@@ -465,11 +465,21 @@ impl Recorder {
             }
         }
         let cost = cost.min(BUDGET_BYTES) as u32;
+        let budget = self.budget.clone().acquire_many_owned(cost);
+        tokio::pin!(budget);
         tokio::select! {
             // The budget if it is free now: the cut lane is for output that would wait.
             biased;
-            budget = self.budget.clone().acquire_many_owned(cost) => budget.ok(),
-            () = cut => self.cut_lane.clone().acquire_many_owned(cost).await.ok(),
+            budget = &mut budget => budget.ok(),
+            () = cut => {
+                // Its turn for the budget is kept: whichever comes first, the turn or room in
+                // the cut lane (other sessions' cut output may fill that lane too).
+                tokio::select! {
+                    biased;
+                    budget = &mut budget => budget.ok(),
+                    lane = self.cut_lane.clone().acquire_many_owned(cost) => lane.ok(),
+                }
+            }
         }
     }
 
