@@ -14,7 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tower::service_fn;
 use tracing::debug;
 
@@ -28,7 +28,7 @@ use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::{
     UpgradeRequest, UpgradeRequestError, MAX_UPGRADE_BODY,
 };
-use crate::proxy::client::waiting_connections::Waiter;
+use crate::proxy::client::waiting_connections::{Waiter, SHED_GRACE};
 use crate::proxy::client::write_timeout::{Responses, Stalled, WatchedBody};
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::HandshakeRejection;
@@ -210,6 +210,7 @@ async fn serve_http(
     tokio::pin!(served);
     let mut closing = false;
     let mut draining = false;
+    let mut shed: Option<ShedGrace> = None;
     loop {
         tokio::select! {
             stop = shutdown.wait_for(|stop| *stop).map(|r| r.is_ok()), if !draining => {
@@ -221,7 +222,23 @@ async fn serve_http(
                 }
             }
             result = served.as_mut() => return connection_ended(&state, peer, result),
-            () = clocks.waiter.evicted() => return shed_waiting(&state, peer),
+            () = clocks.waiter.evicted(), if shed.is_none() => {
+                shed_waiting(&state, peer);
+                // Closed where it can be (an HTTP/2 GOAWAY, an idle HTTP/1.1 connection closed,
+                // a head that completes meanwhile answered with `Connection: close`), within a
+                // bounded grace; cut at once when too many are closing already.
+                let Some(room) = state.waiting_connections.grace() else {
+                    return;
+                };
+                served.as_mut().graceful_shutdown();
+                shed = Some(ShedGrace::new(room));
+            }
+            () = ShedGrace::over(shed.as_mut()) => {
+                if !activity.has_request_in_flight() {
+                    return;
+                }
+                // A request that came in the grace is served; the connection closes after it.
+            }
             stalled = stalled(responses.as_deref()) => {
                 // The response's body is gone already; HTTP/1.1 can carry nothing else.
                 debug!(%peer, "a client took nothing of its response for --response-write-timeout");
@@ -245,6 +262,33 @@ async fn serve_http(
                 served.as_mut().graceful_shutdown();
                 closing = true;
             }
+        }
+    }
+}
+
+/// A connection shed from the waiting ones while it closes gracefully: its room among those
+/// closing, until [`SHED_GRACE`] is over.
+struct ShedGrace {
+    until: tokio::time::Instant,
+    room: Option<OwnedSemaphorePermit>,
+}
+
+impl ShedGrace {
+    fn new(room: OwnedSemaphorePermit) -> ShedGrace {
+        ShedGrace {
+            until: tokio::time::Instant::now() + SHED_GRACE,
+            room: Some(room),
+        }
+    }
+
+    /// Resolves once, when the grace is over (giving its room back); never without one.
+    async fn over(grace: Option<&mut ShedGrace>) {
+        match grace {
+            Some(grace) if grace.room.is_some() => {
+                tokio::time::sleep_until(grace.until).await;
+                grace.room = None;
+            }
+            _ => std::future::pending().await,
         }
     }
 }
@@ -331,7 +375,7 @@ fn shed_expired(state: &ProxyState, peer: SocketAddr, expiry: Expiry) {
 }
 
 /// Counts a connection shed because it had waited longest for a request head while more than
-/// `--max-pending-connections` waited; it is closed (dropped) by returning.
+/// `--max-pending-connections` waited; the caller then closes it (gracefully where it can).
 fn shed_waiting(state: &ProxyState, peer: SocketAddr) {
     debug!(%peer, "closing the client connection: --max-pending-connections reached, it had waited longest");
     state
