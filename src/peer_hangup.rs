@@ -101,15 +101,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_reset_behind_unread_bytes_is_seen() {
-        let (ours, theirs) = pair().await;
+        let (ours, mut theirs) = pair().await;
         let watch = PeerHangup::of(&ours);
-        let theirs = theirs.into_std().unwrap();
-        use std::io::Write;
-        (&theirs).write_all(&[7; 100_000]).unwrap();
+        theirs.write_all(&[7; 100_000]).await.unwrap();
         // Closing with a zero linger sends RST instead of FIN.
-        socket2::SockRef::from(&theirs)
-            .set_linger(Some(Duration::ZERO))
-            .unwrap();
+        theirs.set_zero_linger().unwrap();
         drop(theirs);
         tokio::time::timeout(Duration::from_secs(5), watch.hung_up())
             .await

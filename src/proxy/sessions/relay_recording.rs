@@ -747,7 +747,7 @@ mod tests {
             // Everything crosses to the relay's socket while the tap waits for the budget.
             tokio::time::sleep(Duration::from_millis(500)).await;
             if reset {
-                theirs.set_linger(Some(Duration::ZERO)).unwrap();
+                theirs.set_zero_linger().unwrap();
             } else {
                 theirs.shutdown().await.unwrap();
             }

@@ -764,7 +764,7 @@ async fn a_watched_connection_tells_its_streams_of_a_hang_up_behind_unread_data(
         }
         if reset {
             // A zero linger makes the close a reset.
-            peer.io.set_linger(Some(Duration::ZERO)).unwrap();
+            peer.io.set_zero_linger().unwrap();
             drop(peer);
         } else {
             peer.io.shutdown().await.unwrap();

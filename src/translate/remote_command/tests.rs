@@ -335,7 +335,7 @@ async fn kubelet_over_tcp(
                 std::future::pending::<()>().await;
             }
             Ok(Hangup::Reset) => {
-                let _ = theirs.set_linger(Some(Duration::ZERO));
+                let _ = theirs.set_zero_linger();
             }
             Err(_) => {}
         }
