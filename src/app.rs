@@ -264,6 +264,7 @@ fn configure_connections(state: &mut ProxyState, args: &ServeArgs) -> Result<(),
     }
     state.request_header_timeout = args.limits.request_header_timeout;
     state.idle_connection_timeout = args.limits.idle_connection_timeout;
+    state.response_write_timeout = nonzero(args.limits.response_write_timeout);
     state.trust_forwarded_for = args.listeners.trust_x_forwarded_for;
     state.http2_websockets = args.listeners.http2_websockets;
     state.max_request_header_bytes = args.limits.max_request_header_bytes.max(8192);

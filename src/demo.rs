@@ -106,6 +106,7 @@ pub fn sim_config(args: SimArgs) -> Result<SimConfig, SimFileError> {
         impersonators: args.impersonators,
         front_proxy,
         streaming: args.streaming,
+        exec_start_delay: args.exec_start_delay,
         ..SimConfig::default()
     })
 }

@@ -616,6 +616,156 @@ async fn unfinished_request_heads_are_bounded_all_together() {
     assert!(fds <= fds_before + 64 + 16, "{fds} descriptors open");
 }
 
+/// Sheds the oldest connection waiting on `proxy` (its `--max-pending-connections` is 2, and
+/// that connection the only one waiting): two younger ones with unfinished heads push it out.
+/// Returns those two (kept open), once the shedding is counted.
+async fn shed(proxy: &ProxyProcess) -> Vec<TcpStream> {
+    let before = pending_sheds(proxy);
+    let mut younger = Vec::new();
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        younger.push(send(proxy.addr, b"GET /version HTTP/1.1\r\nHost: x\r\n").await);
+    }
+    let deadline = Instant::now() + T;
+    while pending_sheds(proxy) < before + 1.0 {
+        assert!(Instant::now() < deadline, "nothing was shed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    younger
+}
+
+fn pending_sheds(proxy: &ProxyProcess) -> f64 {
+    metric(
+        &proxy.metrics(),
+        "kube_ws_proxy_client_connections_closed_total",
+        "reason=\"pending_connection_limit\"",
+    )
+}
+
+/// One HTTP/2 frame: its type, flags, stream and payload; `None` at the connection's end.
+async fn h2_frame(s: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).await.ok()?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).await.ok()?;
+    Some((head[3], head[4], stream, payload))
+}
+
+/// An HTTP/2 (h2c) connection that sent its preface and settings and got the proxy's.
+async fn h2_client(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let (kind, ..) = tokio::time::timeout(T, h2_frame(&mut s))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kind, 4, "the proxy's SETTINGS first");
+    s
+}
+
+/// Reads `s` as an HTTP/2 client that answers pings (when `answer_pings`) until the
+/// connection ends: the GOAWAYs it got (last stream id, error code), and how long it took.
+async fn h2_until_closed(s: &mut TcpStream, answer_pings: bool) -> (Vec<(u32, u32)>, Duration) {
+    let started = Instant::now();
+    let mut goaways = Vec::new();
+    let read = async {
+        while let Some((kind, flags, _, payload)) = h2_frame(s).await {
+            match kind {
+                // SETTINGS, acknowledged.
+                4 if flags & 1 == 0 => {
+                    let _ = s.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await;
+                }
+                // PING, answered.
+                6 if flags & 1 == 0 && answer_pings => {
+                    let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                    ack.extend_from_slice(&payload);
+                    let _ = s.write_all(&ack).await;
+                }
+                7 => {
+                    let last = u32::from_be_bytes(payload[0..4].try_into().unwrap()) & 0x7fff_ffff;
+                    let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
+                    goaways.push((last, code));
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(T, read)
+        .await
+        .expect("the shed connection was never closed");
+    (goaways, started.elapsed())
+}
+
+/// A waiting HTTP/2 connection the proxy sheds is told so with a GOAWAY that names no stream as
+/// processed (so a client knows it may retry everything), then closed; before, it was dropped
+/// without a word. One that does not answer the GOAWAY's ping is cut after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_http2_connection_is_told_with_a_goaway() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &["--max-pending-connections", "2"]);
+    for answer_pings in [true, false] {
+        let mut victim = h2_client(proxy.addr).await;
+        let _younger = shed(&proxy).await;
+        let (goaways, took) = h2_until_closed(&mut victim, answer_pings).await;
+        assert!(!goaways.is_empty(), "closed without a GOAWAY");
+        let (last, code) = *goaways.last().unwrap();
+        assert_eq!(code, 0, "NO_ERROR");
+        if answer_pings {
+            assert_eq!(last, 0, "no stream was processed: {goaways:?}");
+        }
+        // The grace is bounded (1 s), a client that never finishes its part included.
+        assert!(took < Duration::from_secs(3), "closed after {took:?}");
+        drop(_younger);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A shed HTTP/1.1 connection whose request head completes within the grace gets its answer,
+/// with `Connection: close`, and is then closed; one that keeps trickling its head is cut
+/// once the grace is over. Before, both were dropped without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_http1_connection_is_answered_with_connection_close_within_the_grace() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &["--max-pending-connections", "2"]);
+    let mut victim = send(proxy.addr, b"GET /version HTTP/1.1\r\nHost: x\r\n").await;
+    let younger = shed(&proxy).await;
+    victim.write_all(b"\r\n").await.unwrap();
+    let (code, head) = read_head(&mut victim, T)
+        .await
+        .expect("the shed connection was dropped without its answer");
+    assert_eq!(code, 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(closed_after(&mut victim, T).await.is_some());
+    drop(younger);
+
+    // A trickling head is no way to stay: cut when the grace is over.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut trickler = send(proxy.addr, b"GET /version HTTP/1.1\r\nHost: x\r\n").await;
+    let _younger = shed(&proxy).await;
+    let shed_at = Instant::now();
+    let trickle = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if trickler.write_all(b"X-A: b\r\n").await.is_err() {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(T, trickle).await;
+    let took = shed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the trickler stayed {took:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The admin listener
 // ---------------------------------------------------------------------------------------------

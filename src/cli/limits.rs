@@ -119,4 +119,19 @@ pub struct LimitArgs {
         value_name = "DURATION"
     )]
     pub idle_connection_timeout: Duration,
+
+    /// How long a plain response may wait for its client to take any of it (0: for ever).
+    ///
+    /// A client that stops reading a forwarded response (a big LIST, a log) is cut after this
+    /// long without progress: the upstream's response is closed, and the connection (HTTP/1.1)
+    /// or the stream (HTTP/2) ends. Watches and followed logs that are quiet, or read slowly,
+    /// are not affected.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_RESPONSE_WRITE_TIMEOUT",
+        default_value = "60s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub response_write_timeout: Duration,
 }

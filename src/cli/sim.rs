@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
+use super::values::parse_duration;
 use crate::sim::{SimStreaming, SimUser};
 
 /// Flags of `demo`.
@@ -43,6 +45,18 @@ pub struct SimArgs {
     /// SPDY upgrades with 400.
     #[arg(long, default_value = "spdy-only", value_name = "KIND", help_heading = SERVING)]
     pub streaming: SimStreaming,
+    /// How long an exec's command waits to start (a runtime takes 10–20 ms); 0: at once.
+    ///
+    /// A random time between half of this and this, so that a client racing its own set-up
+    /// against the first output meets the race as against a real cluster. Benchmarks use 0.
+    #[arg(
+        long,
+        default_value = "20ms",
+        value_parser = parse_duration,
+        value_name = "DURATION",
+        help_heading = SERVING
+    )]
+    pub exec_start_delay: Duration,
     /// PEM serving certificate chain: serve HTTPS.
     #[arg(
         long,

@@ -12,21 +12,36 @@
 //! the handshake, so a real client is almost never the oldest, while an attacker who holds the
 //! cap full must now open more than *cap* connections within one real client's handshake to
 //! shed it, not merely *cap* per request-header timeout.
+//!
+//! A shed connection is closed gracefully where it can be: HTTP/2 gets a GOAWAY (so the client
+//! knows no stream of it was processed), an idle HTTP/1.1 keep-alive connection is closed
+//! cleanly, and a request head that completes meanwhile gets its answer with
+//! `Connection: close`. That grace is bounded so that shedding still frees what it must: at
+//! most [`SHED_GRACE`] per connection and [`SHED_GRACE_AT_ONCE`] connections at once (a shed
+//! connection beyond them is closed at once, as an attacker's trickling head should be).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Connections waiting for a request head at once by default (`--max-pending-connections`).
 pub const DEFAULT_MAX_PENDING: u32 = 1024;
+
+/// The longest a shed connection may take to close cleanly before it is cut.
+pub const SHED_GRACE: Duration = Duration::from_secs(1);
+/// Shed connections closing gracefully at once; a shed connection beyond them is cut at once.
+pub const SHED_GRACE_AT_ONCE: usize = 8;
 
 /// Every connection waiting for a request head, oldest first.
 #[derive(Debug)]
 pub struct WaitingConnections {
     max: usize,
     inner: Mutex<Queue>,
+    /// Room for shed connections closing gracefully.
+    grace: Arc<Semaphore>,
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +57,7 @@ impl WaitingConnections {
         Arc::new(WaitingConnections {
             max: max.max(1),
             inner: Mutex::new(Queue::default()),
+            grace: Arc::new(Semaphore::new(SHED_GRACE_AT_ONCE)),
         })
     }
 
@@ -55,6 +71,12 @@ impl WaitingConnections {
         });
         waiter.start_waiting();
         WaitingGuard(waiter)
+    }
+
+    /// A shed connection's room to close gracefully (for up to [`SHED_GRACE`], given back when
+    /// dropped); `None` when [`SHED_GRACE_AT_ONCE`] are already closing: it is cut at once.
+    pub fn grace(&self) -> Option<OwnedSemaphorePermit> {
+        self.grace.clone().try_acquire_owned().ok()
     }
 
     /// How many connections wait now.
@@ -241,5 +263,16 @@ mod tests {
             .await
             .expect("told at once")
             .unwrap();
+    }
+
+    #[test]
+    fn only_so_many_shed_connections_close_gracefully_at_once() {
+        let registry = WaitingConnections::new(1);
+        let rooms: Vec<_> = (0..SHED_GRACE_AT_ONCE)
+            .map(|_| registry.grace().expect("room to close gracefully"))
+            .collect();
+        assert!(registry.grace().is_none(), "beyond them: cut at once");
+        drop(rooms);
+        assert!(registry.grace().is_some());
     }
 }

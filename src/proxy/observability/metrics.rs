@@ -124,6 +124,9 @@ pub enum ConnectionShed {
     /// The connection that had waited longest for a request head, shed to keep the waiting
     /// ones within `--max-pending-connections`.
     PendingConnectionLimit,
+    /// A plain response whose client took nothing of it for `--response-write-timeout`: its
+    /// HTTP/1.1 connection closed, or its HTTP/2 stream cut.
+    ResponseWriteTimeout,
 }
 
 impl ConnectionShed {
@@ -135,6 +138,7 @@ impl ConnectionShed {
             ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
             ConnectionShed::AdminConnectionLimit => "admin_connection_limit",
             ConnectionShed::PendingConnectionLimit => "pending_connection_limit",
+            ConnectionShed::ResponseWriteTimeout => "response_write_timeout",
         }
     }
 }
@@ -695,6 +699,7 @@ mod tests {
             ConnectionShed::TlsHandshakeFailed,
             ConnectionShed::AdminConnectionLimit,
             ConnectionShed::PendingConnectionLimit,
+            ConnectionShed::ResponseWriteTimeout,
         ] {
             m.connection_shed(reason);
         }
@@ -735,6 +740,7 @@ mod tests {
             "tls_handshake_failed",
             "admin_connection_limit",
             "pending_connection_limit",
+            "response_write_timeout",
             "other",
         ];
         reasons.extend(AUTH_REJECTION_REASONS);

@@ -15,6 +15,7 @@ use super::session_end::{remote_command_outcome, Finished, Running};
 use super::session_recording::{self, OpenedRecording};
 use super::state::ProxyState;
 use crate::audit::ProtocolPath;
+use crate::peer_hangup::PeerHangup;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::validate_handshake;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
@@ -335,7 +336,10 @@ async fn dial_streams(
         ping_timeout: state.upstream_ping_timeout,
         ..SpdyConfig::default()
     };
-    let conn = Connection::client(upgraded.io, upgraded.leftover, spdy_config);
+    // The upstream's FIN or reset is looked for on its socket while the session's output
+    // waits (for the client or the recording), so a cut session drains what it holds at once.
+    let hangup = PeerHangup::of(upgraded.io.tcp());
+    let conn = Connection::client_watching(upgraded.io, upgraded.leftover, spdy_config, hangup);
     // Each stream waits for the upstream's SYN_REPLY: bounded like the rest of the handshake.
     let opened = tokio::time::timeout(
         state.handshake_timeout,

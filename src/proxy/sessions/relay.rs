@@ -29,6 +29,7 @@ use super::session_recording;
 use super::state::ProxyState;
 use crate::audit::recording::RecordPolicy;
 use crate::audit::{ProtocolPath, SessionAudit, Verb};
+use crate::peer_hangup::PeerHangup;
 use crate::proxy::auth::Caller;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::is_valid_key;
@@ -455,7 +456,9 @@ async fn start_session(
             }
         };
     let on_upgrade = relayed.on_upgrade;
+    let upstream_hangup = resp.extensions().get::<UpstreamSocket>().map(|s| s.0);
     let session = RelaySession {
+        upstream_hangup,
         user: relayed.caller.user().map(str::to_owned),
         linger: state.session_limits.close_drain_timeout,
         // A relayed WebSocket (pass-through, legacy protocols, logs) can be pinged between the
@@ -482,6 +485,13 @@ async fn start_session(
     answer
 }
 
+/// The TCP socket under the connection an upstream answer came on, as the answer's extension:
+/// once the connection is upgraded, a relay that holds the upstream's reads back (for its
+/// recording) looks there for the upstream's hang-up. It names the socket the upgraded
+/// connection keeps, so it is looked at only while that connection lives (inside the relay).
+#[derive(Debug, Clone, Copy)]
+struct UpstreamSocket(PeerHangup);
+
 /// Dials the upstream (`--upstream-dial-timeout`) and sends the request; its answer's head
 /// must arrive within `--handshake-timeout`.
 pub(super) async fn ask_upstream(
@@ -489,6 +499,7 @@ pub(super) async fn ask_upstream(
     req: Request<Full<Bytes>>,
 ) -> Result<Response<hyper::body::Incoming>, RelayError> {
     let io = state.upstream.connect_raw().await?;
+    let socket = UpstreamSocket(PeerHangup::of(io.tcp()));
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     // Drives the connection: the response body (if it is not a 101) or the upgrade hand-over.
     tokio::spawn(async move {
@@ -498,7 +509,11 @@ pub(super) async fn ask_upstream(
     });
     let timeout = state.handshake_timeout;
     match tokio::time::timeout(timeout, sender.send_request(req)).await {
-        Ok(answer) => Ok(answer?),
+        Ok(answer) => {
+            let mut answer = answer?;
+            answer.extensions_mut().insert(socket);
+            Ok(answer)
+        }
         Err(_) => Err(RelayError::Timeout(timeout)),
     }
 }
