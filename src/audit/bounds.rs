@@ -633,6 +633,7 @@ mod tests {
                     connections_omitted: u64::MAX - 2000,
                     connections_error: Some(connections_error),
                     ports_seen: None,
+                    refused_with: Some(u16::MAX),
                 },
             )
     }

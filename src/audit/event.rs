@@ -355,4 +355,25 @@ mod tests {
         // ones there).
         assert_eq!(v["ports"], serde_json::json!([8080, 9090]));
     }
+
+    /// The caller's address pays for refusals of the caller and for upgrades it never
+    /// completed, never for a cluster that is down or failing.
+    #[test]
+    fn only_refusals_of_the_caller_are_charged() {
+        let end = |ended_by, refused_with| SessionEnd {
+            ended_by,
+            refused_with,
+            ..SessionEnd::default()
+        };
+        assert!(end(UPSTREAM_REFUSED, Some(401)).charges_caller());
+        assert!(end(UPSTREAM_REFUSED, Some(403)).charges_caller());
+        assert!(end(CLIENT_UPGRADE_FAILED, None).charges_caller());
+        for status in [None, Some(404), Some(500), Some(502), Some(503), Some(101)] {
+            assert!(
+                !end(UPSTREAM_REFUSED, status).charges_caller(),
+                "{status:?}"
+            );
+        }
+        assert!(!end("completed", Some(403)).charges_caller());
+    }
 }
