@@ -663,9 +663,10 @@ async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener()
     for _ in 0..400 {
         silent.push(TcpStream::connect(proxy.admin_addr).await.unwrap());
     }
-    // Beyond the cap: closed at once, while the first eight wait out their clock.
+    // Beyond the cap a new connection takes the place of the one idle longest: a probe gets
+    // in at once, however many silent connections came before it.
     let mut beyond = TcpStream::connect(proxy.admin_addr).await.unwrap();
-    assert_eq!(admin_get(&mut beyond, "/healthz").await, None);
+    assert_eq!(admin_get(&mut beyond, "/healthz").await, Some(200));
     // The main listener answers at once, not only once the admin connections are shed.
     let started = Instant::now();
     let mut caller = send(
@@ -680,7 +681,7 @@ async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener()
         "the main listener answered after {:?}",
         started.elapsed()
     );
-    // Every silent connection is closed: beyond the cap at once, within it by the clock.
+    // Every silent connection is closed: shed for a newer one, or by the clock.
     for (i, s) in silent.iter_mut().enumerate() {
         assert!(
             closed_after(s, Duration::from_secs(15)).await.is_some(),
@@ -700,8 +701,117 @@ async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener()
         metric(
             &metrics,
             "kube_ws_proxy_client_connections_closed_total",
-            "reason=\"admin_connection_limit\""
+            "reason=\"admin_idle_shed\""
         ) >= 390.0,
+        "{metrics}"
+    );
+}
+
+/// One probe as the kubelet makes it: a new connection, `Connection: close`, one second to
+/// answer (`timeoutSeconds` defaults to 1). The status code, or `None` if it failed.
+async fn kubelet_probe(admin: SocketAddr, path: &str) -> Option<u16> {
+    let probe = async {
+        let mut s = TcpStream::connect(admin).await.ok()?;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {admin}\r\nUser-Agent: kube-probe/1.33\r\n\
+             Accept: */*\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).await.ok()?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.ok()?;
+        let text = String::from_utf8_lossy(&answer);
+        text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(1), probe)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A keep-alive client that asks `/healthz` every `period` (below the idle timeout, so no
+/// clock ever closes it); when the proxy closes its connection it opens another at its next
+/// request, as any pooled client does. Counts its answers.
+async fn keep_alive_holder(admin: SocketAddr, period: Duration, answered: Arc<AtomicUsize>) {
+    let mut conn: Option<TcpStream> = None;
+    loop {
+        if conn.is_none() {
+            conn = TcpStream::connect(admin).await.ok();
+        }
+        if let Some(s) = conn.as_mut() {
+            match admin_get(s, "/healthz").await {
+                Some(_) => {
+                    answered.fetch_add(1, Ordering::SeqCst);
+                }
+                None => conn = None,
+            }
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_connections_that_fill_the_admin_listener_cannot_lock_out_probes() {
+    // The finding, scaled down: as many keep-alive connections as the cap (64 against 64 in
+    // the field; 8 against 8 here), each asking something every second, below the 4 s idle
+    // timeout, so no clock ever closes them; then kubelet probes, a new connection each.
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--admin-max-connections",
+            "8",
+            "--request-header-timeout",
+            "4s",
+            "--idle-connection-timeout",
+            "4s",
+        ],
+    );
+    let admin = proxy.admin_addr;
+    let period = Duration::from_secs(1);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let holders: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(keep_alive_holder(admin, period, answered.clone())))
+        .collect();
+    // Every holder is in and has been answered once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answered.load(Ordering::SeqCst) < 8 {
+        assert!(Instant::now() < deadline, "the holders did not get in");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Kubelet-style probes, one every 150 ms for about six idle periods' worth of holder
+    // requests: every one is answered.
+    let mut codes = Vec::new();
+    for _ in 0..40 {
+        codes.push(kubelet_probe(admin, "/healthz").await);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let failed = codes.iter().filter(|c| **c != Some(200)).count();
+    assert_eq!(failed, 0, "{failed} of {} probes failed: {codes:?}", codes.len());
+    // The holders were served on meanwhile (each probe took the place of one idle holder,
+    // which came back at its next request).
+    let before = answered.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        answered.load(Ordering::SeqCst) >= before + 8,
+        "the keep-alive clients were not served any more"
+    );
+    for h in holders {
+        h.abort();
+    }
+    let metrics = proxy.metrics();
+    let shed = metric(
+        &metrics,
+        "kube_ws_proxy_client_connections_closed_total",
+        "reason=\"admin_idle_shed\"",
+    );
+    assert!(shed >= 1.0, "{metrics}");
+    assert_eq!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_client_connections_closed_total",
+            "reason=\"admin_connection_limit\""
+        ),
+        0.0,
         "{metrics}"
     );
 }
@@ -773,6 +883,49 @@ async fn readiness_probes_share_one_upstream_check_a_second() {
     }
     eprintln!("unready after {:?}", gone.elapsed());
     assert!(gone.elapsed() < Duration::from_millis(2500));
+}
+
+/// An `https://` upstream whose TLS handshake always fails (it answers a ClientHello with a
+/// plain HTTP error), and its address.
+async fn upstream_that_fails_tls() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut hello = [0u8; 512];
+                let _ = s.read(&mut hello).await;
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_which_step_failed_and_only_the_log_says_why() {
+    let (upstream, _task) = upstream_that_fails_tls().await;
+    let proxy = ProxyProcess::start(&format!("https://{upstream}"), &[]);
+    let mut s = TcpStream::connect(proxy.admin_addr).await.unwrap();
+    s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap();
+    assert_eq!(
+        body, "the TLS handshake with the upstream API server failed",
+        "{answer}"
+    );
+    // The log has the cause: where the upstream is and what TLS said.
+    let line = proxy
+        .wait_for_log("upstream API server failure", Duration::from_secs(5))
+        .expect("no log line for the failed readiness check");
+    assert!(
+        line.contains(&upstream.to_string()) && line.contains("TLS handshake"),
+        "{line}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -108,8 +108,12 @@ pub enum ConnectionShed {
     IdleTimeout,
     /// The TLS handshake failed.
     TlsHandshakeFailed,
-    /// An admin connection beyond `--admin-max-connections`, closed as soon as accepted.
+    /// An admin connection beyond `--admin-max-connections` while every admitted one had a
+    /// request in flight, closed as soon as accepted.
     AdminConnectionLimit,
+    /// The admin connection idle longest, closed to make room for a new one when
+    /// `--admin-max-connections` were open.
+    AdminIdleShed,
     /// The connection that had waited longest for a request head, shed to keep the waiting
     /// ones within `--max-pending-connections`.
     PendingConnectionLimit,
@@ -123,6 +127,7 @@ impl ConnectionShed {
             ConnectionShed::IdleTimeout => "idle_timeout",
             ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
             ConnectionShed::AdminConnectionLimit => "admin_connection_limit",
+            ConnectionShed::AdminIdleShed => "admin_idle_shed",
             ConnectionShed::PendingConnectionLimit => "pending_connection_limit",
         }
     }
@@ -677,6 +682,7 @@ mod tests {
             ConnectionShed::IdleTimeout,
             ConnectionShed::TlsHandshakeFailed,
             ConnectionShed::AdminConnectionLimit,
+            ConnectionShed::AdminIdleShed,
             ConnectionShed::PendingConnectionLimit,
         ] {
             m.connection_shed(reason);
@@ -715,6 +721,7 @@ mod tests {
             "idle_timeout",
             "tls_handshake_failed",
             "admin_connection_limit",
+            "admin_idle_shed",
             "pending_connection_limit",
             "other",
         ];
