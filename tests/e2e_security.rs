@@ -928,6 +928,149 @@ async fn readyz_says_which_step_failed_and_only_the_log_says_why() {
     );
 }
 
+/// The whole answer (head and a `Content-Length` body) to `request` on a new connection.
+async fn answer_to(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = send(addr, request).await;
+    let Some((_, head)) = read_head(&mut s, T).await else {
+        return String::new();
+    };
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    let _ = tokio::time::timeout(T, s.read_exact(&mut body)).await;
+    head + &String::from_utf8_lossy(&body)
+}
+
+/// What a client hears of a v5 exec over WebSocket: the answer's status, and the Status on
+/// channel 3 when the WebSocket was accepted.
+async fn v5_exec_answer(addr: SocketAddr) -> String {
+    let path = exec_path("web", &["true"], false, true, true);
+    match common::ws_client::connect(addr, &path, "v5.channel.k8s.io").await {
+        Ok((mut ws, _)) => {
+            let t = common::ws_client::read_to_close(&mut ws).await;
+            String::from_utf8_lossy(&t.status).into_owned()
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            let body = resp.body().clone().unwrap_or_default();
+            format!("{} {}", resp.status(), String::from_utf8_lossy(&body))
+        }
+        Err(e) => panic!("v5 exec: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_named_to_callers_by_kind_and_to_the_log_in_full() {
+    // Passthrough: every caller is unauthenticated from the proxy's view, and the upstream has
+    // authorized nothing when its dial fails. No answer may carry where the upstream is or
+    // what its TLS said; the log must.
+    let (upstream, _task) = upstream_that_fails_tls().await;
+    let port = upstream.port().to_string();
+    let reason = "the TLS handshake with the upstream API server failed";
+    let exec = format!("{EXEC}?command=true&stdout=true");
+    let portforward = format!("{PORTFORWARD}?ports=80");
+    for mode in ["spdy", "auto", "websocket"] {
+        let proxy = ProxyProcess::start(
+            &format!("https://{upstream}"),
+            &["--upstream-streaming", mode],
+        );
+        let answers = [
+            (
+                "plain request",
+                answer_to(
+                    proxy.addr,
+                    b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\n\r\n",
+                )
+                .await,
+            ),
+            (
+                "SPDY exec (kubectl 1.30)",
+                answer_to(proxy.addr, &spdy_post(&exec, "")).await,
+            ),
+            (
+                "v4 WebSocket exec",
+                answer_to(
+                    proxy.addr,
+                    &websocket_get(&exec, &[b"v4.channel.k8s.io"], KEY, ""),
+                )
+                .await,
+            ),
+            (
+                "port-forward tunnel (kubectl 1.33)",
+                answer_to(
+                    proxy.addr,
+                    &websocket_get(&portforward, &[b"SPDY/3.1+portforward.k8s.io"], KEY, ""),
+                )
+                .await,
+            ),
+            ("v5 exec (kubectl 1.33)", v5_exec_answer(proxy.addr).await),
+        ];
+        for (what, answer) in &answers {
+            assert!(answer.contains(reason), "{mode}, {what}: {answer}");
+            for secret in [port.as_str(), "127.0.0.1", "corrupt", "InvalidContentType"] {
+                assert!(
+                    !answer.contains(secret),
+                    "{mode}, {what}: {secret:?} in {answer}"
+                );
+            }
+        }
+        let line = proxy
+            .wait_for_log("upstream API server failure", Duration::from_secs(5))
+            .expect("no log line with the cause");
+        assert!(line.contains(&upstream.to_string()), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_review_that_cannot_be_made_is_logged_with_its_cause() {
+    // Impersonate mode in front of an upstream whose TLS fails: the caller's token cannot be
+    // reviewed. The caller hears which step failed; the log says why, and never the token.
+    let (upstream, _task) = upstream_that_fails_tls().await;
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("proxy-token");
+    std::fs::write(&own, "the-proxys-own-token").unwrap();
+    let proxy = ProxyProcess::start(
+        &format!("https://{upstream}"),
+        &[
+            "--auth-mode",
+            "impersonate",
+            "--upstream-token-file",
+            own.to_str().unwrap(),
+        ],
+    );
+    let token = "callers-token-8d1e";
+    let answer = answer_to(
+        proxy.addr,
+        format!("GET /api HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains(
+            "cannot authenticate the request: the TokenReview failed: \
+             the TLS handshake with the upstream API server failed"
+        ),
+        "{answer}"
+    );
+    assert!(!answer.contains(&upstream.to_string()), "{answer}");
+    let line = proxy
+        .wait_for_log("cannot authenticate the caller", Duration::from_secs(5))
+        .expect("the failed review is logged");
+    assert!(
+        line.contains(&upstream.to_string()) && line.contains("TLS handshake"),
+        "the cause is not logged: {line}"
+    );
+    for l in proxy.log_lines() {
+        assert!(!l.contains(token) && !l.contains("the-proxys-own-token"), "{l}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Session slots
 // ---------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ use crate::proxy::upstream::streaming::{
     Answer, ClientProtocol, RefusalAnswer, StreamFamily, UpstreamPath, UpstreamStreaming,
 };
 use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::upstream::error::reported;
 use crate::proxy::wire::status_response::failure;
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::Subresource;
@@ -504,7 +505,7 @@ async fn refusal_status(delivered: Delivered, timeout: std::time::Duration) -> S
         }
         Delivered::Unsupported { why, .. } => Status::failure(502, "BadGateway", unsupported(&why)),
         Delivered::BadGateway(why) => Status::failure(502, "BadGateway", why),
-        Delivered::Failed(e) => Status::internal_error(&e.to_string()),
+        Delivered::Failed(e) => Status::internal_error(&reported(&e)),
     }
 }
 

@@ -146,3 +146,74 @@ pub fn reported(e: &dyn UpstreamFailure) -> String {
     }
     e.client_reason()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(text: &str) -> io::Error {
+        io::Error::other(text.to_owned())
+    }
+
+    #[test]
+    fn a_client_is_told_the_kind_of_failure_never_the_address_file_or_tls_detail() {
+        let errors = [
+            UpstreamError::Dial {
+                addr: "10.9.8.7:6443".into(),
+                source: io("connection refused"),
+            },
+            UpstreamError::Tls {
+                addr: "10.9.8.7:6443".into(),
+                source: io("invalid peer certificate: UnknownIssuer"),
+            },
+            UpstreamError::Timeout("10.9.8.7:6443".into()),
+            UpstreamError::File {
+                path: "/secret/ca.crt".into(),
+                source: io("permission denied"),
+            },
+            UpstreamError::TlsConfig("/secret/key.pem: keys do not match".into()),
+            UpstreamError::InvalidUrl("https://10.9.8.7:6443".into(), "bad".into()),
+        ];
+        for e in &errors {
+            let told = UpstreamFailure::client_reason(e);
+            for secret in ["10.9.8.7", "6443", "/secret", "UnknownIssuer", "refused", "denied"] {
+                assert!(!told.contains(secret), "{e}: {told}");
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    struct Wrapper(UpstreamError);
+
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (Connect)")
+        }
+    }
+
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_pooled_clients_error_is_logged_with_its_causes_and_told_by_the_dial_among_them() {
+        let e = Wrapper(UpstreamError::Tls {
+            addr: "10.9.8.7:6443".into(),
+            source: io("invalid peer certificate: UnknownIssuer"),
+        });
+        let chained = Chained(&e);
+        assert_eq!(
+            chained.to_string(),
+            "client error (Connect): TLS handshake with 10.9.8.7:6443 failed: \
+             invalid peer certificate: UnknownIssuer"
+        );
+        assert_eq!(
+            chained.client_reason(),
+            "the TLS handshake with the upstream API server failed"
+        );
+        let other = io("connection reset by peer");
+        assert_eq!(Chained(&other).client_reason(), TALKING_FAILED);
+    }
+}
