@@ -258,6 +258,7 @@ fn configure_connections(state: &mut ProxyState, args: &ServeArgs) -> Result<(),
                 key: key.clone(),
                 client_ca: args.listeners.client_ca_file.clone(),
             },
+            state.metrics.clone(),
         )?);
     }
     state.request_header_timeout = args.limits.request_header_timeout;

@@ -786,7 +786,12 @@ async fn keep_alive_connections_that_fill_the_admin_listener_cannot_lock_out_pro
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let failed = codes.iter().filter(|c| **c != Some(200)).count();
-    assert_eq!(failed, 0, "{failed} of {} probes failed: {codes:?}", codes.len());
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} probes failed: {codes:?}",
+        codes.len()
+    );
     // The holders were served on meanwhile (each probe took the place of one idle holder,
     // which came back at its next request).
     let before = answered.load(Ordering::SeqCst);
@@ -1046,8 +1051,7 @@ async fn a_token_review_that_cannot_be_made_is_logged_with_its_cause() {
     let token = "callers-token-8d1e";
     let answer = answer_to(
         proxy.addr,
-        format!("GET /api HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n")
-            .as_bytes(),
+        format!("GET /api HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n").as_bytes(),
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
@@ -1067,7 +1071,10 @@ async fn a_token_review_that_cannot_be_made_is_logged_with_its_cause() {
         "the cause is not logged: {line}"
     );
     for l in proxy.log_lines() {
-        assert!(!l.contains(token) && !l.contains("the-proxys-own-token"), "{l}");
+        assert!(
+            !l.contains(token) && !l.contains("the-proxys-own-token"),
+            "{l}"
+        );
     }
 }
 

@@ -250,23 +250,17 @@ impl TokenReviewer {
             )
             .map_err(ReviewError::local)?;
         if let Some(own) = self.credentials.as_ref().and_then(|t| t.current()) {
-            let value = HeaderValue::from_str(&format!("Bearer {own}")).map_err(|_| {
-                ReviewError::local("the proxy's token is not a valid header")
-            })?;
+            let value = HeaderValue::from_str(&format!("Bearer {own}"))
+                .map_err(|_| ReviewError::local("the proxy's token is not a valid header"))?;
             req.headers_mut().insert(header::AUTHORIZATION, value);
         }
-        let resp = self
-            .client
-            .get()
-            .request(req)
-            .await
-            .map_err(|e| {
-                let chained = Chained(&e);
-                ReviewError::Request {
-                    cause: chained.to_string(),
-                    reason: chained.client_reason(),
-                }
-            })?;
+        let resp = self.client.get().request(req).await.map_err(|e| {
+            let chained = Chained(&e);
+            ReviewError::Request {
+                cause: chained.to_string(),
+                reason: chained.client_reason(),
+            }
+        })?;
         let status = resp.status();
         if !status.is_success() {
             let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await;
@@ -380,7 +374,10 @@ mod tests {
             message,
         };
         assert!(e.to_string().contains("cannot create resource"), "{e}");
-        assert_eq!(e.client_reason(), "the TokenReview was refused with HTTP 403");
+        assert_eq!(
+            e.client_reason(),
+            "the TokenReview was refused with HTTP 403"
+        );
         // A long message is cut on a character boundary.
         let long = format!(r#"{{"message":"{}"}}"#, "é".repeat(MAX_REFUSAL_MESSAGE));
         let cut = status_message(long.as_bytes()).unwrap();

@@ -141,6 +141,7 @@ pub struct Metrics {
     refusals: RefusalFamilies,
     requests: RequestFamilies,
     handler_panics: IntCounter,
+    certificate_reloads: IntCounterVec,
     tasks_alive: IntGauge,
     audit: AuditCounters,
     recording: RecordingCounters,
@@ -236,6 +237,13 @@ impl Metrics {
                 "kube_ws_proxy_handler_panics_total",
                 "Requests whose handler panicked (answered 500; a bug: please report it).",
             ),
+            certificate_reloads: r.counter(
+                "kube_ws_proxy_serving_certificate_reloads_total",
+                "Changes of the main listener's certificate files, by result: reloaded, or \
+                 failed (unreadable, or a key that is not the certificate's: the previous pair \
+                 is still served).",
+                &["result"],
+            ),
             audit: audit_counters(&r),
             recording: recording_counters(&r),
             registry,
@@ -330,6 +338,13 @@ impl Metrics {
     /// Counts a request whose handler panicked.
     pub fn handler_panicked(&self) {
         self.handler_panics.inc();
+    }
+
+    /// Counts a look at changed serving certificate files: `reloaded` (now served) or not (the
+    /// previous pair still is).
+    pub fn serving_certificate_reload(&self, reloaded: bool) {
+        let result = if reloaded { "reloaded" } else { "failed" };
+        self.certificate_reloads.with_label_values(&[result]).inc();
     }
 
     /// The Prometheus text exposition of every family.
@@ -661,6 +676,8 @@ mod tests {
     /// Drives every way a label can be set with every value its source can take (all status
     /// codes 0–1000, odd methods, unknown reasons).
     fn set_every_label(m: &Metrics) {
+        m.serving_certificate_reload(true);
+        m.serving_certificate_reload(false);
         for kind in KINDS {
             for outcome in OUTCOMES {
                 m.session(kind).finish(outcome, 1, 1);
@@ -731,6 +748,7 @@ mod tests {
             ("outcome", set(&OUTCOMES.map(SessionOutcome::label))),
             ("direction", set(&["up", "down"])),
             ("http_version", set(&["1.1", "2"])),
+            ("result", set(&["reloaded", "failed"])),
             ("reason", set(&reasons)),
             ("code", set(&codes)),
             (

@@ -28,6 +28,7 @@ use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::is_valid_key;
 use crate::proxy::observability::metrics::SessionKind;
 use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::upstream::error::reported;
 use crate::proxy::upstream::refusal_body::{HeldRefusal, MAX_STATUS_BODY};
 use crate::proxy::upstream::spdy_dial::DialError;
 use crate::proxy::upstream::streaming::{
@@ -35,7 +36,6 @@ use crate::proxy::upstream::streaming::{
     Answer, ClientProtocol, RefusalAnswer, StreamFamily, UpstreamPath, UpstreamStreaming,
 };
 use crate::proxy::wire::body::ProxyBody;
-use crate::proxy::upstream::error::reported;
 use crate::proxy::wire::status_response::failure;
 use crate::spdy::upgrade::UpgradeError;
 use crate::translate::exec_options::Subresource;

@@ -35,9 +35,9 @@ use crate::proxy::client::websocket::is_valid_key;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::classify::RelayKind;
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
+use crate::proxy::upstream::error::{reported, UpstreamFailure, TALKING_FAILED};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
-use crate::proxy::upstream::error::{reported, UpstreamFailure, TALKING_FAILED};
 use crate::proxy::wire::status_response::failure;
 use crate::translate::observe::{
     Observer, PortForwardWatch, Scope, WebSocketFraming, PORT_FORWARD,

@@ -136,7 +136,8 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Upstream failures logged, per kind, at most once per interval (an unauthenticated caller
 /// can cause one per request while the upstream is down).
-static FAILURE_LOG: std::sync::LazyLock<LogThrottle> = std::sync::LazyLock::new(LogThrottle::default);
+static FAILURE_LOG: std::sync::LazyLock<LogThrottle> =
+    std::sync::LazyLock::new(LogThrottle::default);
 
 /// Logs `e` whole for the operator (aggregated per kind: the first, then one line per 10 s with
 /// the count left out) and returns what the client is told.
@@ -176,7 +177,14 @@ mod tests {
         ];
         for e in &errors {
             let told = UpstreamFailure::client_reason(e);
-            for secret in ["10.9.8.7", "6443", "/secret", "UnknownIssuer", "refused", "denied"] {
+            for secret in [
+                "10.9.8.7",
+                "6443",
+                "/secret",
+                "UnknownIssuer",
+                "refused",
+                "denied",
+            ] {
                 assert!(!told.contains(secret), "{e}: {told}");
             }
         }
