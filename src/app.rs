@@ -150,10 +150,14 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         }
     };
     let upstream = build(proxied_cert)?;
-    if mode != AuthMode::Passthrough && !upstream.is_tls() {
-        warn!(
-            "the upstream is plain HTTP: identities asserted by kube-ws-proxy travel unprotected"
-        );
+    if !upstream.is_tls() {
+        if mode == AuthMode::Passthrough {
+            warn!("the upstream is plain HTTP: callers' bearer tokens travel to it in the clear");
+        } else {
+            warn!(
+                "the upstream is plain HTTP: identities asserted by kube-ws-proxy travel unprotected"
+            );
+        }
     }
     let auth = match mode {
         AuthMode::Passthrough => Authenticator::passthrough(),
@@ -260,6 +264,16 @@ fn configure_connections(state: &mut ProxyState, args: &ServeArgs) -> Result<(),
             },
             state.metrics.clone(),
         )?);
+    }
+    let listen = args.listeners.listen;
+    if state.tls.is_none() && !listen.ip().is_loopback() {
+        // Said before the listener is bound: the setting is the mistake, wherever it binds.
+        warn!(
+            %listen,
+            "the main listener speaks plain HTTP on an address other than loopback: callers' \
+             bearer tokens cross the network in the clear (give it --tls-cert-file and \
+             --tls-private-key-file, or keep it behind a gateway that terminates TLS)"
+        );
     }
     state.request_header_timeout = args.limits.request_header_timeout;
     state.idle_connection_timeout = args.limits.idle_connection_timeout;

@@ -26,7 +26,7 @@ use common::bearer;
 use common::clients::require_kubectl;
 use common::harness::{run, stderr, stdout};
 use common::pki::{kubeconfig, Ca};
-use common::proxy_process::ProxyProcess;
+use common::proxy_process::{run_to_exit, ProxyProcess};
 use common::tls_client;
 use common::ws_client::exec_path;
 use http_body_util::{BodyExt, Empty};
@@ -1076,6 +1076,95 @@ async fn a_token_review_that_cannot_be_made_is_logged_with_its_cause() {
             "{l}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warnings at start, and the demo
+// ---------------------------------------------------------------------------------------------
+
+/// An address no interface here has (TEST-NET-1): the proxy says what it says about its
+/// settings, then cannot bind it and exits, so nothing ever listens beyond loopback.
+const NOT_HERE: &str = "192.0.2.1:0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_in_the_clear_are_warned_about_at_start() {
+    let cleartext = "bearer tokens cross the network in the clear";
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("token");
+    std::fs::write(&own, "own").unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.path().join("fp.crt"), dir.path().join("fp.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let impersonate = [
+        "--auth-mode",
+        "impersonate",
+        "--upstream-token-file",
+        own.to_str().unwrap(),
+    ];
+    let front_proxy = [
+        "--auth-mode",
+        "front-proxy",
+        "--front-proxy-client-cert-file",
+        cert_file.to_str().unwrap(),
+        "--front-proxy-client-key-file",
+        key_file.to_str().unwrap(),
+    ];
+    // A plain main listener beyond loopback, in each mode.
+    for mode in [
+        &impersonate[..],
+        &front_proxy[..],
+        &["--auth-mode", "passthrough"][..],
+    ] {
+        let mut args = vec!["--listen", NOT_HERE, "--admin-listen", "127.0.0.1:0"];
+        args.extend(["--upstream", "https://127.0.0.1:9"]);
+        args.extend(mode);
+        let (code, stderr) = run_to_exit(&args);
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(stderr.contains(cleartext), "{mode:?}: {stderr}");
+    }
+    // Passthrough to an http:// upstream; a plain loopback listener says nothing of itself.
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    assert!(proxy
+        .wait_for_log(
+            "the upstream is plain HTTP: callers' bearer tokens travel to it in the clear",
+            Duration::from_secs(5)
+        )
+        .is_some());
+    assert!(proxy.log_lines().iter().all(|l| !l.contains(cleartext)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_beyond_loopback_needs_an_explicit_flag_and_then_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("demo.kubeconfig");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let (code, stderr) =
+        run_to_exit(&["demo", "--listen", "0.0.0.0:0", "--kubeconfig", kubeconfig]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--allow-remote-demo"), "{stderr}");
+    assert!(
+        !std::path::Path::new(kubeconfig).exists(),
+        "the demo started"
+    );
+    let (code, stderr) = run_to_exit(&[
+        "demo",
+        "--listen",
+        NOT_HERE,
+        "--allow-remote-demo",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("anyone who reaches it can run commands on this host"),
+        "{stderr}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
