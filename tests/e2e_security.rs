@@ -1167,6 +1167,47 @@ async fn the_demo_beyond_loopback_needs_an_explicit_flag_and_then_warns() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_is_never_written_through_a_link_nor_left_open_to_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    // A link at the path (to a file the proxy's user may write: its own config, say).
+    let target = dir.path().join("elsewhere");
+    std::fs::write(&target, "not an audit log\n").unwrap();
+    let link = dir.path().join("linked.log");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let (code, stderr) = run_to_exit(&[
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--audit-log",
+        link.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "not an audit log\n"
+    );
+    // A new file is the proxy's user's alone; an existing one open to others is narrowed.
+    let new = dir.path().join("new.log");
+    let existing = dir.path().join("existing.log");
+    std::fs::write(&existing, "").unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for path in [&new, &existing] {
+        let proxy = ProxyProcess::start(
+            "http://127.0.0.1:9",
+            &["--audit-log", path.to_str().unwrap()],
+        );
+        assert_eq!(mode(path), 0o600, "{}", path.display());
+        drop(proxy);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Session slots
 // ---------------------------------------------------------------------------------------------
