@@ -751,15 +751,14 @@ async fn keep_alive_holder(admin: SocketAddr, period: Duration, answered: Arc<At
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_connections_that_fill_the_admin_listener_cannot_lock_out_probes() {
-    // The finding, scaled down: as many keep-alive connections as the cap (64 against 64 in
-    // the field; 8 against 8 here), each asking something every second, below the 4 s idle
-    // timeout, so no clock ever closes them; then kubelet probes, a new connection each.
+    // The finding: as many keep-alive connections as the default cap (64), each asking
+    // something every second, below the 4 s idle timeout, so no clock ever closes them; then
+    // kubelet probes, a new connection each.
+    const HOLDERS: usize = 64;
     let cluster = sim(SimConfig::default()).await;
     let proxy = ProxyProcess::start(
         &cluster.url(),
         &[
-            "--admin-max-connections",
-            "8",
             "--request-header-timeout",
             "4s",
             "--idle-connection-timeout",
@@ -769,12 +768,12 @@ async fn keep_alive_connections_that_fill_the_admin_listener_cannot_lock_out_pro
     let admin = proxy.admin_addr;
     let period = Duration::from_secs(1);
     let answered = Arc::new(AtomicUsize::new(0));
-    let holders: Vec<_> = (0..8)
+    let holders: Vec<_> = (0..HOLDERS)
         .map(|_| tokio::spawn(keep_alive_holder(admin, period, answered.clone())))
         .collect();
     // Every holder is in and has been answered once.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while answered.load(Ordering::SeqCst) < 8 {
+    while answered.load(Ordering::SeqCst) < HOLDERS {
         assert!(Instant::now() < deadline, "the holders did not get in");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -797,7 +796,7 @@ async fn keep_alive_connections_that_fill_the_admin_listener_cannot_lock_out_pro
     let before = answered.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
-        answered.load(Ordering::SeqCst) >= before + 8,
+        answered.load(Ordering::SeqCst) >= before + HOLDERS,
         "the keep-alive clients were not served any more"
     );
     for h in holders {
