@@ -108,6 +108,7 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         other => StartError::Upstream(other.to_string()),
     })?;
     let mode = args.auth.auth_mode;
+    in_cluster_credentials(args, &source)?;
     let build = |client_cert: Option<(Pem, Pem)>| {
         let tls = UpstreamTls {
             client_cert,
@@ -191,6 +192,26 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         }
     };
     Ok((upstream, auth))
+}
+
+/// `--in-cluster` without a mounted service-account token leaves the proxy no credentials of
+/// its own: enough for passthrough, which sends none (the manifests mount the token only where
+/// a mode needs it). A pod of an identity mode without it lost its mount: it does not start.
+fn in_cluster_credentials(
+    args: &ServeArgs,
+    source: &source::UpstreamSource,
+) -> Result<(), StartError> {
+    if args.auth.auth_mode == AuthMode::Passthrough
+        || !args.upstream.in_cluster
+        || source.has_credentials()
+    {
+        return Ok(());
+    }
+    Err(StartError::Auth(format!(
+        "impersonate and front-proxy modes with --in-cluster need the service-account token \
+         (or --upstream-token-file, --upstream-client-cert-file): {} is not there",
+        args.upstream.service_account_dir.join("token").display()
+    )))
 }
 
 /// Binds both listeners and serves in the background.

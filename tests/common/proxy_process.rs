@@ -17,8 +17,14 @@ pub fn binary() -> std::ffi::OsString {
 /// Runs the binary with `args` until it exits (within 20 s, else it is killed): its exit
 /// code and what it wrote to stderr.
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    run_to_exit_with_env(args, &[])
+}
+
+/// As [`run_to_exit`], with extra environment variables.
+pub fn run_to_exit_with_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut child = Command::new(binary())
         .args(args)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
