@@ -627,6 +627,13 @@ async fn admin_get(s: &mut TcpStream, path: &str) -> Option<u16> {
         .await
         .ok()?;
     let (code, head) = read_head(s, T).await?;
+    read_body(s, &head).await?;
+    Some(code)
+}
+
+/// The `Content-Length` body that follows `head` on `s`; `None` if it does not arrive whole
+/// within `T`.
+async fn read_body(s: &mut TcpStream, head: &str) -> Option<Vec<u8>> {
     let length: usize = head
         .lines()
         .find_map(|l| {
@@ -636,8 +643,11 @@ async fn admin_get(s: &mut TcpStream, path: &str) -> Option<u16> {
         })
         .unwrap_or(0);
     let mut body = vec![0u8; length];
-    s.read_exact(&mut body).await.ok()?;
-    Some(code)
+    tokio::time::timeout(T, s.read_exact(&mut body))
+        .await
+        .ok()?
+        .ok()?;
+    Some(body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -938,16 +948,7 @@ async fn answer_to(addr: SocketAddr, request: &[u8]) -> String {
     let Some((_, head)) = read_head(&mut s, T).await else {
         return String::new();
     };
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = vec![0u8; length];
-    let _ = tokio::time::timeout(T, s.read_exact(&mut body)).await;
+    let body = read_body(&mut s, &head).await.unwrap_or_default();
     head + &String::from_utf8_lossy(&body)
 }
 

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,11 +84,15 @@ async fn handshake(addr: std::net::SocketAddr, ca_pem: &str) -> Option<Vec<u8>> 
     Some(tls.get_ref().1.alpn_protocol().unwrap_or_default().to_vec())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_over_tls_and_certificate_rotation() {
-    let Some(k) = require_kubectl("1.33") else {
-        return;
-    };
+/// The simulated cluster (which asks for [`TOKEN`]), a folder, the certificate and key files
+/// in it (written from the pair it returns) and the proxy in front of the cluster serving them.
+async fn serve_tls() -> (
+    SimCluster,
+    tempfile::TempDir,
+    (PathBuf, PathBuf),
+    Pki,
+    ProxyProcess,
+) {
     let config = SimConfig {
         require_bearer_token: Some(TOKEN.into()),
         ..SimConfig::default()
@@ -108,6 +112,15 @@ async fn kubectl_over_tls_and_certificate_rotation() {
             key.to_str().unwrap(),
         ],
     );
+    (sim, dir, (cert, key), first, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_over_tls_and_certificate_rotation() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let (_sim, dir, (cert, key), first, proxy) = serve_tls().await;
     let server = format!("https://127.0.0.1:{}", proxy.addr.port());
 
     assert_eq!(
@@ -221,25 +234,7 @@ async fn a_certificate_copied_in_before_its_key_leaves_the_previous_pair_served(
     let Some(k) = require_kubectl("1.33") else {
         return;
     };
-    let config = SimConfig {
-        require_bearer_token: Some(TOKEN.into()),
-        ..SimConfig::default()
-    };
-    let sim = SimCluster::start(config).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let first = pki("first");
-    std::fs::write(&cert, &first.cert_pem).unwrap();
-    std::fs::write(&key, &first.key_pem).unwrap();
-    let proxy = ProxyProcess::start(
-        &sim.url(),
-        &[
-            "--tls-cert-file",
-            cert.to_str().unwrap(),
-            "--tls-private-key-file",
-            key.to_str().unwrap(),
-        ],
-    );
+    let (_sim, dir, (cert, key), first, proxy) = serve_tls().await;
     let server = format!("https://127.0.0.1:{}", proxy.addr.port());
     let exec = |cfg: &Path, word: &str| {
         let mut c = std::process::Command::new(&k);
