@@ -57,8 +57,10 @@ pub struct LimitArgs {
 
     /// Most connections the admin listener serves at once.
     ///
-    /// Beyond it a new connection is closed as soon as it is accepted. The admin listener also
-    /// applies `--request-header-timeout`, `--idle-connection-timeout` and
+    /// Beyond it a new connection takes the place of the one that has waited longest for a
+    /// request head (idle keep-alive or silent), so probes always get in; when every one has a
+    /// request in flight the new one is closed at once. The admin listener also applies
+    /// `--request-header-timeout`, `--idle-connection-timeout` and
     /// `--max-request-header-bytes`, so silent connections to it cannot take the descriptors
     /// the main listener needs.
     #[arg(

@@ -12,9 +12,17 @@ use crate::sim::{SimStreaming, SimUser};
 /// Flags of `demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Address of the proxy in the demo.
+    /// Address of the proxy in the demo; loopback unless `--allow-remote-demo`.
+    ///
+    /// The demo's pod runs commands on this host, as this user, for anyone who reaches the
+    /// proxy, with no credentials.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// Let `--listen` be beyond loopback (anyone who reaches it runs commands here).
+    ///
+    /// Without it, `demo` refuses such an address; with it, it warns.
+    #[arg(long)]
+    pub allow_remote_demo: bool,
     /// Where to write the demo kubeconfig.
     #[arg(
         long,

@@ -19,6 +19,9 @@
 //! `Connection: close`. That grace is bounded so that shedding still frees what it must: at
 //! most [`SHED_GRACE`] per connection and [`SHED_GRACE_AT_ONCE`] connections at once (a shed
 //! connection beyond them is closed at once, as an attacker's trickling head should be).
+//!
+//! The admin listener caps *all* its connections (probes must always get in): when it is full,
+//! a new connection asks [`WaitingConnections::shed_oldest`] for room, the same way.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,6 +82,13 @@ impl WaitingConnections {
         self.grace.clone().try_acquire_owned().ok()
     }
 
+    /// Sheds the connection that has waited longest, however few wait: room for a new
+    /// connection where a cap on *all* connections is reached (the admin listener's). Whether
+    /// one was waiting to be shed.
+    pub fn shed_oldest(&self) -> bool {
+        self.lock().shed_oldest()
+    }
+
     /// How many connections wait now.
     pub fn len(&self) -> usize {
         self.lock().waiting.len()
@@ -91,6 +101,20 @@ impl WaitingConnections {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Queue {
+    /// Takes the oldest waiting connection out and tells it it is shed; `false` if none waits.
+    fn shed_oldest(&mut self) -> bool {
+        let Some((_, oldest)) = self.waiting.pop_first() else {
+            return false;
+        };
+        // Lock order: the queue (held by the caller), then a waiter's place.
+        oldest.lock_place().key = None;
+        oldest.evicted.store(true, Ordering::Release);
+        oldest.wake.notify_one();
+        true
     }
 }
 
@@ -127,12 +151,9 @@ impl Waiter {
         drop(place);
         queue.waiting.insert(key, self.clone());
         while queue.waiting.len() > self.registry.max {
-            let Some((_, oldest)) = queue.waiting.pop_first() else {
+            if !queue.shed_oldest() {
                 break;
-            };
-            oldest.lock_place().key = None;
-            oldest.evicted.store(true, Ordering::Release);
-            oldest.wake.notify_one();
+            }
         }
     }
 
@@ -248,6 +269,26 @@ mod tests {
         assert!(is_evicted(&a.0));
         a.waiter().stop_waiting();
         assert!(!is_evicted(&a.0));
+    }
+
+    #[test]
+    fn room_is_made_by_shedding_the_oldest_waiting_connection_whatever_the_count() {
+        let registry = WaitingConnections::new(8);
+        let a = registry.join();
+        let b = registry.join();
+        let busy = registry.join();
+        busy.waiter().stop_waiting();
+        a.waiter().stop_waiting();
+        a.waiter().start_waiting();
+        // `b` has waited longest (`a` waits again since, `busy` has a request in flight).
+        assert!(registry.shed_oldest());
+        assert!(is_evicted(&b.0));
+        assert!(!is_evicted(&a.0) && !is_evicted(&busy.0));
+        assert!(registry.shed_oldest());
+        assert!(is_evicted(&a.0));
+        assert!(!registry.shed_oldest(), "a busy connection is never shed");
+        assert!(!is_evicted(&busy.0));
+        assert!(registry.is_empty());
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@ use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::validate_handshake;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::upstream::error::reported;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, DialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
@@ -74,7 +75,8 @@ impl SetupError {
                     .and_then(|v| v.to_str().ok());
                 from_upgrade_refusal(status.as_u16(), content_type, &body)
             }
-            SetupError::Unanswered(e) => Status::internal_error(&e.to_string()),
+            // The cause goes to the log; the client, who may be anyone, gets its kind.
+            SetupError::Unanswered(e) => Status::internal_error(&reported(&e)),
             SetupError::Streams(status) => *status,
         }
     }

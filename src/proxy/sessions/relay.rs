@@ -36,6 +36,7 @@ use crate::proxy::client::websocket::is_valid_key;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::classify::RelayKind;
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
+use crate::proxy::upstream::error::{reported, UpstreamFailure, TALKING_FAILED};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
 use crate::proxy::wire::status_response::failure;
@@ -65,7 +66,28 @@ impl RelayError {
             RelayError::Request(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
             _ => (StatusCode::BAD_GATEWAY, "ServiceUnavailable"),
         };
-        failure(code, reason, self.to_string())
+        // The cause goes to the log; the client, who may be anyone, gets its kind.
+        failure(code, reason, reported(self))
+    }
+}
+
+impl UpstreamFailure for RelayError {
+    fn client_reason(&self) -> String {
+        match self {
+            RelayError::Dial(e) => format!("error dialing the upstream: {}", e.client_reason()),
+            // hyper's error may wrap an I/O error carrying a TLS alert.
+            RelayError::Http(_) => TALKING_FAILED.to_owned(),
+            RelayError::Timeout(_) | RelayError::Request(_) => self.to_string(),
+        }
+    }
+
+    fn log_kind(&self) -> &'static str {
+        match self {
+            RelayError::Dial(e) => UpstreamFailure::log_kind(e),
+            RelayError::Http(_) => "upstream_connection",
+            RelayError::Timeout(_) => "upstream_answer_timeout",
+            RelayError::Request(_) => "upstream_upgrade",
+        }
     }
 }
 
