@@ -117,7 +117,13 @@ impl Pair {
         let sim_port = free_port();
         let sim_scratch = tempfile::tempdir().unwrap();
         let sim = std::process::Command::new(bin)
-            .args(["sim-cluster", "--listen", &format!("127.0.0.1:{sim_port}")])
+            .args([
+                "sim-cluster",
+                "--exec-start-delay",
+                "0",
+                "--listen",
+                &format!("127.0.0.1:{sim_port}"),
+            ])
             .env("RUST_LOG", "warn")
             .env("TMPDIR", sim_scratch.path())
             .stdout(std::process::Stdio::null())

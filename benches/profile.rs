@@ -235,6 +235,7 @@ fn main() {
     rt.block_on(async {
         let sim = SimCluster::start(SimConfig {
             streaming: sim_streaming,
+            exec_start_delay: std::time::Duration::ZERO,
             ..SimConfig::default()
         })
         .await

@@ -255,7 +255,11 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+        let sim = SimCluster::start(SimConfig {
+            // Benchmarks measure the proxy: the cluster starts commands at once.
+            exec_start_delay: std::time::Duration::ZERO,
+            ..SimConfig::default()
+        }).await.unwrap();
         let records = tempfile::tempdir().unwrap();
         let plain = proxy(&sim.url(), &[]).await;
         let policy = arg("--policy").unwrap_or_else(|| "best-effort".to_owned());

@@ -218,7 +218,13 @@ async fn main() {
     let sim_scratch = tempfile::tempdir().unwrap();
     let _sim = KillOnDrop(
         std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
-            .args(["sim-cluster", "--listen", &format!("127.0.0.1:{sim_port}")])
+            .args([
+                "sim-cluster",
+                "--exec-start-delay",
+                "0",
+                "--listen",
+                &format!("127.0.0.1:{sim_port}"),
+            ])
             .env("TMPDIR", sim_scratch.path())
             .env("RUST_LOG", "error")
             .stdout(std::process::Stdio::null())

@@ -190,7 +190,13 @@ struct Cluster {
 impl Cluster {
     fn start(port: u16, scratch: &std::path::Path) -> Cluster {
         let child = Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
-            .args(["sim-cluster", "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "sim-cluster",
+                "--exec-start-delay",
+                "0",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
             .env("TMPDIR", scratch)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -81,7 +81,11 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+        let sim = SimCluster::start(SimConfig {
+            // Benchmarks measure the proxy: the cluster starts commands at once.
+            exec_start_delay: std::time::Duration::ZERO,
+            ..SimConfig::default()
+        }).await.unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let bin = std::env::var("KUBE_WS_PROXY_BENCH_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-ws-proxy").to_owned());
@@ -202,6 +206,7 @@ fn pass_through_main(smoke: bool) {
     rt.block_on(async {
         let sim = SimCluster::start(SimConfig {
             streaming: SimStreaming::New,
+            exec_start_delay: std::time::Duration::ZERO,
             ..SimConfig::default()
         })
         .await

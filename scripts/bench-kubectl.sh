@@ -28,7 +28,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sim_port=$(free_port); proxy_port=$(free_port); relay_port=$(free_port)
-"$bin" sim-cluster --listen "127.0.0.1:$sim_port" >"$work/sim.log" 2>&1 &
+"$bin" sim-cluster --exec-start-delay 0 --listen "127.0.0.1:$sim_port" >"$work/sim.log" 2>&1 &
 declare -A pid_of=([sim]=$!)
 "$bin" --listen "127.0.0.1:$proxy_port" --admin-listen 127.0.0.1:0 \
   --upstream "http://127.0.0.1:$sim_port" --log-format json >"$work/proxy.log" 2>&1 &

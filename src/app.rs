@@ -109,6 +109,7 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         other => StartError::Upstream(other.to_string()),
     })?;
     let mode = args.auth.auth_mode;
+    in_cluster_credentials(args, &source)?;
     let build = |client_cert: Option<(Pem, Pem)>| {
         let tls = UpstreamTls {
             client_cert,
@@ -151,10 +152,14 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         }
     };
     let upstream = build(proxied_cert)?;
-    if mode != AuthMode::Passthrough && !upstream.is_tls() {
-        warn!(
-            "the upstream is plain HTTP: identities asserted by kube-ws-proxy travel unprotected"
-        );
+    if !upstream.is_tls() {
+        if mode == AuthMode::Passthrough {
+            warn!("the upstream is plain HTTP: callers' bearer tokens travel to it in the clear");
+        } else {
+            warn!(
+                "the upstream is plain HTTP: identities asserted by kube-ws-proxy travel unprotected"
+            );
+        }
     }
     let auth = match mode {
         AuthMode::Passthrough => Authenticator::passthrough(),
@@ -188,6 +193,26 @@ pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator),
         }
     };
     Ok((upstream, auth))
+}
+
+/// `--in-cluster` without a mounted service-account token leaves the proxy no credentials of
+/// its own: enough for passthrough, which sends none (the manifests mount the token only where
+/// a mode needs it). A pod of an identity mode without it lost its mount: it does not start.
+fn in_cluster_credentials(
+    args: &ServeArgs,
+    source: &source::UpstreamSource,
+) -> Result<(), StartError> {
+    if args.auth.auth_mode == AuthMode::Passthrough
+        || !args.upstream.in_cluster
+        || source.has_credentials()
+    {
+        return Ok(());
+    }
+    Err(StartError::Auth(format!(
+        "impersonate and front-proxy modes with --in-cluster need the service-account token \
+         (or --upstream-token-file, --upstream-client-cert-file): {} is not there",
+        args.upstream.service_account_dir.join("token").display()
+    )))
 }
 
 /// Binds both listeners and serves in the background.
@@ -260,10 +285,22 @@ fn configure_connections(state: &mut ProxyState, args: &ServeArgs) -> Result<(),
                 key: key.clone(),
                 client_ca: args.listeners.client_ca_file.clone(),
             },
+            state.metrics.clone(),
         )?);
+    }
+    let listen = args.listeners.listen;
+    if state.tls.is_none() && !listen.ip().is_loopback() {
+        // Said before the listener is bound: the setting is the mistake, wherever it binds.
+        warn!(
+            %listen,
+            "the main listener speaks plain HTTP on an address other than loopback: callers' \
+             bearer tokens cross the network in the clear (give it --tls-cert-file and \
+             --tls-private-key-file, or keep it behind a gateway that terminates TLS)"
+        );
     }
     state.request_header_timeout = args.limits.request_header_timeout;
     state.idle_connection_timeout = args.limits.idle_connection_timeout;
+    state.response_write_timeout = nonzero(args.limits.response_write_timeout);
     state.trust_forwarded_for = args.listeners.trust_x_forwarded_for;
     state.http2_websockets = args.listeners.http2_websockets;
     state.max_request_header_bytes = args.limits.max_request_header_bytes.max(8192);

@@ -1,6 +1,7 @@
 //! `kube-ws-proxy demo`: the simulated SPDY-only cluster with the proxy in front of it, a
 //! kubeconfig pointing at the proxy, and commands to try.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -23,8 +24,34 @@ pub fn kubeconfig(server: &str, token: Option<&str>) -> String {
     )
 }
 
+/// A demo that would give the network a shell on this host.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "demo --listen {0}: the demo's pod runs commands on this host for anyone who reaches the \
+     proxy, without credentials; listen on loopback, or pass --allow-remote-demo if that is \
+     what you want"
+)]
+pub struct RemoteDemoRefused(pub SocketAddr);
+
+/// Refuses a demo listening beyond loopback unless `--allow-remote-demo`, and warns when it is.
+fn check_listen(args: &DemoArgs) -> Result<(), RemoteDemoRefused> {
+    if args.listen.ip().is_loopback() {
+        return Ok(());
+    }
+    if !args.allow_remote_demo {
+        return Err(RemoteDemoRefused(args.listen));
+    }
+    tracing::warn!(
+        listen = %args.listen,
+        "demo on an address other than loopback (--allow-remote-demo): anyone who reaches it \
+         can run commands on this host, as this user, without credentials"
+    );
+    Ok(())
+}
+
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
+    check_listen(&args)?;
     let sim = SimCluster::start(SimConfig {
         streaming: args.sim_streaming,
         ..SimConfig::default()
@@ -106,6 +133,7 @@ pub fn sim_config(args: SimArgs) -> Result<SimConfig, SimFileError> {
         impersonators: args.impersonators,
         front_proxy,
         streaming: args.streaming,
+        exec_start_delay: args.exec_start_delay,
         ..SimConfig::default()
     })
 }
@@ -125,4 +153,27 @@ pub async fn run_sim(args: SimArgs) -> Result<(), BoxError> {
 
 fn write_kubeconfig(path: &Path, contents: &str) -> std::io::Result<()> {
     std::fs::write(path, contents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo(args: &[&str]) -> DemoArgs {
+        let argv = ["kube-ws-proxy", "demo"].iter().chain(args);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            Some(crate::cli::Command::Demo(args)) => args,
+            _ => panic!("not the demo"),
+        }
+    }
+
+    #[test]
+    fn a_demo_beyond_loopback_needs_allow_remote_demo() {
+        assert!(check_listen(&demo(&[])).is_ok());
+        assert!(check_listen(&demo(&["--listen", "[::1]:8080"])).is_ok());
+        let e = check_listen(&demo(&["--listen", "0.0.0.0:8080"])).unwrap_err();
+        assert!(e.to_string().contains("--allow-remote-demo"), "{e}");
+        assert!(check_listen(&demo(&["--listen", "10.1.2.3:8080"])).is_err());
+        assert!(check_listen(&demo(&["--listen", "0.0.0.0:8080", "--allow-remote-demo"])).is_ok());
+    }
 }

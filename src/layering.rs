@@ -15,6 +15,7 @@ const LEAVES: &[&str] = &[
     "activity_clock",
     "address_budget",
     "memory_trim",
+    "peer_hangup",
     "read_sizer",
     "request",
     "timestamp",

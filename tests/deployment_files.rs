@@ -514,6 +514,7 @@ fn rendered_pods_match_what_the_binary_reads() {
     let scratch = tempfile::tempdir().unwrap();
     for (k, objects) in &all {
         let mut proxies = 0;
+        let mut listener_tls = None;
         for (name, pod) in pod_specs(objects) {
             let where_ = format!("{} {name}", k.dir);
             for container in list(&pod["containers"]) {
@@ -538,7 +539,10 @@ fn rendered_pods_match_what_the_binary_reads() {
                 ];
                 let mut paths: Vec<PathBuf> = files.into_iter().flatten().cloned().collect();
                 if s.upstream.in_cluster {
-                    paths.push(s.upstream.service_account_dir.join("token"));
+                    // Passthrough sends no credentials of the proxy's own: the CA is enough.
+                    if s.auth.auth_mode != AuthMode::Passthrough {
+                        paths.push(s.upstream.service_account_dir.join("token"));
+                    }
                     paths.push(s.upstream.service_account_dir.join("ca.crt"));
                 }
                 for path in paths {
@@ -554,6 +558,9 @@ fn rendered_pods_match_what_the_binary_reads() {
                     s.listeners.listen,
                     s.listeners.admin_listen,
                 );
+                check_credentials_mounted_only_where_needed(&where_, &name, pod, &s);
+                check_secret_files_are_private(&where_, pod);
+                listener_tls = Some(s.listeners.tls_cert_file.is_some());
                 if s.auth.auth_mode == AuthMode::FrontProxy {
                     check_api_server_trusts(&where_, pod, &s);
                 }
@@ -586,9 +593,180 @@ fn rendered_pods_match_what_the_binary_reads() {
                     "{}: Service targetPort {target} is no container port",
                     k.dir
                 );
+                check_service_port_says_what_it_serves(k.dir, port, listener_tls);
+            }
+        }
+        check_network_policy(k.dir, objects);
+    }
+}
+
+/// A Service port named or numbered for HTTPS is served with TLS, and a plain listener's port
+/// is not called HTTPS (the base's Service said 443 while the container spoke plain HTTP).
+fn check_service_port_says_what_it_serves(dir: &str, port: &Value, listener_tls: Option<bool>) {
+    if port["targetPort"] != "api" {
+        return;
+    }
+    let tls = listener_tls.expect("a proxy container");
+    let name = port["name"].as_str().unwrap_or_default();
+    let says_https = port["port"] == 443 || name.contains("https") || name.contains("tls");
+    assert_eq!(
+        says_https,
+        tls,
+        "{dir}: Service port {port} and a main listener {} TLS",
+        if tls { "with" } else { "without" }
+    );
+}
+
+/// A pod whose proxy uses no service-account token mounts none (passthrough sends no
+/// credentials of its own; a kubeconfig or a token file bring their own). Static pods have no
+/// service account.
+fn check_credentials_mounted_only_where_needed(
+    where_: &str,
+    object: &str,
+    pod: &Value,
+    s: &ServeArgs,
+) {
+    if object.starts_with("Pod/") {
+        return;
+    }
+    let uses_token = s.upstream.in_cluster
+        && s.auth.auth_mode != AuthMode::Passthrough
+        && s.upstream.upstream_token_file.is_none();
+    let projected_token = list(&pod["volumes"]).iter().any(|v| {
+        list(&v["projected"]["sources"])
+            .iter()
+            .any(|src| src.get("serviceAccountToken").is_some())
+    });
+    let automount = pod["automountServiceAccountToken"] != false;
+    if !uses_token {
+        assert!(
+            !automount && !projected_token,
+            "{where_}: a service-account token is mounted that the proxy never uses"
+        );
+    }
+}
+
+/// Every file of a Secret the pod mounts is readable by the proxy (through the pod's fsGroup:
+/// the kubelet gives the files of Secret, ConfigMap and projected volumes to it) and by no one
+/// else, and writable by no one: mode 0440 or narrower.
+fn check_secret_files_are_private(where_: &str, pod: &Value) {
+    let fs_group = pod["securityContext"]["fsGroup"].as_u64();
+    for volume in list(&pod["volumes"]) {
+        let (default_mode, secrets): (&Value, Vec<&Value>) =
+            if let Some(secret) = volume.get("secret") {
+                (&secret["defaultMode"], vec![secret])
+            } else if let Some(projected) = volume.get("projected") {
+                let secrets = list(&projected["sources"])
+                    .iter()
+                    .filter_map(|src| src.get("secret"))
+                    .collect();
+                (&projected["defaultMode"], secrets)
+            } else {
+                continue;
+            };
+        for secret in secrets {
+            // Kubernetes' default mode is 0644.
+            let default = default_mode.as_u64().unwrap_or(0o644);
+            let items = list(&secret["items"]);
+            let modes: Vec<u64> = if items.is_empty() {
+                vec![default]
+            } else {
+                items
+                    .iter()
+                    .map(|i| i["mode"].as_u64().unwrap_or(default))
+                    .collect()
+            };
+            for mode in modes {
+                assert!(
+                    mode & !0o440 == 0,
+                    "{where_}: Secret {} mounted with mode {mode:o}, beyond 0440",
+                    secret["name"]
+                );
+                assert!(
+                    fs_group.is_some() && mode & 0o040 != 0,
+                    "{where_}: Secret {} (mode {mode:o}, owned by root) is readable by the \
+                     proxy only through the pod's fsGroup and the group bit",
+                    secret["name"]
+                );
             }
         }
     }
+}
+
+/// Where the render holds a Deployment, a NetworkPolicy selects its pods: the API port is open
+/// to every client; the admin port (no authentication) only to named peers, never to all.
+fn check_network_policy(dir: &str, objects: &[Value]) {
+    let Some(deployment) = objects.iter().find(|o| o["kind"] == "Deployment") else {
+        return;
+    };
+    let template = &deployment["spec"]["template"];
+    let labels = &template["metadata"]["labels"];
+    let policy = objects
+        .iter()
+        .filter(|o| o["kind"] == "NetworkPolicy")
+        .find(|p| {
+            let wanted = p["spec"]["podSelector"]["matchLabels"].as_object();
+            wanted.is_some_and(|m| m.iter().all(|(k, v)| labels[k] == *v))
+        })
+        .unwrap_or_else(|| panic!("{dir}: no NetworkPolicy selects the proxy's pods"));
+    assert!(
+        list(&policy["spec"]["policyTypes"])
+            .iter()
+            .any(|t| t == "Ingress"),
+        "{dir}: the NetworkPolicy does not restrict ingress"
+    );
+    let container = list(&template["spec"]["containers"])
+        .iter()
+        .find(|c| {
+            c["image"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("kube-ws-proxy")
+        })
+        .unwrap();
+    let number = |name: &str| port_number(container, &Value::from(name));
+    // The rules that let a connection to `port` in, by name or number (no ports: every port).
+    let rules_for = |port: u64| -> Vec<&Value> {
+        list(&policy["spec"]["ingress"])
+            .iter()
+            .filter(|rule| {
+                let ports = list(&rule["ports"]);
+                ports.is_empty()
+                    || ports.iter().any(|p| {
+                        p["port"].as_u64() == Some(port) || {
+                            p["port"].as_str().is_some_and(|n| number(n) == port)
+                        }
+                    })
+            })
+            .collect()
+    };
+    let open_to_all = |rule: &Value| {
+        let from = list(&rule["from"]);
+        from.is_empty()
+            || from.iter().any(|peer| {
+                let cidr = peer["ipBlock"]["cidr"].as_str().unwrap_or_default();
+                let any_namespace = peer["namespaceSelector"]
+                    .as_object()
+                    .is_some_and(|m| m.is_empty())
+                    && peer.get("podSelector").is_none();
+                cidr == "0.0.0.0/0" || cidr == "::/0" || any_namespace
+            })
+    };
+    let admin = rules_for(number("admin"));
+    assert!(
+        !admin.is_empty(),
+        "{dir}: no scraper can reach the admin port"
+    );
+    for rule in admin {
+        assert!(
+            !open_to_all(rule),
+            "{dir}: the admin port is open to all: {rule}"
+        );
+    }
+    assert!(
+        rules_for(number("api")).into_iter().any(open_to_all),
+        "{dir}: clients cannot reach the API port"
+    );
 }
 
 fn check_ports(

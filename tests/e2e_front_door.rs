@@ -1,8 +1,8 @@
 //! The production front door, end to end with kubectl 1.33: TLS on both legs (kubectl → TLS →
 //! proxy → TLS → the simulated cluster), exec, cp and port-forward with the caller's token seen
 //! upstream on every path; the impersonate and front-proxy auth modes with client-certificate
-//! and token (TokenReview) callers; the upstream from `--in-cluster` (with a rotating token) and
-//! from `--kubeconfig`; and bad input: unauthenticated callers, caller impersonation headers,
+//! and token (TokenReview) callers; the upstream from `--in-cluster` (with a rotating token, and
+//! without one in passthrough) and from `--kubeconfig`; and bad input: unauthenticated callers, caller impersonation headers,
 //! untrusted and expired client certificates, a wrong upstream CA.
 
 use crate::common;
@@ -15,7 +15,7 @@ use common::clients::require_kubectl;
 use common::harness::{run, stderr, stdout};
 use common::pki::{kubeconfig, Ca, Leaf};
 use common::pod_server::PodServer;
-use common::proxy_process::ProxyProcess;
+use common::proxy_process::{run_to_exit_with_env, ProxyProcess};
 use common::tls_client::raw_https;
 use kube_ws_proxy::sim::{
     AuthenticatedBy, SeenRequest, SimCluster, SimConfig, SimFrontProxy, SimTls, SimUser,
@@ -811,7 +811,9 @@ async fn upstream_from_in_cluster_with_token_rotation_and_from_kubeconfig() {
     let kc = door.caller("wrong-ca", &proxy, Some(TINA), None);
     let o = kubectl(&k, &kc, cwd, &["get", "pods"]).await;
     assert!(!o.status.success());
-    // kubectl's discovery does not print the Status it got; the Status itself names the cause.
+    // kubectl's discovery does not print the Status it got. The Status says which step
+    // failed; what TLS said (and where the upstream is) goes to the log only: the upstream has
+    // authorized nothing yet, so the caller is owed no more than an unauthenticated one.
     let answer = raw_https(
         proxy.addr,
         &door.proxy_ca.pem,
@@ -822,12 +824,89 @@ async fn upstream_from_in_cluster_with_token_rotation_and_from_kubeconfig() {
     .unwrap();
     assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
     assert!(
-        answer.contains("error trying to reach the upstream API server")
-            && answer.contains("UnknownIssuer"),
+        answer.contains(
+            "error trying to reach the upstream API server: \
+             the TLS handshake with the upstream API server failed"
+        ) && !answer.contains("UnknownIssuer"),
         "{answer}"
     );
+    let logged = proxy
+        .wait_for_log("upstream API server failure", Duration::from_secs(5))
+        .expect("the cause is logged");
+    assert!(logged.contains("UnknownIssuer"), "{logged}");
     let o = kubectl(&k, &kc, cwd, &["exec", "web", "--", "true"]).await;
     assert!(!o.status.success());
+}
+
+/// The manifests mount no service-account token where passthrough runs (it sends no
+/// credentials of the proxy's own), only the cluster's CA: `--in-cluster` serves with that, and
+/// an identity mode, which needs the token, refuses to start without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_cluster_without_a_mounted_token_serves_passthrough_and_refuses_identity_modes() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let door = Door::new().await;
+    let cwd = door.dir.path();
+    let sa = door.path("serviceaccount");
+    std::fs::create_dir(&sa).unwrap();
+    std::fs::write(sa.join("ca.crt"), &door.cluster_ca.pem).unwrap();
+    let port = door.sim.addr().port().to_string();
+    let env = [
+        ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", port.as_str()),
+    ];
+    let in_cluster = |mode: &str| {
+        ["--in-cluster", "--service-account-dir"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain([sa.display().to_string(), "--auth-mode".into(), mode.into()])
+            .collect::<Vec<_>>()
+    };
+
+    // Passthrough: the caller's token upstream, verified with the mounted CA.
+    let proxy = door.proxy(&in_cluster("passthrough"), &env);
+    let kc = door.caller("tina-in-cluster", &proxy, Some(TINA), None);
+    let before = door.sim.requests().len();
+    assert_eq!(whoami(&k, &kc, cwd).await, "tina");
+    let seen = door.requests_since(before);
+    assert!(!seen.is_empty());
+    for r in seen {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {TINA}").as_str())
+        );
+    }
+    drop(proxy);
+
+    for mode in ["impersonate", "front-proxy"] {
+        let mut args = in_cluster(mode);
+        args.extend(
+            [
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--front-proxy-client-cert-file",
+            ]
+            .map(str::to_owned),
+        );
+        let front = door
+            .front_ca
+            .client(FRONT_PROXY_CN, None)
+            .write(cwd, "front");
+        args.push(front.0.display().to_string());
+        args.push("--front-proxy-client-key-file".into());
+        args.push(front.1.display().to_string());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stderr) = run_to_exit_with_env(&refs, &env);
+        assert_eq!(code, Some(1), "{mode}: {stderr}");
+        assert!(
+            stderr.contains("need the service-account token")
+                && stderr.contains(&sa.join("token").display().to_string()),
+            "{mode}: {stderr}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

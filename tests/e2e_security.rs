@@ -26,7 +26,7 @@ use common::bearer;
 use common::clients::require_kubectl;
 use common::harness::{run, stderr, stdout};
 use common::pki::{kubeconfig, Ca};
-use common::proxy_process::ProxyProcess;
+use common::proxy_process::{run_to_exit, ProxyProcess};
 use common::tls_client;
 use common::ws_client::exec_path;
 use http_body_util::{BodyExt, Empty};
@@ -616,6 +616,156 @@ async fn unfinished_request_heads_are_bounded_all_together() {
     assert!(fds <= fds_before + 64 + 16, "{fds} descriptors open");
 }
 
+/// Sheds the oldest connection waiting on `proxy` (its `--max-pending-connections` is 2, and
+/// that connection the only one waiting): two younger ones with unfinished heads push it out.
+/// Returns those two (kept open), once the shedding is counted.
+async fn shed(proxy: &ProxyProcess) -> Vec<TcpStream> {
+    let before = pending_sheds(proxy);
+    let mut younger = Vec::new();
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        younger.push(send(proxy.addr, b"GET /version HTTP/1.1\r\nHost: x\r\n").await);
+    }
+    let deadline = Instant::now() + T;
+    while pending_sheds(proxy) < before + 1.0 {
+        assert!(Instant::now() < deadline, "nothing was shed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    younger
+}
+
+fn pending_sheds(proxy: &ProxyProcess) -> f64 {
+    metric(
+        &proxy.metrics(),
+        "kube_ws_proxy_client_connections_closed_total",
+        "reason=\"pending_connection_limit\"",
+    )
+}
+
+/// One HTTP/2 frame: its type, flags, stream and payload; `None` at the connection's end.
+async fn h2_frame(s: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).await.ok()?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).await.ok()?;
+    Some((head[3], head[4], stream, payload))
+}
+
+/// An HTTP/2 (h2c) connection that sent its preface and settings and got the proxy's.
+async fn h2_client(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let (kind, ..) = tokio::time::timeout(T, h2_frame(&mut s))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kind, 4, "the proxy's SETTINGS first");
+    s
+}
+
+/// Reads `s` as an HTTP/2 client that answers pings (when `answer_pings`) until the
+/// connection ends: the GOAWAYs it got (last stream id, error code), and how long it took.
+async fn h2_until_closed(s: &mut TcpStream, answer_pings: bool) -> (Vec<(u32, u32)>, Duration) {
+    let started = Instant::now();
+    let mut goaways = Vec::new();
+    let read = async {
+        while let Some((kind, flags, _, payload)) = h2_frame(s).await {
+            match kind {
+                // SETTINGS, acknowledged.
+                4 if flags & 1 == 0 => {
+                    let _ = s.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await;
+                }
+                // PING, answered.
+                6 if flags & 1 == 0 && answer_pings => {
+                    let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                    ack.extend_from_slice(&payload);
+                    let _ = s.write_all(&ack).await;
+                }
+                7 => {
+                    let last = u32::from_be_bytes(payload[0..4].try_into().unwrap()) & 0x7fff_ffff;
+                    let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
+                    goaways.push((last, code));
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(T, read)
+        .await
+        .expect("the shed connection was never closed");
+    (goaways, started.elapsed())
+}
+
+/// A waiting HTTP/2 connection the proxy sheds is told so with a GOAWAY that names no stream as
+/// processed (so a client knows it may retry everything), then closed; before, it was dropped
+/// without a word. One that does not answer the GOAWAY's ping is cut after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_http2_connection_is_told_with_a_goaway() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &["--max-pending-connections", "2"]);
+    for answer_pings in [true, false] {
+        let mut victim = h2_client(proxy.addr).await;
+        let _younger = shed(&proxy).await;
+        let (goaways, took) = h2_until_closed(&mut victim, answer_pings).await;
+        assert!(!goaways.is_empty(), "closed without a GOAWAY");
+        let (last, code) = *goaways.last().unwrap();
+        assert_eq!(code, 0, "NO_ERROR");
+        if answer_pings {
+            assert_eq!(last, 0, "no stream was processed: {goaways:?}");
+        }
+        // The grace is bounded (1 s), a client that never finishes its part included.
+        assert!(took < Duration::from_secs(3), "closed after {took:?}");
+        drop(_younger);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A shed HTTP/1.1 connection whose request head completes within the grace gets its answer,
+/// with `Connection: close`, and is then closed; one that keeps trickling its head is cut
+/// once the grace is over. Before, both were dropped without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_http1_connection_is_answered_with_connection_close_within_the_grace() {
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &["--max-pending-connections", "2"]);
+    let mut victim = send(proxy.addr, b"GET /version HTTP/1.1\r\nHost: x\r\n").await;
+    let younger = shed(&proxy).await;
+    victim.write_all(b"\r\n").await.unwrap();
+    let (code, head) = read_head(&mut victim, T)
+        .await
+        .expect("the shed connection was dropped without its answer");
+    assert_eq!(code, 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(closed_after(&mut victim, T).await.is_some());
+    drop(younger);
+
+    // A trickling head is no way to stay: cut when the grace is over.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut trickler = send(proxy.addr, b"GET /version HTTP/1.1\r\nHost: x\r\n").await;
+    let _younger = shed(&proxy).await;
+    let shed_at = Instant::now();
+    let trickle = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if trickler.write_all(b"X-A: b\r\n").await.is_err() {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(T, trickle).await;
+    let took = shed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the trickler stayed {took:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The admin listener
 // ---------------------------------------------------------------------------------------------
@@ -627,6 +777,13 @@ async fn admin_get(s: &mut TcpStream, path: &str) -> Option<u16> {
         .await
         .ok()?;
     let (code, head) = read_head(s, T).await?;
+    read_body(s, &head).await?;
+    Some(code)
+}
+
+/// The `Content-Length` body that follows `head` on `s`; `None` if it does not arrive whole
+/// within `T`.
+async fn read_body(s: &mut TcpStream, head: &str) -> Option<Vec<u8>> {
     let length: usize = head
         .lines()
         .find_map(|l| {
@@ -636,8 +793,11 @@ async fn admin_get(s: &mut TcpStream, path: &str) -> Option<u16> {
         })
         .unwrap_or(0);
     let mut body = vec![0u8; length];
-    s.read_exact(&mut body).await.ok()?;
-    Some(code)
+    tokio::time::timeout(T, s.read_exact(&mut body))
+        .await
+        .ok()?
+        .ok()?;
+    Some(body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -663,9 +823,10 @@ async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener()
     for _ in 0..400 {
         silent.push(TcpStream::connect(proxy.admin_addr).await.unwrap());
     }
-    // Beyond the cap: closed at once, while the first eight wait out their clock.
+    // Beyond the cap a new connection takes the place of the one idle longest: a probe gets
+    // in at once, however many silent connections came before it.
     let mut beyond = TcpStream::connect(proxy.admin_addr).await.unwrap();
-    assert_eq!(admin_get(&mut beyond, "/healthz").await, None);
+    assert_eq!(admin_get(&mut beyond, "/healthz").await, Some(200));
     // The main listener answers at once, not only once the admin connections are shed.
     let started = Instant::now();
     let mut caller = send(
@@ -680,7 +841,7 @@ async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener()
         "the main listener answered after {:?}",
         started.elapsed()
     );
-    // Every silent connection is closed: beyond the cap at once, within it by the clock.
+    // Every silent connection is closed: shed for a newer one, or by the clock.
     for (i, s) in silent.iter_mut().enumerate() {
         assert!(
             closed_after(s, Duration::from_secs(15)).await.is_some(),
@@ -700,8 +861,121 @@ async fn silent_admin_connections_are_shed_and_cannot_starve_the_main_listener()
         metric(
             &metrics,
             "kube_ws_proxy_client_connections_closed_total",
-            "reason=\"admin_connection_limit\""
+            "reason=\"admin_idle_shed\""
         ) >= 390.0,
+        "{metrics}"
+    );
+}
+
+/// One probe as the kubelet makes it: a new connection, `Connection: close`, one second to
+/// answer (`timeoutSeconds` defaults to 1). The status code, or `None` if it failed.
+async fn kubelet_probe(admin: SocketAddr, path: &str) -> Option<u16> {
+    let probe = async {
+        let mut s = TcpStream::connect(admin).await.ok()?;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {admin}\r\nUser-Agent: kube-probe/1.33\r\n\
+             Accept: */*\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).await.ok()?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.ok()?;
+        let text = String::from_utf8_lossy(&answer);
+        text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(1), probe)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A keep-alive client that asks `/healthz` every `period` (below the idle timeout, so no
+/// clock ever closes it); when the proxy closes its connection it opens another at its next
+/// request, as any pooled client does. Counts its answers.
+async fn keep_alive_holder(admin: SocketAddr, period: Duration, answered: Arc<AtomicUsize>) {
+    let mut conn: Option<TcpStream> = None;
+    loop {
+        if conn.is_none() {
+            conn = TcpStream::connect(admin).await.ok();
+        }
+        if let Some(s) = conn.as_mut() {
+            match admin_get(s, "/healthz").await {
+                Some(_) => {
+                    answered.fetch_add(1, Ordering::SeqCst);
+                }
+                None => conn = None,
+            }
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_connections_that_fill_the_admin_listener_cannot_lock_out_probes() {
+    // The finding: as many keep-alive connections as the default cap (64), each asking
+    // something every second, below the 4 s idle timeout, so no clock ever closes them; then
+    // kubelet probes, a new connection each.
+    const HOLDERS: usize = 64;
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(
+        &cluster.url(),
+        &[
+            "--request-header-timeout",
+            "4s",
+            "--idle-connection-timeout",
+            "4s",
+        ],
+    );
+    let admin = proxy.admin_addr;
+    let period = Duration::from_secs(1);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let holders: Vec<_> = (0..HOLDERS)
+        .map(|_| tokio::spawn(keep_alive_holder(admin, period, answered.clone())))
+        .collect();
+    // Every holder is in and has been answered once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answered.load(Ordering::SeqCst) < HOLDERS {
+        assert!(Instant::now() < deadline, "the holders did not get in");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Kubelet-style probes, one every 150 ms for about six idle periods' worth of holder
+    // requests: every one is answered.
+    let mut codes = Vec::new();
+    for _ in 0..40 {
+        codes.push(kubelet_probe(admin, "/healthz").await);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let failed = codes.iter().filter(|c| **c != Some(200)).count();
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} probes failed: {codes:?}",
+        codes.len()
+    );
+    // The holders were served on meanwhile (each probe took the place of one idle holder,
+    // which came back at its next request).
+    let before = answered.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        answered.load(Ordering::SeqCst) >= before + HOLDERS,
+        "the keep-alive clients were not served any more"
+    );
+    for h in holders {
+        h.abort();
+    }
+    let metrics = proxy.metrics();
+    let shed = metric(
+        &metrics,
+        "kube_ws_proxy_client_connections_closed_total",
+        "reason=\"admin_idle_shed\"",
+    );
+    assert!(shed >= 1.0, "{metrics}");
+    assert_eq!(
+        metric(
+            &metrics,
+            "kube_ws_proxy_client_connections_closed_total",
+            "reason=\"admin_connection_limit\""
+        ),
+        0.0,
         "{metrics}"
     );
 }
@@ -773,6 +1047,315 @@ async fn readiness_probes_share_one_upstream_check_a_second() {
     }
     eprintln!("unready after {:?}", gone.elapsed());
     assert!(gone.elapsed() < Duration::from_millis(2500));
+}
+
+/// An `https://` upstream whose TLS handshake always fails (it answers a ClientHello with a
+/// plain HTTP error), and its address.
+async fn upstream_that_fails_tls() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut hello = [0u8; 512];
+                let _ = s.read(&mut hello).await;
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_which_step_failed_and_only_the_log_says_why() {
+    let (upstream, _task) = upstream_that_fails_tls().await;
+    let proxy = ProxyProcess::start(&format!("https://{upstream}"), &[]);
+    let mut s = TcpStream::connect(proxy.admin_addr).await.unwrap();
+    s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap();
+    assert_eq!(
+        body, "the TLS handshake with the upstream API server failed",
+        "{answer}"
+    );
+    // The log has the cause: where the upstream is and what TLS said.
+    let line = proxy
+        .wait_for_log("upstream API server failure", Duration::from_secs(5))
+        .expect("no log line for the failed readiness check");
+    assert!(
+        line.contains(&upstream.to_string()) && line.contains("TLS handshake"),
+        "{line}"
+    );
+}
+
+/// The whole answer (head and a `Content-Length` body) to `request` on a new connection.
+async fn answer_to(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = send(addr, request).await;
+    let Some((_, head)) = read_head(&mut s, T).await else {
+        return String::new();
+    };
+    let body = read_body(&mut s, &head).await.unwrap_or_default();
+    head + &String::from_utf8_lossy(&body)
+}
+
+/// What a client hears of a v5 exec over WebSocket: the answer's status, and the Status on
+/// channel 3 when the WebSocket was accepted.
+async fn v5_exec_answer(addr: SocketAddr) -> String {
+    let path = exec_path("web", &["true"], false, true, true);
+    match common::ws_client::connect(addr, &path, "v5.channel.k8s.io").await {
+        Ok((mut ws, _)) => {
+            let t = common::ws_client::read_to_close(&mut ws).await;
+            String::from_utf8_lossy(&t.status).into_owned()
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            let body = resp.body().clone().unwrap_or_default();
+            format!("{} {}", resp.status(), String::from_utf8_lossy(&body))
+        }
+        Err(e) => panic!("v5 exec: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_named_to_callers_by_kind_and_to_the_log_in_full() {
+    // Passthrough: every caller is unauthenticated from the proxy's view, and the upstream has
+    // authorized nothing when its dial fails. No answer may carry where the upstream is or
+    // what its TLS said; the log must.
+    let (upstream, _task) = upstream_that_fails_tls().await;
+    let port = upstream.port().to_string();
+    let reason = "the TLS handshake with the upstream API server failed";
+    let exec = format!("{EXEC}?command=true&stdout=true");
+    let portforward = format!("{PORTFORWARD}?ports=80");
+    for mode in ["spdy", "auto", "websocket"] {
+        let proxy = ProxyProcess::start(
+            &format!("https://{upstream}"),
+            &["--upstream-streaming", mode],
+        );
+        let answers = [
+            (
+                "plain request",
+                answer_to(
+                    proxy.addr,
+                    b"GET /api/v1/namespaces/default/pods HTTP/1.1\r\nHost: x\r\n\r\n",
+                )
+                .await,
+            ),
+            (
+                "SPDY exec (kubectl 1.30)",
+                answer_to(proxy.addr, &spdy_post(&exec, "")).await,
+            ),
+            (
+                "v4 WebSocket exec",
+                answer_to(
+                    proxy.addr,
+                    &websocket_get(&exec, &[b"v4.channel.k8s.io"], KEY, ""),
+                )
+                .await,
+            ),
+            (
+                "port-forward tunnel (kubectl 1.33)",
+                answer_to(
+                    proxy.addr,
+                    &websocket_get(&portforward, &[b"SPDY/3.1+portforward.k8s.io"], KEY, ""),
+                )
+                .await,
+            ),
+            ("v5 exec (kubectl 1.33)", v5_exec_answer(proxy.addr).await),
+        ];
+        for (what, answer) in &answers {
+            assert!(answer.contains(reason), "{mode}, {what}: {answer}");
+            for secret in [port.as_str(), "127.0.0.1", "corrupt", "InvalidContentType"] {
+                assert!(
+                    !answer.contains(secret),
+                    "{mode}, {what}: {secret:?} in {answer}"
+                );
+            }
+        }
+        let line = proxy
+            .wait_for_log("upstream API server failure", Duration::from_secs(5))
+            .expect("no log line with the cause");
+        assert!(line.contains(&upstream.to_string()), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_review_that_cannot_be_made_is_logged_with_its_cause() {
+    // Impersonate mode in front of an upstream whose TLS fails: the caller's token cannot be
+    // reviewed. The caller hears which step failed; the log says why, and never the token.
+    let (upstream, _task) = upstream_that_fails_tls().await;
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("proxy-token");
+    std::fs::write(&own, "the-proxys-own-token").unwrap();
+    let proxy = ProxyProcess::start(
+        &format!("https://{upstream}"),
+        &[
+            "--auth-mode",
+            "impersonate",
+            "--upstream-token-file",
+            own.to_str().unwrap(),
+        ],
+    );
+    let token = "callers-token-8d1e";
+    let answer = answer_to(
+        proxy.addr,
+        format!("GET /api HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains(
+            "cannot authenticate the request: the TokenReview failed: \
+             the TLS handshake with the upstream API server failed"
+        ),
+        "{answer}"
+    );
+    assert!(!answer.contains(&upstream.to_string()), "{answer}");
+    let line = proxy
+        .wait_for_log("cannot authenticate the caller", Duration::from_secs(5))
+        .expect("the failed review is logged");
+    assert!(
+        line.contains(&upstream.to_string()) && line.contains("TLS handshake"),
+        "the cause is not logged: {line}"
+    );
+    for l in proxy.log_lines() {
+        assert!(
+            !l.contains(token) && !l.contains("the-proxys-own-token"),
+            "{l}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warnings at start, and the demo
+// ---------------------------------------------------------------------------------------------
+
+/// An address no interface here has (TEST-NET-1): the proxy says what it says about its
+/// settings, then cannot bind it and exits, so nothing ever listens beyond loopback.
+const NOT_HERE: &str = "192.0.2.1:0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_in_the_clear_are_warned_about_at_start() {
+    let cleartext = "bearer tokens cross the network in the clear";
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("token");
+    std::fs::write(&own, "own").unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.path().join("fp.crt"), dir.path().join("fp.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let impersonate = [
+        "--auth-mode",
+        "impersonate",
+        "--upstream-token-file",
+        own.to_str().unwrap(),
+    ];
+    let front_proxy = [
+        "--auth-mode",
+        "front-proxy",
+        "--front-proxy-client-cert-file",
+        cert_file.to_str().unwrap(),
+        "--front-proxy-client-key-file",
+        key_file.to_str().unwrap(),
+    ];
+    // A plain main listener beyond loopback, in each mode.
+    for mode in [
+        &impersonate[..],
+        &front_proxy[..],
+        &["--auth-mode", "passthrough"][..],
+    ] {
+        let mut args = vec!["--listen", NOT_HERE, "--admin-listen", "127.0.0.1:0"];
+        args.extend(["--upstream", "https://127.0.0.1:9"]);
+        args.extend(mode);
+        let (code, stderr) = run_to_exit(&args);
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(stderr.contains(cleartext), "{mode:?}: {stderr}");
+    }
+    // Passthrough to an http:// upstream; a plain loopback listener says nothing of itself.
+    let cluster = sim(SimConfig::default()).await;
+    let proxy = ProxyProcess::start(&cluster.url(), &[]);
+    assert!(proxy
+        .wait_for_log(
+            "the upstream is plain HTTP: callers' bearer tokens travel to it in the clear",
+            Duration::from_secs(5)
+        )
+        .is_some());
+    assert!(proxy.log_lines().iter().all(|l| !l.contains(cleartext)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_beyond_loopback_needs_an_explicit_flag_and_then_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("demo.kubeconfig");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let (code, stderr) =
+        run_to_exit(&["demo", "--listen", "0.0.0.0:0", "--kubeconfig", kubeconfig]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--allow-remote-demo"), "{stderr}");
+    assert!(
+        !std::path::Path::new(kubeconfig).exists(),
+        "the demo started"
+    );
+    let (code, stderr) = run_to_exit(&[
+        "demo",
+        "--listen",
+        NOT_HERE,
+        "--allow-remote-demo",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("anyone who reaches it can run commands on this host"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_is_never_written_through_a_link_nor_left_open_to_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    // A link at the path (to a file the proxy's user may write: its own config, say).
+    let target = dir.path().join("elsewhere");
+    std::fs::write(&target, "not an audit log\n").unwrap();
+    let link = dir.path().join("linked.log");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let (code, stderr) = run_to_exit(&[
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--audit-log",
+        link.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "not an audit log\n"
+    );
+    // A new file is the proxy's user's alone; an existing one open to others is narrowed.
+    let new = dir.path().join("new.log");
+    let existing = dir.path().join("existing.log");
+    std::fs::write(&existing, "").unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for path in [&new, &existing] {
+        let proxy = ProxyProcess::start(
+            "http://127.0.0.1:9",
+            &["--audit-log", path.to_str().unwrap()],
+        );
+        assert_eq!(mode(path), 0o600, "{}", path.display());
+        drop(proxy);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

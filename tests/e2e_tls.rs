@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,11 +84,15 @@ async fn handshake(addr: std::net::SocketAddr, ca_pem: &str) -> Option<Vec<u8>> 
     Some(tls.get_ref().1.alpn_protocol().unwrap_or_default().to_vec())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_over_tls_and_certificate_rotation() {
-    let Some(k) = require_kubectl("1.33") else {
-        return;
-    };
+/// The simulated cluster (which asks for [`TOKEN`]), a folder, the certificate and key files
+/// in it (written from the pair it returns) and the proxy in front of the cluster serving them.
+async fn serve_tls() -> (
+    SimCluster,
+    tempfile::TempDir,
+    (PathBuf, PathBuf),
+    Pki,
+    ProxyProcess,
+) {
     let config = SimConfig {
         require_bearer_token: Some(TOKEN.into()),
         ..SimConfig::default()
@@ -108,6 +112,15 @@ async fn kubectl_over_tls_and_certificate_rotation() {
             key.to_str().unwrap(),
         ],
     );
+    (sim, dir, (cert, key), first, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_over_tls_and_certificate_rotation() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let (_sim, dir, (cert, key), first, proxy) = serve_tls().await;
     let server = format!("https://127.0.0.1:{}", proxy.addr.port());
 
     assert_eq!(
@@ -206,4 +219,72 @@ async fn kubectl_over_tls_and_certificate_rotation() {
     assert!(proxy
         .wait_for_log("serving certificate reloaded", Duration::from_secs(1))
         .is_some());
+}
+
+/// Replaces `path` with `contents` in one step (a write to a temporary file, then a rename), so
+/// the proxy never reads half a file.
+fn replace(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_copied_in_before_its_key_leaves_the_previous_pair_served() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let (_sim, dir, (cert, key), first, proxy) = serve_tls().await;
+    let server = format!("https://127.0.0.1:{}", proxy.addr.port());
+    let exec = |cfg: &Path, word: &str| {
+        let mut c = std::process::Command::new(&k);
+        c.arg("--kubeconfig")
+            .arg(cfg)
+            .args(["exec", "web", "--", "echo", word])
+            .env("HOME", dir.path())
+            .env_remove("KUBECONFIG");
+        c
+    };
+    let first_cfg = kubeconfig(dir.path(), "first", &server, &first.ca_pem);
+    let o = run(exec(&first_cfg, "before"), None, T).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // Half a rotation, as `cp new.crt tls.crt` does: the new certificate, the old key.
+    let second = pki("second");
+    replace(&cert, &second.cert_pem);
+    let said = proxy
+        .wait_for_log("serving certificate", Duration::from_secs(20))
+        .expect("the proxy did not look at the changed files");
+    // The previous pair is still served: kubectl still connects.
+    let o = run(exec(&first_cfg, "half-rotated"), None, T).await;
+    assert!(
+        o.status.success(),
+        "kubectl after the half rotation: {}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), "half-rotated\n");
+    assert!(said.contains("not reloaded"), "{said}");
+    let metrics = proxy.metrics();
+    assert!(
+        metrics.contains(r#"kube_ws_proxy_serving_certificate_reloads_total{result="failed"} 1"#),
+        "{metrics}"
+    );
+
+    // The key follows: the new certificate is served.
+    replace(&key, &second.key_pem);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while handshake(proxy.addr, &second.ca_pem).await.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the completed pair is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let second_cfg = kubeconfig(dir.path(), "second", &server, &second.ca_pem);
+    let o = run(exec(&second_cfg, "rotated"), None, T).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "rotated\n");
+    assert!(proxy
+        .metrics()
+        .contains(r#"kube_ws_proxy_serving_certificate_reloads_total{result="reloaded"} 1"#));
 }

@@ -14,6 +14,12 @@
 //! Truncating is preferred to a newline alone because it leaves no unparseable line behind;
 //! it only ever removes bytes of the failed write itself, which a reader that waits for a
 //! line's newline (as log shippers do) has not taken yet.
+//!
+//! Who ran what where is for the proxy's user only: the file is created `0600`, an existing
+//! one readable by anyone else is narrowed to `0600` (with a warning), and a symbolic link at
+//! the path is never followed (`O_NOFOLLOW`, at start, on every reopen and when emptied), so
+//! whoever can write to the log's folder cannot point the proxy's writes at another file.
+//! Rotation renames names, which follows no link either.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -456,27 +462,67 @@ fn open_file(path: &Path) -> io::Result<(File, u64, bool)> {
     Ok((file, size, last[0] != b'\n'))
 }
 
+/// The file for appending, created `0600`; never through a symbolic link, and never left
+/// readable by others (see the module's doc).
 fn append(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    // Who ran what where is for the proxy's user (and whoever it hands the files to) only.
     // Read too: to see whether the file ends in a whole line.
-    OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
+    let file = open_no_follow(
+        path,
+        OpenOptions::new().create(true).read(true).append(true),
+    )?;
+    keep_private(&file, path)?;
+    Ok(file)
+}
+
+/// Opens `path` with `options`, creating it `0600`, refusing a symbolic link (`ELOOP` said
+/// plainly).
+fn open_no_follow(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    options
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::other(format!(
+                    "{} is a symbolic link: the audit log is written only to a file of its own \
+                     (a link could point it anywhere)",
+                    path.display()
+                ))
+            } else {
+                e
+            }
+        })
+}
+
+/// Narrows an existing file that others may read or write to `0600` (files this writer creates
+/// are `0600` already, and so are the rotated ones, renamed from them); a file whose mode
+/// cannot be changed (another user's) is refused.
+fn keep_private(file: &File, path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = file.metadata()?.permissions().mode() & 0o777;
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{} has mode {mode:o} and cannot be made 0600: {e}",
+                    path.display()
+                ),
+            )
+        })?;
+    warn!(path = %path.display(), was = %format!("{mode:o}"), "audit log narrowed to mode 600: it was open to others");
+    Ok(())
 }
 
 /// `PATH.N-1` → `PATH.N` … `PATH` → `PATH.1`; the oldest beyond `keep` is removed. With
 /// `keep` 0 the file is simply emptied.
 fn rotate(path: &Path, keep: usize) -> io::Result<()> {
     if keep == 0 {
-        return OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .map(drop);
+        return open_no_follow(path, OpenOptions::new().write(true).truncate(true)).map(drop);
     }
     let numbered = |n: usize| {
         let mut name = path.as_os_str().to_owned();
@@ -565,10 +611,9 @@ mod tests {
         let ns =
             |p: &Path| -> Vec<i64> { lines(p).iter().map(|v| v["n"].as_i64().unwrap()).collect() };
         assert_eq!(ns(&path), [19]);
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        // The file and the rotated ones are the proxy's user's alone.
+        for name in ["audit.log", "audit.log.1", "audit.log.2"] {
+            assert_eq!(mode(&dir.path().join(name)), 0o600, "{name}");
         }
         assert_eq!(ns(&dir.path().join("audit.log.1")), [16, 17, 18]);
         assert_eq!(ns(&dir.path().join("audit.log.2")), [13, 14, 15]);
@@ -729,6 +774,85 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    fn config(path: &Path, max_size: u64, max_backups: usize) -> AuditLogConfig {
+        AuditLogConfig {
+            target: AuditTarget::File(path.to_owned()),
+            max_size,
+            max_backups,
+        }
+    }
+
+    #[test]
+    fn a_symbolic_link_at_the_path_is_refused_and_its_target_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "not the proxy's\n").unwrap();
+        let path = dir.path().join("audit.log");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let err = AuditLog::open(config(&path, 1 << 20, 1), counters()).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        // A dangling link is refused too (it would create its target).
+        let dangling = dir.path().join("dangling.log");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        assert!(AuditLog::open(config(&dangling, 1 << 20, 1), counters()).is_err());
+        assert!(!dir.path().join("nowhere").exists());
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "not the proxy's\n"
+        );
+    }
+
+    #[test]
+    fn a_new_file_is_0600_and_an_existing_one_open_to_others_is_narrowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("new.log");
+        let log = AuditLog::open(config(&new, 1 << 20, 1), counters()).unwrap();
+        drop(log);
+        assert_eq!(mode(&new), 0o600);
+        let existing = dir.path().join("existing.log");
+        std::fs::write(&existing, "{\"earlier\":1}\n").unwrap();
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let log = AuditLog::open(config(&existing, 1 << 20, 1), counters()).unwrap();
+        log.emit(&serde_json::json!({ "n": 1 }));
+        assert!(log.sync(Duration::from_secs(5)));
+        assert_eq!(mode(&existing), 0o600);
+        assert_eq!(lines(&existing).len(), 2, "appended to, not replaced");
+    }
+
+    #[test]
+    fn a_link_put_at_the_path_while_running_is_not_written_through() {
+        // No backups: a full file is emptied in place, by opening its path again.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let c = counters();
+        let log = AuditLog::open(config(&path, 20, 0), c.clone()).unwrap();
+        log.emit(&serde_json::json!({ "n": 10 }));
+        assert!(log.sync(Duration::from_secs(5)));
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "not the proxy's\n").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        for n in 11..14 {
+            log.emit(&serde_json::json!({ "n": n }));
+        }
+        assert!(log.sync(Duration::from_secs(5)));
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "not the proxy's\n"
+        );
+        assert!(c.lost.get() >= 1, "the refused writes are counted");
     }
 
     #[test]

@@ -57,8 +57,10 @@ pub struct LimitArgs {
 
     /// Most connections the admin listener serves at once.
     ///
-    /// Beyond it a new connection is closed as soon as it is accepted. The admin listener also
-    /// applies `--request-header-timeout`, `--idle-connection-timeout` and
+    /// Beyond it a new connection takes the place of the one that has waited longest for a
+    /// request head (idle keep-alive or silent), so probes always get in; when every one has a
+    /// request in flight the new one is closed at once. The admin listener also applies
+    /// `--request-header-timeout`, `--idle-connection-timeout` and
     /// `--max-request-header-bytes`, so silent connections to it cannot take the descriptors
     /// the main listener needs.
     #[arg(
@@ -119,4 +121,19 @@ pub struct LimitArgs {
         value_name = "DURATION"
     )]
     pub idle_connection_timeout: Duration,
+
+    /// How long a plain response may wait for its client to take any of it (0: for ever).
+    ///
+    /// A client that stops reading a forwarded response (a big LIST, a log) is cut after this
+    /// long without progress: the upstream's response is closed, and the connection (HTTP/1.1)
+    /// or the stream (HTTP/2) ends. Watches and followed logs that are quiet, or read slowly,
+    /// are not affected.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_RESPONSE_WRITE_TIMEOUT",
+        default_value = "60s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub response_write_timeout: Duration,
 }

@@ -2,17 +2,27 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
+use super::values::parse_duration;
 use crate::sim::{SimStreaming, SimUser};
 
 /// Flags of `demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Address of the proxy in the demo.
+    /// Address of the proxy in the demo; loopback unless `--allow-remote-demo`.
+    ///
+    /// The demo's pod runs commands on this host, as this user, for anyone who reaches the
+    /// proxy, with no credentials.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// Let `--listen` be beyond loopback (anyone who reaches it runs commands here).
+    ///
+    /// Without it, `demo` refuses such an address; with it, it warns.
+    #[arg(long)]
+    pub allow_remote_demo: bool,
     /// Where to write the demo kubeconfig.
     #[arg(
         long,
@@ -43,6 +53,18 @@ pub struct SimArgs {
     /// SPDY upgrades with 400.
     #[arg(long, default_value = "spdy-only", value_name = "KIND", help_heading = SERVING)]
     pub streaming: SimStreaming,
+    /// How long an exec's command waits to start (a runtime takes 10–20 ms); 0: at once.
+    ///
+    /// A random time between half of this and this, so that a client racing its own set-up
+    /// against the first output meets the race as against a real cluster. Benchmarks use 0.
+    #[arg(
+        long,
+        default_value = "20ms",
+        value_parser = parse_duration,
+        value_name = "DURATION",
+        help_heading = SERVING
+    )]
+    pub exec_start_delay: Duration,
     /// PEM serving certificate chain: serve HTTPS.
     #[arg(
         long,

@@ -94,6 +94,18 @@ fn exec_env(inner: &Inner, target: &Target) -> Vec<(String, String)> {
     env
 }
 
+/// Waits what a container runtime takes to start a process: a random time between half of
+/// `delay` and `delay` (none when it is zero).
+async fn start_delay(delay: Duration) {
+    if delay.is_zero() {
+        return;
+    }
+    let half = delay / 2;
+    let spread = u64::try_from((delay - half).as_micros()).unwrap_or(u64::MAX);
+    let jitter = getrandom::u64().unwrap_or(0) % spread.saturating_add(1);
+    tokio::time::sleep(half + Duration::from_micros(jitter)).await;
+}
+
 /// An exec: start the command, wire it to the session, wait for it to exit, let its output
 /// drain, and report how it ended.
 async fn exec(
@@ -104,6 +116,7 @@ async fn exec(
     cancel: &CancellationToken,
 ) -> Option<Status> {
     let initial_size = initial_size(target, &mut io).await;
+    start_delay(inner.config.exec_start_delay).await;
     let mut spawned = match spawn_command(inner, session, target, &io, initial_size).await {
         Ok(spawned) => spawned,
         Err(status) => return Some(status),

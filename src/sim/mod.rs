@@ -174,6 +174,12 @@ pub struct SimConfig {
     pub front_proxy: Option<SimFrontProxy>,
     /// Which streaming protocols the cluster speaks (default: an old SPDY-only cluster).
     pub streaming: SimStreaming,
+    /// How long an exec's command waits, once its streams are set up, before it starts: a
+    /// random time between half of this and this. A container runtime takes 10–20 ms to start
+    /// a process in a container, so the default is 20 ms: a client that reads its connection
+    /// before it is ready for the output (kubectl ≤ 1.33's WebSocket executor) meets the same
+    /// race here as against a real cluster. Zero starts it at once (benchmarks).
+    pub exec_start_delay: Duration,
     /// How long a slow cluster takes before it answers (default: no delay), for tests that
     /// hang up while the proxy waits on it.
     pub delays: SimDelays,
@@ -190,6 +196,9 @@ pub struct SimDelays {
     pub reviews: Duration,
 }
 
+/// [`SimConfig::exec_start_delay`]'s default.
+pub const EXEC_START_DELAY: Duration = Duration::from_millis(20);
+
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
@@ -202,6 +211,7 @@ impl Default for SimConfig {
             front_proxy: None,
             streaming: SimStreaming::SpdyOnly,
             delays: SimDelays::default(),
+            exec_start_delay: EXEC_START_DELAY,
         }
     }
 }

@@ -6,6 +6,50 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The binary under test. KUBE_WS_PROXY_BIN: a copy of the binary, for a target directory
+/// shared by worktrees (whose last build owns the uplifted binary, whichever worktree it came
+/// from), or another build to compare with.
+pub fn binary() -> std::ffi::OsString {
+    std::env::var_os("KUBE_WS_PROXY_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-ws-proxy").into())
+}
+
+/// Runs the binary with `args` until it exits (within 20 s, else it is killed): its exit
+/// code and what it wrote to stderr.
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    run_to_exit_with_env(args, &[])
+}
+
+/// As [`run_to_exit`], with extra environment variables.
+pub fn run_to_exit_with_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut child = Command::new(binary())
+        .args(args)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kube-ws-proxy");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+    (code, stderr)
+}
+
 /// A running proxy process; killed on drop.
 pub struct ProxyProcess {
     pub addr: SocketAddr,
@@ -42,11 +86,7 @@ impl ProxyProcess {
         env: &[(&str, &str)],
         nofile: Option<u64>,
     ) -> ProxyProcess {
-        // KUBE_WS_PROXY_BIN: a copy of the binary, for a target directory shared by worktrees
-        // (whose last build owns the uplifted binary, whichever worktree it came from).
-        let bin = std::env::var_os("KUBE_WS_PROXY_BIN")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_kube-ws-proxy").into());
-        let mut command = Command::new(bin);
+        let mut command = Command::new(binary());
         if let Some(limit) = nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.

@@ -418,8 +418,21 @@ impl Recorder {
     /// [`Recorder::record`] for a relay that has passed on `unrecorded` output bytes already
     /// (the start of a frame its observer has not finished): they count against the bound.
     pub async fn record_within<T: Recordable + Sync>(&self, events: &[T], unrecorded: u64) -> bool {
+        self.record_within_until_cut(events, unrecorded, std::future::pending())
+            .await
+    }
+
+    /// [`Recorder::record_within`] for events that `cut` says can no longer grow once it
+    /// resolves (the relay's upstream hung up): they then stop waiting in turn for the shared
+    /// budget and take the cut lane, as [`Recorder::outputs_until_cut`]'s do.
+    pub async fn record_within_until_cut<T: Recordable + Sync>(
+        &self,
+        events: &[T],
+        unrecorded: u64,
+        cut: impl std::future::Future<Output = ()>,
+    ) -> bool {
         let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
-        if let Some(budget) = self.wait_for_budget(count, cost).await {
+        if let Some(budget) = self.wait_for_turn(count, cost, cut).await {
             self.send_reserved(budget, count, events.iter().filter_map(T::recorded));
         }
         !self.required
@@ -437,19 +450,12 @@ impl Recorder {
     }
 
     /// Takes `cost` of the session's express lane if it is that small and the lane is free,
-    /// else waits for it (at most all of it) from the shared budget; `None` when there is
-    /// nothing to record or the recording has failed.
+    /// else waits for it (at most all of it) from the shared budget, or from the cut lane once
+    /// `cut` resolves; `None` when there is nothing to record or the recording has failed.
     ///
     /// The events themselves are not held across this wait: a generic iterator held there
     /// would make the session's future lose `Send` (a known limit of the compiler with
     /// higher-ranked lifetimes), so callers count first and send after.
-    async fn wait_for_budget(&self, count: usize, cost: usize) -> Option<OwnedSemaphorePermit> {
-        self.wait_for_turn(count, cost, std::future::pending())
-            .await
-    }
-
-    /// [`Recorder::wait_for_budget`], leaving the shared budget's queue for the cut lane once
-    /// `cut` resolves.
     async fn wait_for_turn(
         &self,
         count: usize,
@@ -465,11 +471,21 @@ impl Recorder {
             }
         }
         let cost = cost.min(BUDGET_BYTES) as u32;
+        let budget = self.budget.clone().acquire_many_owned(cost);
+        tokio::pin!(budget);
         tokio::select! {
             // The budget if it is free now: the cut lane is for output that would wait.
             biased;
-            budget = self.budget.clone().acquire_many_owned(cost) => budget.ok(),
-            () = cut => self.cut_lane.clone().acquire_many_owned(cost).await.ok(),
+            budget = &mut budget => budget.ok(),
+            () = cut => {
+                // Its turn for the budget is kept: whichever comes first, the turn or room in
+                // the cut lane (other sessions' cut output may fill that lane too).
+                tokio::select! {
+                    biased;
+                    budget = &mut budget => budget.ok(),
+                    lane = self.cut_lane.clone().acquire_many_owned(cost) => lane.ok(),
+                }
+            }
         }
     }
 

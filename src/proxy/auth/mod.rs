@@ -129,7 +129,15 @@ impl Rejection {
             }
             Rejection::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
         };
-        let mut resp = failure(code, reason, self.to_string());
+        let message = match self {
+            // The cause is logged; the caller, not authenticated yet, gets its kind.
+            Rejection::Unavailable(e) => format!(
+                "kube-ws-proxy cannot authenticate the request: {}",
+                e.client_reason()
+            ),
+            _ => self.to_string(),
+        };
+        let mut resp = failure(code, reason, message);
         if code == StatusCode::TOO_MANY_REQUESTS {
             resp.headers_mut().insert(
                 http::header::RETRY_AFTER,

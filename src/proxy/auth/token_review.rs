@@ -23,6 +23,7 @@ use super::review::Review;
 use super::review_cache::ReviewCache;
 use super::review_limiter::{ReviewLimiter, ReviewLimits};
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
+use crate::proxy::upstream::error::{Chained, UpstreamFailure};
 use crate::proxy::upstream::token_source::TokenSource;
 
 /// Where TokenReviews are posted.
@@ -40,13 +41,49 @@ pub enum ReviewError {
     RateLimited,
     #[error("TokenReview did not answer within {0:?}")]
     Timeout(Duration),
-    #[error("TokenReview request failed: {0}")]
-    Request(String),
-    #[error("TokenReview answered {0}: the proxy's credentials may lack the permission to create tokenreviews")]
-    Refused(StatusCode),
+    /// The request could not be made or got no answer: `cause` for the log (the whole error
+    /// chain), `reason` for the client.
+    #[error("TokenReview request failed: {cause}")]
+    Request { cause: String, reason: String },
+    /// The API server's `message`, if its answer was a Status, is the cause.
+    #[error("TokenReview answered {status}{}: the proxy's credentials may lack the permission to create tokenreviews", message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    Refused {
+        status: StatusCode,
+        message: Option<String>,
+    },
     #[error("TokenReview answer is not valid: {0}")]
     Answer(String),
 }
+
+impl ReviewError {
+    /// What the caller (not authenticated yet) is told: the kind of failure, never the
+    /// upstream's address, what TLS said or the API server's message about the proxy's
+    /// credentials. The log gets the whole error ([`Authenticator::log_rejection`]).
+    ///
+    /// [`Authenticator::log_rejection`]: super::Authenticator::log_rejection
+    pub fn client_reason(&self) -> String {
+        match self {
+            ReviewError::RateLimited | ReviewError::Timeout(_) => self.to_string(),
+            ReviewError::Request { reason, .. } => format!("the TokenReview failed: {reason}"),
+            ReviewError::Refused { status, .. } => {
+                format!("the TokenReview was refused with HTTP {}", status.as_u16())
+            }
+            ReviewError::Answer(_) => "the TokenReview's answer is not valid".to_owned(),
+        }
+    }
+
+    /// A request that failed before it was sent (the proxy's own making): nothing of the
+    /// upstream in it.
+    fn local(why: impl std::fmt::Display) -> ReviewError {
+        ReviewError::Request {
+            cause: why.to_string(),
+            reason: "kube-ws-proxy could not make the request".to_owned(),
+        }
+    }
+}
+
+/// Largest part of a refusal's Status message kept for the log.
+const MAX_REFUSAL_MESSAGE: usize = 512;
 
 /// Reviews bearer tokens with the upstream.
 pub struct TokenReviewer {
@@ -200,7 +237,7 @@ impl TokenReviewer {
         let uri = self
             .upstream
             .uri(TOKEN_REVIEW_PATH)
-            .map_err(|e| ReviewError::Request(e.to_string()))?;
+            .map_err(ReviewError::local)?;
         let mut req = Request::builder()
             .method(Method::POST)
             .uri(uri)
@@ -211,22 +248,24 @@ impl TokenReviewer {
                     .map_err(|never| match never {})
                     .boxed(),
             )
-            .map_err(|e| ReviewError::Request(e.to_string()))?;
+            .map_err(ReviewError::local)?;
         if let Some(own) = self.credentials.as_ref().and_then(|t| t.current()) {
-            let value = HeaderValue::from_str(&format!("Bearer {own}")).map_err(|_| {
-                ReviewError::Request("the proxy's token is not a valid header".into())
-            })?;
+            let value = HeaderValue::from_str(&format!("Bearer {own}"))
+                .map_err(|_| ReviewError::local("the proxy's token is not a valid header"))?;
             req.headers_mut().insert(header::AUTHORIZATION, value);
         }
-        let resp = self
-            .client
-            .get()
-            .request(req)
-            .await
-            .map_err(|e| ReviewError::Request(e.to_string()))?;
+        let resp = self.client.get().request(req).await.map_err(|e| {
+            let chained = Chained(&e);
+            ReviewError::Request {
+                cause: chained.to_string(),
+                reason: chained.client_reason(),
+            }
+        })?;
         let status = resp.status();
         if !status.is_success() {
-            return Err(ReviewError::Refused(status));
+            let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await;
+            let message = body.ok().and_then(|b| status_message(&b.to_bytes()));
+            return Err(ReviewError::Refused { status, message });
         }
         let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
             .collect()
@@ -247,6 +286,25 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.reviewer.lock().in_flight.remove(self.token);
     }
+}
+
+/// The `message` of a Kubernetes Status (why the API server refused the review: RBAC, an
+/// expired token of the proxy's), cut to [`MAX_REFUSAL_MESSAGE`] bytes.
+fn status_message(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Status {
+        message: String,
+    }
+    let mut message = serde_json::from_slice::<Status>(body).ok()?.message;
+    if message.len() > MAX_REFUSAL_MESSAGE {
+        let mut cut = MAX_REFUSAL_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    Some(message)
 }
 
 /// Reads a TokenReview answer.
@@ -304,5 +362,40 @@ mod tests {
             parse_answer(b"not json"),
             Err(ReviewError::Answer(_))
         ));
+    }
+
+    #[test]
+    fn a_refusal_logs_the_api_servers_message_and_tells_the_caller_only_its_code() {
+        let message = status_message(
+            br#"{"kind":"Status","message":"tokenreviews.authentication.k8s.io is forbidden: User \"system:serviceaccount:p:p\" cannot create resource"}"#,
+        );
+        let e = ReviewError::Refused {
+            status: StatusCode::FORBIDDEN,
+            message,
+        };
+        assert!(e.to_string().contains("cannot create resource"), "{e}");
+        assert_eq!(
+            e.client_reason(),
+            "the TokenReview was refused with HTTP 403"
+        );
+        // A long message is cut on a character boundary.
+        let long = format!(r#"{{"message":"{}"}}"#, "é".repeat(MAX_REFUSAL_MESSAGE));
+        let cut = status_message(long.as_bytes()).unwrap();
+        assert!(cut.len() <= MAX_REFUSAL_MESSAGE + '…'.len_utf8() && cut.ends_with('…'));
+        assert_eq!(status_message(b"not a status"), None);
+    }
+
+    #[test]
+    fn a_request_that_failed_tells_the_caller_its_kind_and_the_log_its_cause() {
+        let e = ReviewError::Request {
+            cause: "client error (Connect): TLS handshake with 10.0.0.1:6443 failed: UnknownIssuer"
+                .into(),
+            reason: "the TLS handshake with the upstream API server failed".into(),
+        };
+        assert!(e.to_string().contains("UnknownIssuer"));
+        assert_eq!(
+            e.client_reason(),
+            "the TokenReview failed: the TLS handshake with the upstream API server failed"
+        );
     }
 }

@@ -88,6 +88,11 @@ impl Activity {
         }
     }
 
+    /// Whether a request is in flight now.
+    pub fn has_request_in_flight(&self) -> bool {
+        self.state.borrow().in_flight > 0
+    }
+
     /// Resolves when the connection has outlived its clocks: the first request head did not
     /// arrive by `first_request_by`, or no request was in flight for `idle`.
     pub async fn expired(&self, first_request_by: Instant, idle: Duration) -> Expiry {

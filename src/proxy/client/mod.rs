@@ -7,6 +7,8 @@
 //! - [`upgrade_request`]: an upgrade request made ready before it takes a session slot.
 //! - [`waiting_connections`]: the cap on connections waiting for a request head, all
 //!   together (`--max-pending-connections`; the longest waiting is shed).
+//! - [`write_timeout`]: the third clock, a plain response whose client takes nothing of it
+//!   for `--response-write-timeout` is cut.
 //! - [`websocket`]: accepting the client's WebSocket ourselves (validation, the 101 or the
 //!   HTTP/2 200, the socket).
 //!
@@ -17,3 +19,4 @@ pub mod request_layers;
 pub mod upgrade_request;
 pub mod waiting_connections;
 pub mod websocket;
+pub mod write_timeout;

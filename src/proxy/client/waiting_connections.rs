@@ -12,21 +12,39 @@
 //! the handshake, so a real client is almost never the oldest, while an attacker who holds the
 //! cap full must now open more than *cap* connections within one real client's handshake to
 //! shed it, not merely *cap* per request-header timeout.
+//!
+//! A shed connection is closed gracefully where it can be: HTTP/2 gets a GOAWAY (so the client
+//! knows no stream of it was processed), an idle HTTP/1.1 keep-alive connection is closed
+//! cleanly, and a request head that completes meanwhile gets its answer with
+//! `Connection: close`. That grace is bounded so that shedding still frees what it must: at
+//! most [`SHED_GRACE`] per connection and [`SHED_GRACE_AT_ONCE`] connections at once (a shed
+//! connection beyond them is closed at once, as an attacker's trickling head should be).
+//!
+//! The admin listener caps *all* its connections (probes must always get in): when it is full,
+//! a new connection asks [`WaitingConnections::shed_oldest`] for room, the same way.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Connections waiting for a request head at once by default (`--max-pending-connections`).
 pub const DEFAULT_MAX_PENDING: u32 = 1024;
+
+/// The longest a shed connection may take to close cleanly before it is cut.
+pub const SHED_GRACE: Duration = Duration::from_secs(1);
+/// Shed connections closing gracefully at once; a shed connection beyond them is cut at once.
+pub const SHED_GRACE_AT_ONCE: usize = 8;
 
 /// Every connection waiting for a request head, oldest first.
 #[derive(Debug)]
 pub struct WaitingConnections {
     max: usize,
     inner: Mutex<Queue>,
+    /// Room for shed connections closing gracefully.
+    grace: Arc<Semaphore>,
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +60,7 @@ impl WaitingConnections {
         Arc::new(WaitingConnections {
             max: max.max(1),
             inner: Mutex::new(Queue::default()),
+            grace: Arc::new(Semaphore::new(SHED_GRACE_AT_ONCE)),
         })
     }
 
@@ -57,6 +76,19 @@ impl WaitingConnections {
         WaitingGuard(waiter)
     }
 
+    /// A shed connection's room to close gracefully (for up to [`SHED_GRACE`], given back when
+    /// dropped); `None` when [`SHED_GRACE_AT_ONCE`] are already closing: it is cut at once.
+    pub fn grace(&self) -> Option<OwnedSemaphorePermit> {
+        self.grace.clone().try_acquire_owned().ok()
+    }
+
+    /// Sheds the connection that has waited longest, however few wait: room for a new
+    /// connection where a cap on *all* connections is reached (the admin listener's). Whether
+    /// one was waiting to be shed.
+    pub fn shed_oldest(&self) -> bool {
+        self.lock().shed_oldest()
+    }
+
     /// How many connections wait now.
     pub fn len(&self) -> usize {
         self.lock().waiting.len()
@@ -69,6 +101,20 @@ impl WaitingConnections {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Queue {
+    /// Takes the oldest waiting connection out and tells it it is shed; `false` if none waits.
+    fn shed_oldest(&mut self) -> bool {
+        let Some((_, oldest)) = self.waiting.pop_first() else {
+            return false;
+        };
+        // Lock order: the queue (held by the caller), then a waiter's place.
+        oldest.lock_place().key = None;
+        oldest.evicted.store(true, Ordering::Release);
+        oldest.wake.notify_one();
+        true
     }
 }
 
@@ -105,12 +151,9 @@ impl Waiter {
         drop(place);
         queue.waiting.insert(key, self.clone());
         while queue.waiting.len() > self.registry.max {
-            let Some((_, oldest)) = queue.waiting.pop_first() else {
+            if !queue.shed_oldest() {
                 break;
-            };
-            oldest.lock_place().key = None;
-            oldest.evicted.store(true, Ordering::Release);
-            oldest.wake.notify_one();
+            }
         }
     }
 
@@ -228,6 +271,26 @@ mod tests {
         assert!(!is_evicted(&a.0));
     }
 
+    #[test]
+    fn room_is_made_by_shedding_the_oldest_waiting_connection_whatever_the_count() {
+        let registry = WaitingConnections::new(8);
+        let a = registry.join();
+        let b = registry.join();
+        let busy = registry.join();
+        busy.waiter().stop_waiting();
+        a.waiter().stop_waiting();
+        a.waiter().start_waiting();
+        // `b` has waited longest (`a` waits again since, `busy` has a request in flight).
+        assert!(registry.shed_oldest());
+        assert!(is_evicted(&b.0));
+        assert!(!is_evicted(&a.0) && !is_evicted(&busy.0));
+        assert!(registry.shed_oldest());
+        assert!(is_evicted(&a.0));
+        assert!(!registry.shed_oldest(), "a busy connection is never shed");
+        assert!(!is_evicted(&busy.0));
+        assert!(registry.is_empty());
+    }
+
     #[tokio::test]
     async fn the_shed_connection_is_told() {
         let registry = WaitingConnections::new(1);
@@ -241,5 +304,16 @@ mod tests {
             .await
             .expect("told at once")
             .unwrap();
+    }
+
+    #[test]
+    fn only_so_many_shed_connections_close_gracefully_at_once() {
+        let registry = WaitingConnections::new(1);
+        let rooms: Vec<_> = (0..SHED_GRACE_AT_ONCE)
+            .map(|_| registry.grace().expect("room to close gracefully"))
+            .collect();
+        assert!(registry.grace().is_none(), "beyond them: cut at once");
+        drop(rooms);
+        assert!(registry.grace().is_some());
     }
 }

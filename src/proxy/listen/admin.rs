@@ -4,11 +4,17 @@
 //! It has no authentication and the manifests bind it on the pod network, so it is held to the
 //! main listener's clocks (`--request-header-timeout` from the accept,
 //! `--idle-connection-timeout`, `--max-request-header-bytes`) and to a small cap of its own
-//! (`--admin-max-connections`): connections beyond the cap are closed at once. Silent
-//! connections to it can then never take the descriptors the main listener needs.
+//! (`--admin-max-connections`), so silent connections to it can never take the descriptors the
+//! main listener needs. When the cap is reached, a new connection takes the place of the one
+//! that has been idle longest (no request in flight: the main listener's
+//! [`WaitingConnections`] rule), so keep-alive connections that ask something now and then
+//! cannot lock the kubelet's probes out. Only when every connection has a request in flight is
+//! the new one closed at once.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,13 +25,16 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tracing::debug;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tracing::{debug, warn};
 
 use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody};
+use crate::proxy::client::waiting_connections::{WaitingConnections, WaitingGuard};
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::readiness::{Readiness, Verdict, READY_CACHE};
 use crate::proxy::sessions::state::ProxyState;
+use crate::proxy::upstream::error::reported;
 
 /// Connections the admin listener serves at once by default (`--admin-max-connections`):
 /// plenty for kubelet probes and a few scrapers, few enough to cost nothing when flooded.
@@ -34,7 +43,8 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 64;
 /// What bounds the admin listener beyond the main listener's clocks.
 #[derive(Debug, Clone, Copy)]
 pub struct AdminLimits {
-    /// Connections served at once; beyond it a new connection is closed as soon as accepted.
+    /// Connections served at once; beyond it a new connection takes the place of the one idle
+    /// longest, or is closed as soon as accepted when none is idle.
     pub max_connections: usize,
 }
 
@@ -46,6 +56,13 @@ impl Default for AdminLimits {
     }
 }
 
+/// The admin listener's connections: a slot each; those without a request in flight (idle
+/// ones, and new ones waiting for a slot) in the order they began to wait.
+struct Connections {
+    slots: Arc<Semaphore>,
+    idle: Arc<WaitingConnections>,
+}
+
 /// Serves `/healthz` (the process is alive), `/readyz` (the upstream answers TCP and TLS, and
 /// we are not draining; one check shared by every probe for a second) and `/metrics`
 /// (Prometheus text format).
@@ -54,7 +71,12 @@ pub async fn serve(
     state: Arc<ProxyState>,
     limits: AdminLimits,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = Arc::new(Connections {
+        slots: Arc::new(Semaphore::new(limits.max_connections)),
+        // Idle ones hold a slot each and each one waiting for a slot made one leave, so at most
+        // twice the cap wait; the registry's own cap is only a backstop.
+        idle: WaitingConnections::new(limits.max_connections.saturating_mul(2)),
+    });
     let readiness = Readiness::new(READY_CACHE);
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -65,36 +87,95 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Full: closing at once (the drop) keeps a flood from holding descriptors, while
-            // the connections already in are served within their clocks.
-            debug!(%peer, "admin connection closed: --admin-max-connections reached");
+        let first_request_by = Instant::now() + state.request_header_timeout;
+        let slot = connections.slot();
+        // Full: the connection that has waited longest for a request head (an idle keep-alive
+        // one, or a newer one still waiting for its slot) leaves its place to this one.
+        if !slot.is_free() && !connections.idle.shed_oldest() {
+            // Every connection has a request in flight (bounded by its clocks and the readiness
+            // check's 2 s): closing at once keeps a flood from holding descriptors.
+            debug!(%peer, "admin connection closed: --admin-max-connections reached, none idle");
             state
                 .metrics
                 .connection_shed(ConnectionShed::AdminConnectionLimit);
             continue;
+        }
+        let client = Client {
+            peer,
+            first_request_by,
+            // Waits for a request head from the accept (and for its slot, if it has none yet).
+            waiting: connections.idle.join(),
         };
         tokio::spawn(serve_connection(
             tcp,
-            peer,
+            client,
+            slot,
             state.clone(),
             readiness.clone(),
-            slot,
         ));
     }
 }
 
-/// One admin connection (HTTP/1.1), within the main listener's clocks; it holds `_slot` until
-/// it ends.
+impl Connections {
+    /// A slot now, or a place in the queue for one taken now: a slot a leaving connection
+    /// frees goes to the connections waiting in the order they came, never to a later one
+    /// that happens to ask first.
+    fn slot(&self) -> Slot {
+        let mut acquire: Queued = Box::pin(self.slots.clone().acquire_owned());
+        // The first poll takes a free slot or joins the semaphore's queue; the connection's
+        // task polls it again with its own waker.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match acquire.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(slot)) => Slot::Free(slot),
+            _ => Slot::Queued(acquire),
+        }
+    }
+}
+
+/// A new connection's slot.
+enum Slot {
+    /// Its own from the accept.
+    Free(OwnedSemaphorePermit),
+    /// In the queue for the one the connection it displaced leaves.
+    Queued(Queued),
+}
+
+impl Slot {
+    fn is_free(&self) -> bool {
+        matches!(self, Slot::Free(_))
+    }
+}
+
+/// A place in the semaphore's queue.
+type Queued = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+
+/// Who connected, by when its first request head is due, and its place among the connections
+/// waiting for one.
+struct Client {
+    peer: SocketAddr,
+    first_request_by: Instant,
+    waiting: WaitingGuard,
+}
+
+/// One admin connection (HTTP/1.1), from its slot (`slot`, or the one the connection it
+/// displaced leaves) to its end, within the main listener's clocks; shed whenever it has waited
+/// longest for a request head and a newer connection needs room.
 async fn serve_connection(
     tcp: TcpStream,
-    peer: SocketAddr,
+    client: Client,
+    slot: Slot,
     state: Arc<ProxyState>,
     readiness: Arc<Readiness>,
-    _slot: OwnedSemaphorePermit,
 ) {
-    let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
-    let activity = Activity::new();
+    let waiter = client.waiting.waiter();
+    let Some(_slot) = (match slot {
+        Slot::Free(slot) => Some(slot),
+        Slot::Queued(queued) => wait_for_slot(queued, &client, &state).await,
+    }) else {
+        return;
+    };
+    let (peer, first_request_by) = (client.peer, client.first_request_by);
+    let activity = Activity::counted(waiter.clone());
     let service = {
         let activity = activity.clone();
         let state = state.clone();
@@ -119,6 +200,7 @@ async fn serve_connection(
     loop {
         tokio::select! {
             _ = served.as_mut() => return,
+            () = waiter.evicted() => return shed_idle(&state, peer),
             expiry = activity.expired(first_request_by, state.idle_connection_timeout) => {
                 debug!(%peer, reason = expiry.label(), "closing the admin connection");
                 if closing || expiry == Expiry::FirstRequest {
@@ -131,6 +213,38 @@ async fn serve_connection(
             }
         }
     }
+}
+
+/// The slot a new connection waits for while the one it displaced leaves; `None` (the
+/// connection is dropped) if a newer one displaces it first, or its first request head is due.
+async fn wait_for_slot(
+    queued: Queued,
+    client: &Client,
+    state: &ProxyState,
+) -> Option<OwnedSemaphorePermit> {
+    let waiter = client.waiting.waiter();
+    tokio::select! {
+        slot = tokio::time::timeout_at(client.first_request_by, queued) => match slot {
+            Ok(Ok(slot)) => Some(slot),
+            _ => {
+                state
+                    .metrics
+                    .connection_shed(ConnectionShed::RequestHeaderTimeout);
+                None
+            }
+        },
+        () = waiter.evicted() => {
+            shed_idle(state, client.peer);
+            None
+        }
+    }
+}
+
+/// Counts a connection shed because it had waited longest for a request head while a newer one
+/// needed room; it is closed (dropped) by returning.
+fn shed_idle(state: &ProxyState, peer: SocketAddr) {
+    debug!(%peer, "admin connection closed: it had waited longest while --admin-max-connections were open");
+    state.metrics.connection_shed(ConnectionShed::AdminIdleShed);
 }
 
 async fn answer(
@@ -162,14 +276,22 @@ async fn answer(
     }
 }
 
-/// Whether the upstream accepts a connection (TCP, and TLS when it is https) within 2 s.
+/// Whether the upstream accepts a connection (TCP, and TLS when it is https) within 2 s. The
+/// answer, which anyone who reaches the admin port reads, says only which step failed; the log
+/// gets the cause (the upstream's address, what TLS said).
 async fn dial_upstream(state: Arc<ProxyState>) -> Verdict {
-    match tokio::time::timeout(Duration::from_secs(2), state.upstream.connect_raw()).await {
+    match tokio::time::timeout(READY_DIAL, state.upstream.connect_raw()).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("upstream: {e}")),
-        Err(_) => Err("upstream: timeout".into()),
+        Ok(Err(e)) => Err(reported(&e)),
+        Err(_) => {
+            warn!(timeout = ?READY_DIAL, "readiness check: the upstream API server did not accept a connection in time");
+            Err("timed out connecting to the upstream API server".into())
+        }
     }
 }
+
+/// How long the readiness check waits for the upstream to accept a connection.
+const READY_DIAL: Duration = Duration::from_secs(2);
 
 fn text(code: StatusCode, body: &str) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from(body.to_owned())));

@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
+use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tower::service_fn;
 use tracing::debug;
 
@@ -22,12 +23,13 @@ use std::time::Instant;
 use super::extended_connect;
 use crate::audit::ProtocolPath;
 use crate::proxy::auth::{Caller, PeerCertificate};
-use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody};
+use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody, RequestInFlight};
 use crate::proxy::client::request_layers;
 use crate::proxy::client::upgrade_request::{
     HeldBody, UpgradeRequest, UpgradeRequestError, MAX_UPGRADE_BODY,
 };
-use crate::proxy::client::waiting_connections::Waiter;
+use crate::proxy::client::waiting_connections::{Waiter, SHED_GRACE};
+use crate::proxy::client::write_timeout::{Responses, Stalled, WatchedBody};
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::{HandshakeRejection, SessionKind};
 use crate::proxy::route::classify::{classify, Class};
@@ -123,6 +125,7 @@ async fn serve_connection(
         certificate,
         id: ConnectionId::next(),
         activity: Activity::counted(clocks.waiter.clone()),
+        responses: state.response_write_timeout.map(Responses::new),
     });
     serve_http(io, conn, state, shutdown, &clocks).await;
 }
@@ -188,17 +191,20 @@ async fn serve_http(
     clocks: &Clocks,
 ) {
     let (peer, activity) = (conn.peer, conn.activity.clone());
+    let responses = conn.responses.clone();
     let service = {
         let state = state.clone();
         let metrics = state.metrics.clone();
         TowerToHyperService::new(request_layers::wrap(
-            service_fn(move |req| {
+            service_fn(move |req: Request<Incoming>| {
                 let in_flight = conn.activity.request_started();
+                let http1 = req.version() < http::Version::HTTP_2;
                 let state = state.clone();
                 let conn = conn.clone();
                 async move {
                     let resp = route(state, req, &conn).await;
-                    Ok::<_, Infallible>(resp.map(|body| InFlightBody::new(body, in_flight)))
+                    let responses = conn.responses.as_deref();
+                    Ok::<_, Infallible>(outgoing(resp, in_flight, http1, responses))
                 }
             }),
             metrics,
@@ -209,6 +215,7 @@ async fn serve_http(
     tokio::pin!(served);
     let mut closing = false;
     let mut draining = false;
+    let mut shed: Option<ShedGrace> = None;
     loop {
         tokio::select! {
             stop = shutdown.wait_for(|stop| *stop).map(|r| r.is_ok()), if !draining => {
@@ -220,7 +227,31 @@ async fn serve_http(
                 }
             }
             result = served.as_mut() => return connection_ended(&state, peer, result),
-            () = clocks.waiter.evicted() => return shed_waiting(&state, peer),
+            () = clocks.waiter.evicted(), if shed.is_none() => {
+                shed_waiting(&state, peer);
+                // Closed where it can be (an HTTP/2 GOAWAY, an idle HTTP/1.1 connection closed,
+                // a head that completes meanwhile answered with `Connection: close`), within a
+                // bounded grace; cut at once when too many are closing already.
+                let Some(room) = state.waiting_connections.grace() else {
+                    return;
+                };
+                served.as_mut().graceful_shutdown();
+                shed = Some(ShedGrace::new(room));
+            }
+            () = ShedGrace::over(shed.as_mut()) => {
+                if !activity.has_request_in_flight() {
+                    return;
+                }
+                // A request that came in the grace is served; the connection closes after it.
+            }
+            stalled = stalled(responses.as_deref()) => {
+                // The response's body is gone already; HTTP/1.1 can carry nothing else.
+                debug!(%peer, "a client took nothing of its response for --response-write-timeout");
+                state.metrics.connection_shed(ConnectionShed::ResponseWriteTimeout);
+                if stalled.http1 {
+                    return;
+                }
+            }
             expiry = activity.expired(clocks.first_request_by, state.idle_connection_timeout) => {
                 if closing {
                     // Told to close a whole idle period ago and still there: cut.
@@ -237,6 +268,59 @@ async fn serve_http(
                 closing = true;
             }
         }
+    }
+}
+
+/// A connection shed from the waiting ones while it closes gracefully: its room among those
+/// closing, until [`SHED_GRACE`] is over.
+struct ShedGrace {
+    until: tokio::time::Instant,
+    room: Option<OwnedSemaphorePermit>,
+}
+
+impl ShedGrace {
+    fn new(room: OwnedSemaphorePermit) -> ShedGrace {
+        ShedGrace {
+            until: tokio::time::Instant::now() + SHED_GRACE,
+            room: Some(room),
+        }
+    }
+
+    /// Resolves once, when the grace is over (giving its room back); never without one.
+    async fn over(grace: Option<&mut ShedGrace>) {
+        match grace {
+            Some(grace) if grace.room.is_some() => {
+                tokio::time::sleep_until(grace.until).await;
+                grace.room = None;
+            }
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// A response as it goes to the client: its request in flight until its body ends, on the
+/// connection's write clock when it has one.
+fn outgoing(
+    resp: Response<ProxyBody>,
+    in_flight: RequestInFlight,
+    http1: bool,
+    responses: Option<&Responses>,
+) -> Response<Either<WatchedBody<InFlightBody<ProxyBody>>, InFlightBody<ProxyBody>>> {
+    resp.map(|body| {
+        let body = InFlightBody::new(body, in_flight);
+        match responses {
+            Some(responses) => Either::Left(responses.watch(body, http1)),
+            None => Either::Right(body),
+        }
+    })
+}
+
+/// Resolves when one of the connection's responses was cut for want of progress
+/// ([`Responses::stalled`]); never without a write timeout.
+async fn stalled(responses: Option<&Responses>) -> Stalled {
+    match responses {
+        Some(responses) => responses.stalled().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -296,7 +380,7 @@ fn shed_expired(state: &ProxyState, peer: SocketAddr, expiry: Expiry) {
 }
 
 /// Counts a connection shed because it had waited longest for a request head while more than
-/// `--max-pending-connections` waited; it is closed (dropped) by returning.
+/// `--max-pending-connections` waited; the caller then closes it (gracefully where it can).
 fn shed_waiting(state: &ProxyState, peer: SocketAddr) {
     debug!(%peer, "closing the client connection: --max-pending-connections reached, it had waited longest");
     state
@@ -318,6 +402,8 @@ pub struct Connection {
     pub id: ConnectionId,
     /// Its requests in flight (the idle clock); an HTTP/2 session counts as one while it runs.
     pub activity: Arc<Activity>,
+    /// Its plain responses, on the write clock (`--response-write-timeout`).
+    pub responses: Option<Arc<Responses>>,
 }
 
 /// What the verified client certificate (`--client-ca-file`) of a connection says. A refused

@@ -1,17 +1,24 @@
 //! TLS on the main listener (rustls, ring provider chosen explicitly). The serving certificate
-//! is re-read when its files change, so a rotated certificate is used without a restart; ALPN
-//! offers `h2` and `http/1.1` (plain API calls may use HTTP/2; upgrades are HTTP/1.1).
+//! is re-read when its files change, so a rotated certificate is used without a restart, but
+//! only once the key belongs to the certificate: a certificate copied in before its key (or
+//! without it) leaves the previous pair served, logged and counted, rather than a pair every
+//! handshake would fail with. ALPN offers `h2` and `http/1.1` (plain API calls may use HTTP/2;
+//! upgrades are HTTP/1.1).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
+
+use crate::proxy::observability::metrics::Metrics;
+use crate::proxy::upstream::endpoint::{Pem, UpstreamError};
+use crate::proxy::upstream::pem::key_pair;
 
 /// How often the certificate files are checked for changes.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(2);
@@ -32,6 +39,9 @@ pub enum ListenerTlsError {
     Rustls(#[from] rustls::Error),
     #[error("client CA file: {0}")]
     ClientCa(String),
+    /// The certificate and key cannot be read, or do not belong together.
+    #[error("serving certificate: {0}")]
+    Pair(#[from] UpstreamError),
 }
 
 /// Where the listener's certificate, key and (optional) client CA come from.
@@ -57,19 +67,13 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+/// The serving certificate and its key, checked to belong together (as the proxy's own client
+/// certificates are).
 fn load_key_pair(files: &ListenerTlsFiles) -> Result<Arc<CertifiedKey>, ListenerTlsError> {
-    let certs = read_certs(&files.cert)?;
-    let key_pem = std::fs::read(&files.key).map_err(|source| ListenerTlsError::Read {
-        path: files.key.clone(),
-        source,
-    })?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| ListenerTlsError::Pem {
-        path: files.key.clone(),
-        reason: e.to_string(),
-    })?;
-    let provider = rustls::crypto::ring::default_provider();
-    let signing = provider.key_provider.load_private_key(key)?;
-    Ok(Arc::new(CertifiedKey::new(certs, signing)))
+    Ok(key_pair(
+        &Pem::File(files.cert.clone()),
+        &Pem::File(files.key.clone()),
+    )?)
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ListenerTlsError> {
@@ -94,8 +98,12 @@ fn modified(files: &ListenerTlsFiles) -> Option<(SystemTime, SystemTime)> {
     Some((m(&files.cert)?, m(&files.key)?))
 }
 
-/// Builds the acceptor and starts watching the certificate files.
-pub fn acceptor(files: ListenerTlsFiles) -> Result<TlsAcceptor, ListenerTlsError> {
+/// Builds the acceptor and starts watching the certificate files (reloads are counted in
+/// `metrics`).
+pub fn acceptor(
+    files: ListenerTlsFiles,
+    metrics: Metrics,
+) -> Result<TlsAcceptor, ListenerTlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let resolver = Arc::new(ReloadingCert {
         current: RwLock::new(load_key_pair(&files)?),
@@ -120,13 +128,16 @@ pub fn acceptor(files: ListenerTlsFiles) -> Result<TlsAcceptor, ListenerTlsError
     };
     let mut config = builder.with_cert_resolver(resolver.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    tokio::spawn(watch(files, resolver));
+    tokio::spawn(watch(files, resolver, metrics));
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Re-reads the certificate and key whenever either file changes; a broken pair (e.g. the
-/// certificate written before its key) keeps the old one until the next change.
-async fn watch(files: ListenerTlsFiles, resolver: Arc<ReloadingCert>) {
+/// Re-reads the certificate and key whenever either file changes. A pair that cannot be used
+/// (unreadable, half written, or a key that is not the certificate's: a certificate copied in
+/// before its key, or without it) keeps the previous pair served, said once per change of the
+/// files in a warning and a metric, and is tried again when the files change next.
+async fn watch(files: ListenerTlsFiles, resolver: Arc<ReloadingCert>, metrics: Metrics) {
+    // The files as last looked at, whether they were taken or not.
     let mut seen = modified(&files);
     loop {
         tokio::time::sleep(RELOAD_CHECK).await;
@@ -134,13 +145,61 @@ async fn watch(files: ListenerTlsFiles, resolver: Arc<ReloadingCert>) {
         if now == seen {
             continue;
         }
+        seen = now;
         match load_key_pair(&files) {
             Ok(pair) => {
                 *resolver.current.write().expect("certificate lock") = pair;
-                seen = now;
+                metrics.serving_certificate_reload(true);
                 info!(cert = %files.cert.display(), "serving certificate reloaded");
             }
-            Err(e) => warn!(error = %e, "serving certificate not reloaded"),
+            Err(e) => {
+                metrics.serving_certificate_reload(false);
+                warn!(
+                    error = %e,
+                    cert = %files.cert.display(),
+                    key = %files.key.display(),
+                    "serving certificate not reloaded: the previous certificate is still served"
+                );
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    fn files(cert: &Path, key: &Path) -> ListenerTlsFiles {
+        ListenerTlsFiles {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            client_ca: None,
+        }
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first_cert, first_key) = pair(dir.path(), "first");
+        let (second_cert, _) = pair(dir.path(), "second");
+        assert!(load_key_pair(&files(&first_cert, &first_key)).is_ok());
+        let e = load_key_pair(&files(&second_cert, &first_key)).unwrap_err();
+        assert!(matches!(e, ListenerTlsError::Pair(_)), "{e}");
+        assert!(e.to_string().contains("second.crt"), "{e}");
     }
 }

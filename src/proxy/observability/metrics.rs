@@ -119,11 +119,18 @@ pub enum ConnectionShed {
     IdleTimeout,
     /// The TLS handshake failed.
     TlsHandshakeFailed,
-    /// An admin connection beyond `--admin-max-connections`, closed as soon as accepted.
+    /// An admin connection beyond `--admin-max-connections` while every admitted one had a
+    /// request in flight, closed as soon as accepted.
     AdminConnectionLimit,
+    /// The admin connection idle longest, closed to make room for a new one when
+    /// `--admin-max-connections` were open.
+    AdminIdleShed,
     /// The connection that had waited longest for a request head, shed to keep the waiting
     /// ones within `--max-pending-connections`.
     PendingConnectionLimit,
+    /// A plain response whose client took nothing of it for `--response-write-timeout`: its
+    /// HTTP/1.1 connection closed, or its HTTP/2 stream cut.
+    ResponseWriteTimeout,
 }
 
 impl ConnectionShed {
@@ -134,7 +141,9 @@ impl ConnectionShed {
             ConnectionShed::IdleTimeout => "idle_timeout",
             ConnectionShed::TlsHandshakeFailed => "tls_handshake_failed",
             ConnectionShed::AdminConnectionLimit => "admin_connection_limit",
+            ConnectionShed::AdminIdleShed => "admin_idle_shed",
             ConnectionShed::PendingConnectionLimit => "pending_connection_limit",
+            ConnectionShed::ResponseWriteTimeout => "response_write_timeout",
         }
     }
 }
@@ -147,6 +156,7 @@ pub struct Metrics {
     refusals: RefusalFamilies,
     requests: RequestFamilies,
     handler_panics: IntCounter,
+    certificate_reloads: IntCounterVec,
     tasks_alive: IntGauge,
     audit: AuditCounters,
     recording: RecordingCounters,
@@ -242,6 +252,13 @@ impl Metrics {
                 "kube_ws_proxy_handler_panics_total",
                 "Requests whose handler panicked (answered 500; a bug: please report it).",
             ),
+            certificate_reloads: r.counter(
+                "kube_ws_proxy_serving_certificate_reloads_total",
+                "Changes of the main listener's certificate files, by result: reloaded, or \
+                 failed (unreadable, or a key that is not the certificate's: the previous pair \
+                 is still served).",
+                &["result"],
+            ),
             audit: audit_counters(&r),
             recording: recording_counters(&r),
             registry,
@@ -335,6 +352,13 @@ impl Metrics {
     /// Counts a request whose handler panicked.
     pub fn handler_panicked(&self) {
         self.handler_panics.inc();
+    }
+
+    /// Counts a look at changed serving certificate files: `reloaded` (now served) or not (the
+    /// previous pair still is).
+    pub fn serving_certificate_reload(&self, reloaded: bool) {
+        let result = if reloaded { "reloaded" } else { "failed" };
+        self.certificate_reloads.with_label_values(&[result]).inc();
     }
 
     /// The Prometheus text exposition of every family.
@@ -687,6 +711,8 @@ mod tests {
     /// Drives every way a label can be set with every value its source can take (all status
     /// codes 0–1000, odd methods, unknown reasons).
     fn set_every_label(m: &Metrics) {
+        m.serving_certificate_reload(true);
+        m.serving_certificate_reload(false);
         for kind in KINDS {
             for outcome in OUTCOMES {
                 for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
@@ -709,7 +735,9 @@ mod tests {
             ConnectionShed::IdleTimeout,
             ConnectionShed::TlsHandshakeFailed,
             ConnectionShed::AdminConnectionLimit,
+            ConnectionShed::AdminIdleShed,
             ConnectionShed::PendingConnectionLimit,
+            ConnectionShed::ResponseWriteTimeout,
         ] {
             m.connection_shed(reason);
         }
@@ -749,7 +777,9 @@ mod tests {
             "idle_timeout",
             "tls_handshake_failed",
             "admin_connection_limit",
+            "admin_idle_shed",
             "pending_connection_limit",
+            "response_write_timeout",
             "other",
         ];
         reasons.extend(AUTH_REJECTION_REASONS);
@@ -758,6 +788,7 @@ mod tests {
             ("outcome", set(&OUTCOMES.map(SessionOutcome::label))),
             ("direction", set(&["up", "down"])),
             ("http_version", set(&["1.1", "2"])),
+            ("result", set(&["reloaded", "failed"])),
             ("reason", set(&reasons)),
             ("code", set(&codes)),
             (

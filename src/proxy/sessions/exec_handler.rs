@@ -15,10 +15,12 @@ use super::session_recording::{unrecordable_status, OpenedRecording};
 use super::session_start::{self, Begun, Held};
 use super::state::ProxyState;
 use crate::audit::ProtocolPath;
+use crate::peer_hangup::PeerHangup;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::ClientAnswer;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::upstream::error::reported;
 use crate::proxy::upstream::spdy_dial::{dial_spdy, DialError};
 use crate::proxy::wire::body::ProxyBody;
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
@@ -72,7 +74,8 @@ impl SetupError {
                     .and_then(|v| v.to_str().ok());
                 from_upgrade_refusal(status.as_u16(), content_type, &body)
             }
-            SetupError::Unanswered(e) => Status::internal_error(&e.to_string()),
+            // The cause goes to the log; the client, who may be anyone, gets its kind.
+            SetupError::Unanswered(e) => Status::internal_error(&reported(&e)),
             SetupError::Streams(status) => *status,
         }
     }
@@ -306,7 +309,10 @@ async fn dial_streams(
         ping_timeout: state.upstream_ping_timeout,
         ..SpdyConfig::default()
     };
-    let conn = Connection::client(upgraded.io, upgraded.leftover, spdy_config);
+    // The upstream's FIN or reset is looked for on its socket while the session's output
+    // waits (for the client or the recording), so a cut session drains what it holds at once.
+    let hangup = PeerHangup::of(upgraded.io.tcp());
+    let conn = Connection::client_watching(upgraded.io, upgraded.leftover, spdy_config, hangup);
     // Each stream waits for the upstream's SYN_REPLY: bounded like the rest of the handshake.
     let opened = tokio::time::timeout(
         state.handshake_timeout,

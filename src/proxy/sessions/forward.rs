@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tracing::debug;
 
 use super::state::ProxyState;
 use crate::proxy::auth::Caller;
+use crate::proxy::upstream::error::{reported, Chained};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
 use crate::proxy::wire::status_response::failure;
@@ -58,30 +58,14 @@ pub async fn forward_body(
             remove_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.boxed())
         }
-        Err(e) => {
-            let cause = error_chain(&e);
-            debug!(error = %cause, "upstream request failed");
-            failure(
-                StatusCode::BAD_GATEWAY,
-                "ServiceUnavailable",
-                format!("error trying to reach the upstream API server: {cause}"),
-            )
-        }
+        // The cause goes to the log; the client, who may be anyone, gets its kind.
+        Err(e) => failure(
+            StatusCode::BAD_GATEWAY,
+            "ServiceUnavailable",
+            format!(
+                "error trying to reach the upstream API server: {}",
+                reported(&Chained(&e))
+            ),
+        ),
     }
-}
-
-/// An error with its causes (`client error (Connect): TLS handshake … failed: invalid peer
-/// certificate: UnknownIssuer`): the pooled client's own message alone names no cause.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = cause.source();
-    }
-    out
 }

@@ -30,6 +30,7 @@ use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::client::websocket::ClientAnswer;
 use crate::proxy::observability::metrics::SessionKind;
 use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::upstream::error::reported;
 use crate::proxy::upstream::refusal_body::{HeldRefusal, MAX_STATUS_BODY};
 use crate::proxy::upstream::spdy_dial::DialError;
 use crate::proxy::upstream::streaming::{
@@ -575,6 +576,6 @@ async fn refusal_status(delivered: Delivered, timeout: std::time::Duration) -> S
         }
         Delivered::Unsupported { why, .. } => Status::failure(502, "BadGateway", unsupported(&why)),
         Delivered::BadGateway(why) => Status::failure(502, "BadGateway", why),
-        Delivered::Failed(e) => Status::internal_error(&e.to_string()),
+        Delivered::Failed(e) => Status::internal_error(&reported(&e)),
     }
 }

@@ -26,10 +26,12 @@ use super::session_recording::{self, OpenedRecording};
 use super::session_start::{self, Begun};
 use super::state::ProxyState;
 use crate::audit::{ProtocolPath, Verb};
+use crate::peer_hangup::PeerHangup;
 use crate::proxy::auth::Caller;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
+use crate::proxy::upstream::error::{reported, UpstreamFailure, TALKING_FAILED};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
 use crate::proxy::wire::status_response::failure;
@@ -59,7 +61,28 @@ impl RelayError {
             RelayError::Request(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
             _ => (StatusCode::BAD_GATEWAY, "ServiceUnavailable"),
         };
-        failure(code, reason, self.to_string())
+        // The cause goes to the log; the client, who may be anyone, gets its kind.
+        failure(code, reason, reported(self))
+    }
+}
+
+impl UpstreamFailure for RelayError {
+    fn client_reason(&self) -> String {
+        match self {
+            RelayError::Dial(e) => format!("error dialing the upstream: {}", e.client_reason()),
+            // hyper's error may wrap an I/O error carrying a TLS alert.
+            RelayError::Http(_) => TALKING_FAILED.to_owned(),
+            RelayError::Timeout(_) | RelayError::Request(_) => self.to_string(),
+        }
+    }
+
+    fn log_kind(&self) -> &'static str {
+        match self {
+            RelayError::Dial(e) => UpstreamFailure::log_kind(e),
+            RelayError::Http(_) => "upstream_connection",
+            RelayError::Timeout(_) => "upstream_answer_timeout",
+            RelayError::Request(_) => "upstream_upgrade",
+        }
     }
 }
 
@@ -336,7 +359,9 @@ async fn start_session(
             }
         };
     let on_upgrade = relayed.on_upgrade;
+    let upstream_hangup = resp.extensions().get::<UpstreamSocket>().map(|s| s.0);
     let session = RelaySession {
+        upstream_hangup,
         user: relayed.caller.user().map(str::to_owned),
         linger: state.session_limits.close_drain_timeout,
         // A relayed WebSocket (pass-through, legacy protocols, logs) can be pinged between the
@@ -363,6 +388,13 @@ async fn start_session(
     answer
 }
 
+/// The TCP socket under the connection an upstream answer came on, as the answer's extension:
+/// once the connection is upgraded, a relay that holds the upstream's reads back (for its
+/// recording) looks there for the upstream's hang-up. It names the socket the upgraded
+/// connection keeps, so it is looked at only while that connection lives (inside the relay).
+#[derive(Debug, Clone, Copy)]
+struct UpstreamSocket(PeerHangup);
+
 /// Dials the upstream (`--upstream-dial-timeout`) and sends the request; its answer's head
 /// must arrive within `--handshake-timeout`.
 pub(super) async fn ask_upstream(
@@ -370,6 +402,7 @@ pub(super) async fn ask_upstream(
     req: Request<Full<Bytes>>,
 ) -> Result<Response<hyper::body::Incoming>, RelayError> {
     let io = state.upstream.connect_raw().await?;
+    let socket = UpstreamSocket(PeerHangup::of(io.tcp()));
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     // Drives the connection: the response body (if it is not a 101) or the upgrade hand-over.
     tokio::spawn(async move {
@@ -379,7 +412,11 @@ pub(super) async fn ask_upstream(
     });
     let timeout = state.handshake_timeout;
     match tokio::time::timeout(timeout, sender.send_request(req)).await {
-        Ok(answer) => Ok(answer?),
+        Ok(answer) => {
+            let mut answer = answer?;
+            answer.extensions_mut().insert(socket);
+            Ok(answer)
+        }
         Err(_) => Err(RelayError::Timeout(timeout)),
     }
 }

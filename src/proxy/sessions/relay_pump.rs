@@ -4,8 +4,14 @@
 //! adds frames of the proxy's own (keepalive pings, the Status that ends a session whose
 //! recording failed under `--record=required`); a recording tap sees every read before it is
 //! passed on, and a port-forward's audit watch too.
+//!
+//! While the tap holds a read from the upstream back (waiting for the recording writer),
+//! nothing reads the upstream, and its FIN or reset waits in the kernel behind what it sent
+//! before: with the upstream's socket watched ([`RelayHooks::upstream_hangup`]) the hang-up is
+//! seen meanwhile, and from then on the tap drains what is left through the recorder's cut lane
+//! instead of waiting its turn.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -13,6 +19,7 @@ use super::relay_frames::{Followed, FrameCursor, Framing};
 use super::relay_pings::PingInjector;
 use super::relay_recording::RelayTap;
 use crate::activity_clock::ActivityClock;
+use crate::peer_hangup::PeerHangup;
 use crate::translate::observe::{Direction, PortForwardWatch};
 use crate::translate::ws::Liveness;
 
@@ -57,6 +64,25 @@ pub struct RelayHooks<'a> {
     /// Once one direction has ended, how long the other may go on (to deliver a last Status,
     /// to answer a Close) before the relay ends anyway. `None`: until it ends by itself.
     pub linger: Option<std::time::Duration>,
+    /// The TCP socket under the upstream given to [`pump`], watched for its hang-up while the
+    /// tap holds a read back.
+    pub upstream_hangup: Option<PeerHangup>,
+}
+
+/// The upstream's hang-up, looked for while the tap holds a read back; once seen, known.
+struct UpstreamHangup {
+    watch: PeerHangup,
+    seen: AtomicBool,
+}
+
+impl UpstreamHangup {
+    /// Resolves once the upstream has hung up (at once when that was seen before).
+    async fn seen(&self) {
+        if !self.seen.load(Ordering::Relaxed) {
+            self.watch.hung_up().await;
+            self.seen.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Copies both ways until both directions end (or, with a linger, until it is over after the
@@ -81,6 +107,10 @@ pub async fn pump<C, U>(
         Some(k) => (Some(k.pings), Some(k.liveness)),
         None => (None, None),
     };
+    let hangup = hooks.upstream_hangup.map(|watch| UpstreamHangup {
+        watch,
+        seen: AtomicBool::new(false),
+    });
     let down = async {
         let side = Side {
             direction: Direction::UpstreamToClient,
@@ -90,6 +120,7 @@ pub async fn pump<C, U>(
             frames: DownFrames::needed(hooks.tap, pings),
             liveness: None,
             held: liveness.as_ref(),
+            hangup: hangup.as_ref(),
         };
         let copied = copy(&mut ur, &mut cw, activity, side).await;
         // After the proxy's own last frames on SPDY the client closes: a spdystream that
@@ -107,6 +138,7 @@ pub async fn pump<C, U>(
             frames: None,
             liveness: liveness.as_ref(),
             held: None,
+            hangup: None,
         };
         let copied = copy(&mut cr, &mut uw, activity, side).await;
         let _ = uw.shutdown().await;
@@ -176,6 +208,8 @@ struct Side<'a> {
     /// Towards the client: its liveness, held while the tap keeps the output back (no ping can
     /// go out then, so the client's silence is not its fault).
     held: Option<&'a Liveness>,
+    /// From the upstream: its socket, watched while the tap keeps a read back.
+    hangup: Option<&'a UpstreamHangup>,
 }
 
 impl Side<'_> {
@@ -185,7 +219,13 @@ impl Side<'_> {
         match self.direction {
             Direction::UpstreamToClient => {
                 let frames = self.frames.as_mut().map(|f| &mut f.cursor);
-                admit_down(bytes, frames, self.tap, self.held).await
+                let cut = async {
+                    match self.hangup {
+                        Some(hangup) => hangup.seen().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                admit_down(bytes, frames, self.tap, self.held, cut).await
             }
             Direction::ClientToUpstream => match self.tap {
                 Some(tap) if !tap.relayed(self.direction, bytes).await => None,
@@ -270,12 +310,13 @@ where
 /// Follows a read from the upstream with `frames` (the upstream's frames as the client has
 /// them) and shows the tap what may go: how much of it goes to the client now and where a
 /// ping may go, or `None` when the session must end instead. None of it goes then, and
-/// `frames` stays where the client is.
+/// `frames` stays where the client is. `cut`: resolves once the upstream hung up.
 pub(super) async fn admit_down(
     bytes: &[u8],
     mut frames: Option<&mut FrameCursor>,
     tap: Option<&RelayTap>,
     held: Option<&Liveness>,
+    cut: impl std::future::Future<Output = ()>,
 ) -> Option<Followed> {
     // Kept only where the tap may refuse the read (`--record=required`): a copy, no
     // allocation, but one per read that nothing else needs.
@@ -289,7 +330,7 @@ pub(super) async fn admit_down(
     let Some(tap) = tap else {
         return Some(followed);
     };
-    let pass_down = tap.pass_down(&bytes[..followed.pass], frames.as_deref());
+    let pass_down = tap.pass_down(&bytes[..followed.pass], frames.as_deref(), cut);
     if held_meanwhile(held, pass_down).await {
         return Some(followed);
     }

@@ -116,7 +116,8 @@ impl RelayTap {
     /// carried. Returns `false` when the session must end instead (observing failed under
     /// `--record=required`): those bytes are then not passed on.
     pub async fn relayed(&self, direction: Direction, bytes: &[u8]) -> bool {
-        self.follow(direction, bytes, 0).await
+        self.follow(direction, bytes, 0, std::future::pending())
+            .await
     }
 
     /// Follows bytes read from the upstream and records what they carried; returns whether
@@ -131,17 +132,34 @@ impl RelayTap {
     /// written, counting as not yet recorded the whole declared length of the frame left
     /// unfinished (its message's earlier fragments too). A frame longer than the bound by
     /// itself goes only once everything before it is written.
-    pub async fn pass_down(&self, bytes: &[u8], frames: Option<&FrameCursor>) -> bool {
+    ///
+    /// Once `cut` resolves (the upstream hung up: what it sent can no longer grow), what is
+    /// still waiting for the recording stops waiting its turn and takes the recorder's cut
+    /// lane.
+    pub async fn pass_down(
+        &self,
+        bytes: &[u8],
+        frames: Option<&FrameCursor>,
+        cut: impl std::future::Future<Output = ()>,
+    ) -> bool {
         // Only a session ended between two frames counts their declared lengths.
         let owed = frames
             .filter(|_| self.ending.is_some())
             .map_or(0, FrameCursor::owed);
-        self.follow(Direction::UpstreamToClient, bytes, owed).await
+        self.follow(Direction::UpstreamToClient, bytes, owed, cut)
+            .await
     }
 
     /// Follows `bytes` and records what they carried; `owed`: payload bytes the client will
-    /// have been sent the head of and not the rest. Whether the bytes may go.
-    async fn follow(&self, direction: Direction, bytes: &[u8], owed: u64) -> bool {
+    /// have been sent the head of and not the rest; `cut`: see [`RelayTap::pass_down`].
+    /// Whether the bytes may go.
+    async fn follow(
+        &self,
+        direction: Direction,
+        bytes: &[u8],
+        owed: u64,
+        cut: impl std::future::Future<Output = ()>,
+    ) -> bool {
         let mut events = Vec::new();
         let unrecorded = {
             let mut shared = self.lock();
@@ -194,7 +212,10 @@ impl RelayTap {
         // What one read carried waits for the recording budget once; under
         // `--record=required` it goes on only within the bound of what is written, and never
         // once the recording failed (must_end then ends the session).
-        if !recorder.record_within(&events, unrecorded).await {
+        if !recorder
+            .record_within_until_cut(&events, unrecorded, cut)
+            .await
+        {
             self.note_ended();
             return false;
         }
@@ -556,7 +577,7 @@ mod tests {
     /// What the relay does with a read from the upstream (`frames`: the tap's cursor): how
     /// much of it went to the client, `None` when the session must end instead.
     async fn pass_down(tap: &RelayTap, frames: &mut FrameCursor, bytes: &[u8]) -> Option<usize> {
-        admit_down(bytes, Some(frames), Some(tap), None)
+        admit_down(bytes, Some(frames), Some(tap), None, std::future::pending())
             .await
             .map(|followed| followed.pass)
     }
@@ -735,5 +756,108 @@ mod tests {
         assert_eq!(end.exit_code, Some(3));
         assert_eq!(end.recording_error, None);
         let _ = WebSocketFraming::Binary;
+    }
+
+    /// A relayed SPDY exec (the client's SYN_STREAM for stdout already through) whose
+    /// recording budget is spent, as behind a busy writer: the upstream, over real TCP, sends a
+    /// megabyte of stdout, which the tap holds back in the kernel, then hangs up (a reset, or a
+    /// FIN). What the client got and how long after the hang-up its end came; with `watched`,
+    /// the relay looks at the upstream's socket meanwhile.
+    async fn relay_cut_behind_its_output(reset: bool, watched: bool) -> (usize, Duration) {
+        const FRAMES: usize = 32;
+        let dir = tempfile::tempdir().unwrap();
+        let recordings = recordings(dir.path(), RecordPolicy::BestEffort);
+        let spent = recordings.spend_budget();
+        let recorder = recordings.open("s1", &[], "ns/pod".into()).await.unwrap();
+        let observer = Observer::for_protocol(Some("SPDY/3.1"), None).unwrap();
+        let tap = RelayTap::new(recorder, observer, false);
+        let mut headers = HeaderBlock::new();
+        headers.push("streamtype", "stdout");
+        let mut syn = BytesMut::new();
+        FrameEncoder::new()
+            .encode(
+                &Frame::SynStream(SynStream {
+                    stream_id: StreamId::new(1),
+                    associated_stream_id: StreamId::ZERO,
+                    priority: 0,
+                    slot: 0,
+                    fin: false,
+                    unidirectional: false,
+                    headers,
+                }),
+                &mut syn,
+            )
+            .unwrap();
+        let mut output = BytesMut::new();
+        let mut enc = FrameEncoder::new();
+        for _ in 0..FRAMES {
+            let payload = Bytes::from(vec![b'o'; 32 * 1024]);
+            let data = Frame::Data(Data {
+                stream_id: StreamId::new(1),
+                fin: false,
+                payload,
+            });
+            enc.encode(&data, &mut output).unwrap();
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4 << 20).unwrap();
+        let (ours, theirs) = tokio::join!(
+            socket.connect(listener.local_addr().unwrap()),
+            listener.accept()
+        );
+        let (ours, (mut theirs, _)) = (ours.unwrap(), theirs.unwrap());
+        let hooks = RelayHooks {
+            tap: Some(&tap),
+            linger: Some(Duration::from_millis(100)),
+            upstream_hangup: watched.then(|| crate::peer_hangup::PeerHangup::of(&ours)),
+            ..RelayHooks::default()
+        };
+        let (client_near, mut client_far) = tokio::io::duplex(64 * 1024);
+        let (counters, activity) = (RelayCounters::default(), ActivityClock::new());
+        let peers = async {
+            client_far.write_all(&syn).await.unwrap();
+            let mut got = vec![0; syn.len()];
+            theirs.read_exact(&mut got).await.unwrap();
+            theirs.write_all(&output).await.unwrap();
+            // Everything crosses to the relay's socket while the tap waits for the budget.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if reset {
+                theirs.set_zero_linger().unwrap();
+            } else {
+                theirs.shutdown().await.unwrap();
+            }
+            drop(theirs);
+            let cut = std::time::Instant::now();
+            let mut got = Vec::new();
+            let _ = client_far.read_to_end(&mut got).await;
+            (got.len(), cut.elapsed())
+        };
+        let relay = pump(client_near, ours, &counters, &activity, hooks);
+        let ended = tokio::time::timeout(Duration::from_secs(3), async {
+            tokio::join!(relay, peers).1
+        })
+        .await;
+        drop(spent);
+        let (got, took) = ended.expect("the relay never saw its upstream hang up");
+        assert!(got <= output.len());
+        (got, took)
+    }
+
+    #[tokio::test]
+    async fn a_relay_held_back_by_its_recording_sees_its_upstream_hang_up() {
+        for reset in [false, true] {
+            let (got, took) = relay_cut_behind_its_output(reset, true).await;
+            assert!(took < Duration::from_secs(2), "reset {reset}: {took:?}");
+            if !reset {
+                assert_eq!(got, 32 * (32 * 1024 + 8), "every byte before the FIN");
+            }
+        }
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "never saw its upstream hang up")]
+    async fn without_the_watch_a_held_back_relay_waits_for_its_recording_turn() {
+        relay_cut_behind_its_output(false, false).await;
     }
 }

@@ -14,6 +14,7 @@ use super::relay_recording::{RelayTap, TapEnd};
 use super::session_audit;
 use super::session_end::{Finished, Running};
 use crate::activity_clock::ActivityClock;
+use crate::peer_hangup::PeerHangup;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::wire::client_stream::ClientStream;
 use crate::translate::observe::PortForwardWatch;
@@ -45,6 +46,8 @@ pub(super) struct RelaySession {
     pub keepalive: Option<Keepalive>,
     /// `--stream-idle-timeout`, where it applies.
     pub idle_timeout: Option<Duration>,
+    /// The TCP socket under the upstream connection this session is given.
+    pub upstream_hangup: Option<PeerHangup>,
 }
 
 /// How the relay ended, and why the recording failed if that ended it.
@@ -125,6 +128,7 @@ impl RelaySession {
                 liveness: liveness.clone(),
             }),
             linger: Some(self.linger),
+            upstream_hangup: self.upstream_hangup,
         };
         let session_id = self.session_id;
         let mut relay = Box::pin(pump(client, upstream, counters, &activity, hooks));

@@ -49,6 +49,9 @@ pub struct ProxyState {
     pub request_header_timeout: Duration,
     /// How long a client connection with no request in flight stays open.
     pub idle_connection_timeout: Duration,
+    /// How long a plain response may wait for its client to take any of it
+    /// (`--response-write-timeout`; `None`: for ever).
+    pub response_write_timeout: Option<Duration>,
     /// Whether the proxy sits behind a proxy it trusts to set `X-Forwarded-For`: the caller's
     /// value is then kept and extended; otherwise it is replaced by the caller's address.
     pub trust_forwarded_for: bool,
@@ -106,6 +109,9 @@ impl ProxyState {
             handshake_timeout: Duration::from_secs(30),
             request_header_timeout: Duration::from_secs(30),
             idle_connection_timeout: Duration::from_secs(90),
+            response_write_timeout: Some(
+                crate::proxy::client::write_timeout::DEFAULT_RESPONSE_WRITE_TIMEOUT,
+            ),
             trust_forwarded_for: false,
             max_request_header_bytes: 64 * 1024,
             upgrade_body_budget: UpgradeBodyBudget::new(16 * 1024 * 1024),

@@ -3,14 +3,13 @@
 //! answers it, a refusal ≥ 400 replayed as the upstream sent it and anything else a 502
 //! `Status` (PROTOCOL.md §2.1).
 
-use std::fmt::Display;
-
 use bytes::Bytes;
 use http::{header, HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use super::session_end::Running;
 use super::state::ProxyState;
+use crate::proxy::upstream::error::{reported, UpstreamFailure};
 use crate::proxy::upstream::spdy_dial::DialError;
 use crate::proxy::upstream::websocket_dial::WebSocketDialError;
 use crate::proxy::wire::body::ProxyBody;
@@ -26,7 +25,7 @@ pub struct Refused {
 }
 
 /// A failed upstream dial of either kind (SPDY or WebSocket).
-pub trait DialFailure: Display + Sized {
+pub trait DialFailure: UpstreamFailure + Sized {
     /// The upstream's HTTP status when it answered; 0 when it did not.
     fn upstream_status(&self) -> u16;
     /// The upstream's answer, when it gave one; else the error itself.
@@ -95,10 +94,11 @@ fn response(e: impl DialFailure) -> Response<ProxyBody> {
                 refused.status.as_u16()
             ),
         ),
+        // The cause goes to the log; the client, who may be anyone, gets its kind.
         Err(e) => failure(
             StatusCode::BAD_GATEWAY,
             "BadGateway",
-            format!("error dialing the upstream: {e}"),
+            format!("error dialing the upstream: {}", reported(&e)),
         ),
     }
 }

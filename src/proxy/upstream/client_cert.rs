@@ -18,14 +18,13 @@ use rustls::client::{
     ClientSessionMemoryCache, ClientSessionStore, ResolvesClientCert, Tls12ClientSessionValue,
     Tls13ClientSessionValue,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use rustls::sign::CertifiedKey;
 use rustls::{NamedGroup, SignatureScheme};
 use tracing::{info, warn};
 
 use super::error::UpstreamError;
-use super::pem::{read_certs, Pem};
+use super::pem::{key_pair, Pem};
 
 /// Checking the files costs two `stat` calls; done at most this often, when a connection is
 /// being made.
@@ -73,7 +72,7 @@ impl ReloadingClientCert {
         check_every: Duration,
     ) -> Result<Self, UpstreamError> {
         let seen = modified(&cert, &key);
-        let current = load(&cert, &key)?;
+        let current = key_pair(&cert, &key)?;
         Ok(ReloadingClientCert {
             cert,
             key,
@@ -106,7 +105,7 @@ impl ReloadingClientCert {
             state.checked = Instant::now();
             let now = modified(&self.cert, &self.key);
             if now.is_some() && now != state.seen {
-                match load(&self.cert, &self.key) {
+                match key_pair(&self.cert, &self.key) {
                     Ok(pair) => {
                         state.current = pair;
                         state.seen = now;
@@ -221,19 +220,9 @@ fn modified(cert: &Pem, key: &Pem) -> Option<(SystemTime, SystemTime)> {
     Some((m(path(cert)?)?, m(path(key)?)?))
 }
 
-fn load(cert: &Pem, key: &Pem) -> Result<Arc<CertifiedKey>, UpstreamError> {
-    let chain = read_certs(cert)?;
-    let key_der = PrivateKeyDer::from_pem_slice(&key.bytes()?)
-        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", key.describe())))?;
-    let provider = rustls::crypto::ring::default_provider();
-    // Also checks that the key belongs to the certificate.
-    let pair = CertifiedKey::from_der(chain, key_der, &provider)
-        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", cert.describe())))?;
-    Ok(Arc::new(pair))
-}
-
 #[cfg(test)]
 mod tests {
+    use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
 
     use super::*;

@@ -3,8 +3,11 @@
 
 use std::path::PathBuf;
 
+use std::sync::Arc;
+
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
 
 use super::error::UpstreamError;
 
@@ -61,4 +64,20 @@ pub(crate) fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>, Upst
         )));
     }
     Ok(certs)
+}
+
+/// A certificate chain and its private key, checked to belong together (the key's public key is
+/// the leaf certificate's): a key that does not is an error here, not a bad signature in every
+/// handshake later. The proxy's client certificates and the listener's serving certificate are
+/// read with it.
+pub fn key_pair(cert: &Pem, key: &Pem) -> Result<Arc<CertifiedKey>, UpstreamError> {
+    let chain = read_certs(cert)?;
+    let key_der = PrivateKeyDer::from_pem_slice(&key.bytes()?)
+        .map_err(|e| UpstreamError::TlsConfig(format!("{}: {e}", key.describe())))?;
+    let provider = rustls::crypto::ring::default_provider();
+    // Also checks that the key belongs to the certificate.
+    let pair = CertifiedKey::from_der(chain, key_der, &provider).map_err(|e| {
+        UpstreamError::TlsConfig(format!("{} and {}: {e}", cert.describe(), key.describe()))
+    })?;
+    Ok(Arc::new(pair))
 }

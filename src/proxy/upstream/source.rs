@@ -2,8 +2,11 @@
 //! `--upstream`, `--kubeconfig` or `--in-cluster`, with explicit `--upstream-*` flags winning
 //! over what a kubeconfig or the pod environment says.
 
+use std::io::ErrorKind::NotFound;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use tracing::info;
 
 use super::endpoint::{Pem, UpstreamTls};
 use super::kubeconfig::{self, KubeconfigError};
@@ -125,7 +128,9 @@ fn token_file(path: PathBuf) -> Result<Arc<TokenSource>, SourceError> {
 }
 
 /// The pod's view of its cluster: the service address from the environment, the CA and the
-/// (rotating) token from the service-account directory.
+/// (rotating) token from the service-account directory. Without a token file there (a pod that
+/// mounts only the cluster's CA, as passthrough needs no credentials of the proxy's own) the
+/// proxy has none; the identity modes then refuse to start for want of them.
 fn in_cluster(
     args: &UpstreamFlags,
     env: impl Fn(&str) -> Option<String>,
@@ -148,9 +153,21 @@ fn in_cluster(
             ca: Some(Pem::File(dir.join("ca.crt"))),
             ..UpstreamTls::default()
         },
-        token: Some(token_file(dir.join("token"))?),
+        token: service_account_token(dir.join("token"))?,
         client_cert: None,
     })
+}
+
+/// The service-account token file, or `None` where there is none (not mounted).
+fn service_account_token(path: PathBuf) -> Result<Option<Arc<TokenSource>>, SourceError> {
+    match token_file(path) {
+        Ok(token) => Ok(Some(token)),
+        Err(SourceError::TokenFile { path, source }) if source.kind() == NotFound => {
+            info!(path = %path.display(), "--in-cluster: no service-account token mounted: the proxy has no credentials of its own");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -189,6 +206,11 @@ mod tests {
             in_cluster(&a, |_| None),
             Err(SourceError::NoServiceEnv(SERVICE_HOST))
         ));
+        // Only the CA mounted (passthrough): no credentials of the proxy's own.
+        std::fs::remove_file(dir.path().join("token")).unwrap();
+        let s = in_cluster(&a, env).unwrap();
+        assert!(s.token.is_none() && s.client_cert.is_none());
+        assert_eq!(s.tls.ca, Some(Pem::File(dir.path().join("ca.crt"))));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use http::{header, HeaderMap, HeaderName, Method};
 
 use super::endpoint::{Upstream, UpstreamError, UpstreamIo};
+use super::error::{UpstreamFailure, TALKING_FAILED};
 use crate::proxy::wire::headers::set_forwarding_headers;
 use crate::spdy::upgrade::{upgrade, UpgradeError, UpgradeRequest, Upgraded};
 
@@ -27,6 +28,26 @@ impl DialError {
         match self {
             DialError::Upgrade(UpgradeError::Refused { status, .. }) => status.as_u16(),
             _ => 0,
+        }
+    }
+}
+
+impl UpstreamFailure for DialError {
+    fn client_reason(&self) -> String {
+        match self {
+            DialError::Upstream(e) => e.client_reason().to_owned(),
+            // An I/O error on a TLS connection may carry the alert the upstream sent.
+            DialError::Upgrade(UpgradeError::Io(_)) => TALKING_FAILED.to_owned(),
+            // The shape of the upstream's answer, or how long we waited: nothing internal.
+            DialError::Upgrade(_) | DialError::Timeout(_) => self.to_string(),
+        }
+    }
+
+    fn log_kind(&self) -> &'static str {
+        match self {
+            DialError::Upstream(e) => UpstreamFailure::log_kind(e),
+            DialError::Upgrade(_) => "upstream_upgrade",
+            DialError::Timeout(_) => "upstream_answer_timeout",
         }
     }
 }

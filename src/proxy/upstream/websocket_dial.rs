@@ -14,6 +14,7 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::debug;
 
 use super::endpoint::{Upstream, UpstreamError};
+use super::error::{UpstreamFailure, TALKING_FAILED};
 
 /// The upstream's side of a WebSocket the proxy dialled.
 pub type UpstreamSocket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -68,6 +69,31 @@ impl WebSocketDialError {
         match self {
             WebSocketDialError::Refused { status, .. } => status.as_u16(),
             _ => 0,
+        }
+    }
+}
+
+impl UpstreamFailure for WebSocketDialError {
+    fn client_reason(&self) -> String {
+        match self {
+            WebSocketDialError::Upstream(e) => e.client_reason().to_owned(),
+            // hyper's error may wrap an I/O error carrying a TLS alert.
+            WebSocketDialError::Http(_) => TALKING_FAILED.to_owned(),
+            WebSocketDialError::Timeout(_)
+            | WebSocketDialError::Request(_)
+            | WebSocketDialError::Refused { .. }
+            | WebSocketDialError::BadHandshake(_) => self.to_string(),
+        }
+    }
+
+    fn log_kind(&self) -> &'static str {
+        match self {
+            WebSocketDialError::Upstream(e) => UpstreamFailure::log_kind(e),
+            WebSocketDialError::Http(_) => "upstream_connection",
+            WebSocketDialError::Timeout(_) => "upstream_answer_timeout",
+            WebSocketDialError::Request(_)
+            | WebSocketDialError::Refused { .. }
+            | WebSocketDialError::BadHandshake(_) => "upstream_upgrade",
         }
     }
 }

@@ -17,6 +17,7 @@ use super::reader::Reader;
 use super::shared::{Control, Shared, StreamEntry, StreamFlags};
 use super::stream::{IncomingStream, Stream};
 use super::writer::Writer;
+use crate::peer_hangup::PeerHangup;
 use crate::spdy::frame::{Frame, HeaderBlock, Ping, PingId, StreamId, SynStream};
 
 /// How long `close` keeps reading after GOAWAY so the peer's last frames are not answered with
@@ -53,7 +54,23 @@ impl Connection {
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        Self::start(io, leftover, config, Role::Client, None)
+        Self::start(io, leftover, config, Role::Client, None, None)
+    }
+
+    /// [`Connection::client`] on a connection whose socket `hangup` watches (the TCP socket
+    /// under `io`): while the reader is parked on a full stream inbox it looks there for the
+    /// peer's FIN or reset, so that its streams learn at once that what they have left to
+    /// deliver can no longer grow ([`super::RecvStream::cut`]).
+    pub fn client_watching<T>(
+        io: T,
+        leftover: Bytes,
+        config: Config,
+        hangup: PeerHangup,
+    ) -> Connection
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        Self::start(io, leftover, config, Role::Client, None, Some(hangup))
     }
 
     /// Starts a server session: the peer opens streams, which arrive on [`Incoming`].
@@ -62,7 +79,7 @@ impl Connection {
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let (tx, rx) = mpsc::channel(config.accept_backlog.max(1));
-        let conn = Self::start(io, leftover, config, Role::Server, Some(tx));
+        let conn = Self::start(io, leftover, config, Role::Server, Some(tx), None);
         (conn, Incoming { rx })
     }
 
@@ -72,6 +89,7 @@ impl Connection {
         config: Config,
         role: Role,
         incoming: Option<mpsc::Sender<IncomingStream>>,
+        hangup: Option<PeerHangup>,
     ) -> Connection
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -83,7 +101,14 @@ impl Connection {
         let life = Life::new(shared.clone());
         let writer = Writer::new(write_half, shared.clone(), control_rx, data_rx);
         tokio::spawn(writer.run());
-        let reader = Reader::new(read_half, leftover, shared.clone(), incoming, life.weak());
+        let reader = Reader::new(
+            read_half,
+            leftover,
+            shared.clone(),
+            incoming,
+            life.weak(),
+            hangup,
+        );
         life.set_reader(tokio::spawn(reader.run()).abort_handle());
         Connection { shared, life }
     }

@@ -5,6 +5,11 @@
 //! every interval, so a live peer is heard from at least that often. Time spent parked on a
 //! full inbox does not count as the peer's silence: the peer's answers wait behind the data
 //! we have not read.
+//!
+//! Parked on a full inbox, it leaves what the peer sent in the kernel, where the peer's FIN or
+//! reset waits behind it. With a [`PeerHangup`] it looks at the socket meanwhile, and a hang-up
+//! seen there tells the streams at once ([`super::RecvStream::cut`]): what they still have to
+//! deliver can no longer grow, and a recorded session drains it without waiting its turn.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -16,10 +21,11 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
 use super::error::SessionEnd;
-use super::inbox::inbox;
+use super::inbox::{inbox, InboxSender};
 use super::life::Life;
 use super::shared::{Control, RecvEnd, Shared, StreamEntry, StreamFlags};
 use super::stream::IncomingStream;
+use crate::peer_hangup::PeerHangup;
 use crate::read_sizer::ReadSizer;
 use crate::spdy::codec::FrameDecoder;
 use crate::spdy::frame::{Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream};
@@ -41,6 +47,8 @@ pub(crate) struct Reader<R> {
     sizer: ReadSizer,
     /// When the peer was last heard from (or the reader was last unparked).
     last_heard: Instant,
+    /// The socket under `io`, looked at while the reader is parked.
+    hangup: Option<PeerHangup>,
 }
 
 impl<R: AsyncRead + Unpin> Reader<R> {
@@ -50,6 +58,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         shared: Arc<Shared>,
         incoming: Option<mpsc::Sender<IncomingStream>>,
         life: Weak<Life>,
+        hangup: Option<PeerHangup>,
     ) -> Self {
         let decoder = FrameDecoder::with_limits(
             shared.config.max_control_frame,
@@ -64,6 +73,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             life,
             sizer: ReadSizer::new(FRAME_SLACK),
             last_heard: Instant::now(),
+            hangup,
         }
     }
 
@@ -201,7 +211,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             if !data.payload.is_empty() {
                 if let Err(payload) = inbox.try_deliver(data.payload) {
                     // Parked until the stream's reader makes room: not the peer's silence.
-                    inbox.deliver(payload).await;
+                    park(&self.shared, self.hangup, &inbox, payload).await;
                     self.last_heard = Instant::now();
                 }
             }
@@ -307,6 +317,28 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         }
         Ok(())
     }
+}
+
+/// Waits for room in `inbox` for `payload`, watching the socket meanwhile for the peer's
+/// hang-up (once seen, it is not looked for again).
+async fn park(
+    shared: &Shared,
+    hangup: Option<PeerHangup>,
+    inbox: &InboxSender,
+    payload: bytes::Bytes,
+) {
+    let delivered = inbox.deliver(payload);
+    let Some(hangup) = hangup.filter(|_| !shared.peer_hung_up()) else {
+        delivered.await;
+        return;
+    };
+    tokio::pin!(delivered);
+    tokio::select! {
+        biased;
+        _ = &mut delivered => return,
+        () = hangup.hung_up() => shared.note_hangup(),
+    }
+    delivered.await;
 }
 
 /// Resolves when the silence timer fires (never without one).

@@ -130,6 +130,9 @@ pub(crate) struct Shared {
     pub role: Role,
     state: Mutex<State>,
     end_tx: watch::Sender<Option<SessionEnd>>,
+    /// Set once the peer is known to have closed or reset the connection while the reader
+    /// was still behind: nothing beyond what the kernel already holds will come.
+    hangup_tx: watch::Sender<bool>,
     pub release_decoder: AtomicBool,
     /// Wakes a reader parked on the socket so it drops its inflate context at once: an idle
     /// session would otherwise keep it until the next frame arrives.
@@ -159,6 +162,7 @@ impl Shared {
                 ended: None,
             }),
             end_tx: watch::channel(None).0,
+            hangup_tx: watch::channel(false).0,
             release_decoder: AtomicBool::new(false),
             release_wake: Notify::new(),
             control_tx,
@@ -179,6 +183,21 @@ impl Shared {
 
     pub(crate) fn subscribe_end(&self) -> watch::Receiver<Option<SessionEnd>> {
         self.end_tx.subscribe()
+    }
+
+    pub(crate) fn subscribe_hangup(&self) -> watch::Receiver<bool> {
+        self.hangup_tx.subscribe()
+    }
+
+    /// Whether the peer is known to have hung up (see [`Shared::note_hangup`]).
+    pub(crate) fn peer_hung_up(&self) -> bool {
+        *self.hangup_tx.borrow()
+    }
+
+    /// The peer closed or reset the connection (seen on the socket while the reader was
+    /// behind): what its streams still have to deliver can no longer grow.
+    pub(crate) fn note_hangup(&self) {
+        self.hangup_tx.send_replace(true);
     }
 
     /// Marks the session over: every stream's reader sees the end after its queued data, every

@@ -198,12 +198,19 @@ impl RecvStream {
         matches!(self.flags.recv_end(), RecvEnd::Reset | RecvEnd::Lost)
     }
 
-    /// Resolves once the connection has ended with this stream unfinished ([`RecvStream::is_cut`]);
-    /// never if the stream finished first. A reset of this stream alone, with the connection
-    /// alive, is seen by `is_cut` only.
+    /// Resolves once what this stream has left to deliver can no longer grow: the connection
+    /// ended with the stream unfinished ([`RecvStream::is_cut`]), or its peer was seen to close
+    /// or reset the connection while the session's reader was behind (what it sent before that
+    /// is still delivered, the stream's own end included). Never if the stream finished first
+    /// with the connection alive. A reset of this stream alone, with the connection alive, is
+    /// seen by `is_cut` only.
     pub async fn cut(&self) {
         let mut end = self.shared.subscribe_end();
+        let mut hangup = self.shared.subscribe_hangup();
         loop {
+            if *hangup.borrow_and_update() {
+                return;
+            }
             // The session marks its streams before it announces its end.
             if end.borrow_and_update().is_some() {
                 if self.is_cut() {
@@ -211,7 +218,11 @@ impl RecvStream {
                 }
                 return std::future::pending().await;
             }
-            if end.changed().await.is_err() {
+            let changed = tokio::select! {
+                changed = end.changed() => changed,
+                changed = hangup.changed() => changed,
+            };
+            if changed.is_err() {
                 return std::future::pending().await;
             }
         }

@@ -110,15 +110,15 @@ async fn large_transfer_needs_no_window_update() {
 }
 
 /// A raw peer: reads our frames and writes frames we choose.
-struct RawPeer {
-    io: DuplexStream,
+struct RawPeer<T = DuplexStream> {
+    io: T,
     buf: BytesMut,
     dec: FrameDecoder,
     enc: FrameEncoder,
 }
 
-impl RawPeer {
-    fn new(io: DuplexStream) -> Self {
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> RawPeer<T> {
+    fn new(io: T) -> Self {
         RawPeer {
             io,
             buf: BytesMut::new(),
@@ -861,4 +861,63 @@ async fn a_stream_the_peer_opens_after_every_handle_dropped_is_refused() {
         "{frames:?}"
     );
     drop(incoming);
+}
+
+/// A connection over real TCP whose reader watches its socket: the proxy's end, with room in
+/// the kernel for all a peer sends, and the peer's end.
+async fn watched_tcp(config: Config) -> (Connection, RawPeer<tokio::net::TcpStream>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4 << 20).unwrap();
+    let (ours, theirs) = tokio::join!(
+        socket.connect(listener.local_addr().unwrap()),
+        listener.accept()
+    );
+    let ours = ours.unwrap();
+    let hangup = crate::peer_hangup::PeerHangup::of(&ours);
+    let client = Connection::client_watching(ours, Bytes::new(), config, hangup);
+    (client, RawPeer::new(theirs.unwrap().0))
+}
+
+/// A peer that sends sixteen times what the stream's inbox holds and then hangs up (FIN, or a
+/// reset): the reader, parked on the full inbox, sees the hang-up on the socket and tells the
+/// stream it is cut while most of the data is still unread; every byte sent before the hang-up
+/// is still delivered, then the connection's end.
+#[tokio::test]
+async fn a_watched_connection_tells_its_streams_of_a_hang_up_behind_unread_data() {
+    const FRAME: usize = 32 * 1024;
+    for reset in [false, true] {
+        let config = Config {
+            stream_inbox_bytes: 64 * 1024,
+            ..quiet()
+        };
+        let (client, mut peer) = watched_tcp(config).await;
+        let opening = tokio::spawn(async move { client.open_stream(headers("stdout")).await });
+        let id = peer.accept().await;
+        let (_tx, mut rx) = opening.await.unwrap().unwrap().split();
+        for _ in 0..32 {
+            peer.write(Frame::Data(Data {
+                stream_id: id,
+                fin: false,
+                payload: Bytes::from(vec![b'o'; FRAME]),
+            }))
+            .await;
+        }
+        if reset {
+            // A zero linger makes the close a reset.
+            peer.io.set_zero_linger().unwrap();
+            drop(peer);
+        } else {
+            peer.io.shutdown().await.unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(2), rx.cut())
+            .await
+            .expect("the hang-up is seen behind the unread data");
+        let mut got = 0;
+        while let Some(Ok(chunk)) = rx.recv().await {
+            got += chunk.len();
+        }
+        assert_eq!(got, 32 * FRAME, "reset: {reset}");
+        assert!(rx.recv().await.is_none());
+    }
 }

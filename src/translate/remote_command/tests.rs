@@ -32,7 +32,8 @@ fn socket(io: DuplexStream) -> WebSocket<DuplexStream> {
     )
 }
 
-/// A kubelet that accepts the streams and writes `output` on stdout, never finishing.
+/// A kubelet that accepts the streams and writes `output` on stdout in DATA frames of 32 KiB
+/// (as the kubelet's copy buffer makes them), never finishing.
 fn kubelet(io: DuplexStream, output: usize) -> Connection {
     let (conn, mut incoming) = Connection::server(io, Bytes::new(), quiet());
     tokio::spawn(async move {
@@ -41,7 +42,11 @@ fn kubelet(io: DuplexStream, output: usize) -> Connection {
             let is_stdout = s.headers().get("streamtype") == Some(&b"stdout"[..]);
             let (mut tx, rx) = s.accept().await.unwrap().split();
             if is_stdout {
-                let _ = tx.send(Bytes::from(vec![b'x'; output])).await;
+                let mut left = Bytes::from(vec![b'x'; output]);
+                while !left.is_empty() {
+                    let frame = left.split_to(left.len().min(32 * 1024));
+                    let _ = tx.send(frame).await;
+                }
             }
             held.push((tx, rx));
         }
@@ -285,4 +290,130 @@ async fn a_session_cut_off_by_its_upstream_ends_without_waiting_its_recording_tu
         "what the session held was passed on"
     );
     drop(spent);
+}
+
+/// How a test ends the kubelet's TCP connection.
+#[derive(Clone, Copy, Debug)]
+enum Hangup {
+    Fin,
+    Reset,
+}
+
+/// A kubelet writing `output` bytes on stdout, reached over real TCP (the proxy's end a
+/// `TcpStream` with room for all of it, as the soak's upstream socket is), behind a relay that
+/// hangs up as told once everything the kubelet sent has crossed. The proxy's end, the kubelet,
+/// and the relay's trigger.
+async fn kubelet_over_tcp(
+    output: usize,
+) -> (
+    tokio::net::TcpStream,
+    Connection,
+    tokio::sync::oneshot::Sender<Hangup>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4 << 20).unwrap();
+    let (ours, theirs) = tokio::join!(
+        socket.connect(listener.local_addr().unwrap()),
+        listener.accept()
+    );
+    let (mut theirs, _) = theirs.unwrap();
+    let (near, far) = tokio::io::duplex(64 * 1024);
+    let kubelet = kubelet(far, output);
+    let (hang_up, how) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut near = near;
+        let how = tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut near, &mut theirs) => return,
+            how = how => how,
+        };
+        match how {
+            Ok(Hangup::Fin) => {
+                use tokio::io::AsyncWriteExt;
+                let _ = theirs.shutdown().await;
+                // Holds its end open: only the FIN goes.
+                std::future::pending::<()>().await;
+            }
+            Ok(Hangup::Reset) => {
+                let _ = theirs.set_zero_linger();
+            }
+            Err(_) => {}
+        }
+    });
+    (ours.unwrap(), kubelet, hang_up)
+}
+
+/// A recorded session whose output waits for the recording budget (spent by others, as
+/// behind a busy writer) has far more received than its stream's inbox holds, the rest in the
+/// kernel, when its upstream hangs up (`how`). The hang-up is seen on the socket though the
+/// reader is held back, what the session still has is drained through the recorder's cut lane,
+/// and the session ends: what it got to the client and how long it took after the hang-up.
+async fn recorded_session_cut_behind_its_output(how: Hangup, watched: bool) -> (usize, Duration) {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    const OUTPUT: usize = 1 << 20;
+    let (_dir, recordings, recorder) = recorded_session("hangup-1").await;
+    let spent = recordings.spend_budget();
+    let (ours, _kubelet, hang_up) = kubelet_over_tcp(OUTPUT).await;
+    let hangup = crate::peer_hangup::PeerHangup::of(&ours);
+    let conn = if watched {
+        Connection::client_watching(ours, Bytes::new(), quiet(), hangup)
+    } else {
+        Connection::client(ours, Bytes::new(), quiet())
+    };
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let task = spawn_recorded_stdout(conn, socket(server), recorder).await;
+    let mut client =
+        tokio_tungstenite::WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+    let received = tokio::spawn(async move {
+        let mut stdout = 0;
+        while let Some(Ok(m)) = client.next().await {
+            let data = m.into_data();
+            if data.first() == Some(&1) {
+                stdout += data.len() - 1;
+            }
+        }
+        stdout
+    });
+    // Everything crosses to the proxy's socket while the session waits for its budget: the
+    // inbox is full, the rest is in the kernel.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished());
+    hang_up.send(how).unwrap();
+    let cut = std::time::Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(3), task).await;
+    let took = cut.elapsed();
+    drop(spent);
+    let outcome = outcome
+        .expect("the session never saw its upstream hang up")
+        .unwrap();
+    assert_eq!(outcome.end, SessionEndKind::Completed, "{outcome:?}");
+    (received.await.unwrap(), took)
+}
+
+/// The upstream's FIN behind a megabyte the session has not read yet: seen at once, and the
+/// whole megabyte still reaches the client.
+#[tokio::test]
+async fn a_fin_behind_unread_output_ends_a_recorded_session_at_once() {
+    let (received, took) = recorded_session_cut_behind_its_output(Hangup::Fin, true).await;
+    assert_eq!(received, 1 << 20, "every byte the kubelet sent");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// The upstream's reset behind output not read yet: seen at once; what the kernel still gives
+/// up reaches the client (Linux gives up all of it before the reset's error).
+#[tokio::test]
+async fn a_reset_behind_unread_output_ends_a_recorded_session_at_once() {
+    let (received, took) = recorded_session_cut_behind_its_output(Hangup::Reset, true).await;
+    assert!(received <= 1 << 20);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// Without the watch on its socket, the same session waits for its recording turn: the test
+/// above would hang (here, the shared budget never comes back).
+#[tokio::test]
+#[should_panic(expected = "never saw its upstream hang up")]
+async fn without_the_socket_watch_the_cut_session_waits_for_its_turn() {
+    recorded_session_cut_behind_its_output(Hangup::Fin, false).await;
 }
