@@ -16,6 +16,7 @@ const LEAVES: &[&str] = &[
     "memory_trim",
     "read_sizer",
     "request",
+    "session_memory",
     "timestamp",
 ];
 

@@ -19,7 +19,7 @@
 //! - `sim` uses `spdy` only: the reference cluster shares no session code with what it tests.
 //! - `spdy` and `audit` use only the leaves.
 //! - Leaves, usable by all and using none: `request`, `activity_clock`, `read_sizer`,
-//!   `timestamp`, `memory_trim`.
+//!   `timestamp`, `memory_trim`, `session_memory`.
 
 pub mod activity_clock;
 pub mod app;
@@ -35,6 +35,7 @@ pub mod memory_trim;
 pub mod proxy;
 pub mod read_sizer;
 pub mod request;
+pub mod session_memory;
 pub mod sim;
 pub mod spdy;
 pub mod timestamp;
