@@ -187,35 +187,42 @@ impl MemoryLane {
         }
     }
 
+    /// Room for a read now, as much as there is up to `max` (`None`: none now).
+    pub fn try_room(&self, max: usize) -> Option<Held> {
+        if max == 0 {
+            return Some(self.none());
+        }
+        loop {
+            let mut st = self.0.lock();
+            let n = self.0.available(&st, max);
+            if n == 0 {
+                return None;
+            }
+            if self.0.grant(&mut st, n).is_ok() {
+                return Some(Held {
+                    lane: self.clone(),
+                    n,
+                });
+            }
+            // Another lane took the budget's room between the look and the loan: look again.
+        }
+    }
+
     /// Room for a read: as much as there is up to `max`, at least one byte, waiting while
     /// there is none (until the lane's own bytes go on, or others give some back).
     pub async fn take_room(&self, max: usize) -> Held {
-        if max == 0 {
-            return self.none();
-        }
         loop {
             let own = self.0.released.notified();
             let others = self.0.budget.released();
             tokio::pin!(own, others);
             own.as_mut().enable();
             others.as_mut().enable();
-            let raced = {
-                let mut st = self.0.lock();
-                let n = self.0.available(&st, max);
-                if n > 0 && self.0.grant(&mut st, n).is_ok() {
-                    return Held {
-                        lane: self.clone(),
-                        n,
-                    };
-                }
-                // Another lane took the budget's room between the look and the loan.
-                n > 0
-            };
-            if !raced {
-                tokio::select! {
-                    () = own => {}
-                    () = others => {}
-                }
+            if let Some(room) = self.try_room(max) {
+                return room;
+            }
+            tokio::select! {
+                () = own => {}
+                () = others => {}
             }
         }
     }
