@@ -155,38 +155,6 @@ impl MemoryLane {
         }
     }
 
-    /// `n` bytes, all of them: what must be held whole before it can go on. Waits while the
-    /// lane's own bytes fill its cap (they are on their way out); refused when `n` alone is
-    /// past the cap or the budget cannot lend it, and the session that asked is counted as
-    /// ended by that limit.
-    pub async fn take_whole(&self, n: usize) -> Result<Held, Refused> {
-        if n > self.0.limits.cap {
-            return Err(self.ended(Limit::Session, n));
-        }
-        loop {
-            let released = self.0.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            {
-                let mut st = self.0.lock();
-                match self.0.grant(&mut st, n) {
-                    Ok(()) => {
-                        return Ok(Held {
-                            lane: self.clone(),
-                            n,
-                        })
-                    }
-                    Err(Short::Budget) => {
-                        drop(st);
-                        return Err(self.ended(Limit::Budget, n));
-                    }
-                    Err(Short::Cap) => {}
-                }
-            }
-            released.await;
-        }
-    }
-
     /// Room for a read now, as much as there is up to `max` (`None`: none now).
     pub fn try_room(&self, max: usize) -> Option<Held> {
         if max == 0 {
@@ -282,6 +250,39 @@ impl Held {
     pub fn absorb(&mut self, mut other: Held) {
         debug_assert!(Arc::ptr_eq(&self.lane.0, &other.lane.0), "one lane");
         self.n += std::mem::take(&mut other.n);
+    }
+
+    /// Grows to `total` bytes, all at once: what must be held whole before it can go on (a
+    /// frame, with what of it is held already). Waits while the lane's other bytes fill its cap
+    /// (they are on their way out); refused when `total` alone is past the cap or the budget
+    /// cannot lend what is missing, and the session that asked is counted as ended by that
+    /// limit. Nothing is taken when refused.
+    pub async fn grow_to(&mut self, total: usize) -> Result<(), Refused> {
+        if total <= self.n {
+            return Ok(());
+        }
+        let lane = self.lane.clone();
+        if total > lane.0.limits.cap {
+            return Err(lane.ended(Limit::Session, total));
+        }
+        let more = total - self.n;
+        loop {
+            let released = lane.0.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let short = {
+                let mut st = lane.0.lock();
+                lane.0.grant(&mut st, more).err()
+            };
+            match short {
+                None => {
+                    self.n = total;
+                    return Ok(());
+                }
+                Some(Short::Budget) => return Err(lane.ended(Limit::Budget, total)),
+                Some(Short::Cap) => released.await,
+            }
+        }
     }
 
     /// Gives back all but `n` bytes.

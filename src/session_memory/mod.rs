@@ -13,8 +13,8 @@
 //! - [`MemoryLane::take_room`] for what a reader is about to read: as much as there is, waiting
 //!   while there is none. The reader then reads less, or stops reading until its own bytes are
 //!   passed on or others give memory back: backpressure, as a slow peer causes, never an error.
-//! - [`MemoryLane::take_whole`] for what must be held whole before it can be passed on: a frame
-//!   or message larger than the floor. All or nothing: past the cap, or when the budget cannot
+//! - [`Held::grow_to`] for what must be held whole before it can be passed on: a frame or
+//!   message larger than the floor. All or nothing: past the cap, or when the budget cannot
 //!   lend it, it is refused and the session that asked ends (WebSocket close 1009, a SPDY
 //!   GOAWAY). Waiting for it instead would let a few sessions hold the budget for good while
 //!   everyone else's large messages waited.

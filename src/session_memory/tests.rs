@@ -59,29 +59,46 @@ fn past_the_cap_or_the_budget_a_lane_is_refused() {
 }
 
 #[tokio::test]
-async fn take_whole_refuses_at_once_past_the_cap_or_the_budget_and_counts_the_session() {
+async fn grow_to_refuses_at_once_past_the_cap_or_the_budget_and_counts_the_session() {
     let b = budget(500);
     let lane = b.lane();
-    let r = lane.take_whole(CAP + 1).await.unwrap_err();
-    assert_eq!(r.limit, Limit::Session);
-    let _other = b.lane().try_take(FLOOR + 450).unwrap();
-    let r = lane.take_whole(FLOOR + 51).await.unwrap_err();
-    assert_eq!(r.limit, Limit::Budget);
+    // 300 held: the floor's 100 and 200 borrowed.
+    let mut frame = lane.try_take(300).unwrap();
+    // Past the cap, counting what is held already: refused, nothing taken.
+    let r = frame.grow_to(CAP + 1).await.unwrap_err();
+    assert_eq!(
+        (r.limit, r.wanted, r.allowed),
+        (Limit::Session, CAP + 1, CAP)
+    );
+    // Another lane borrows the rest of the budget.
+    let other = b.lane().try_take(FLOOR + 300).unwrap();
+    let r = frame.grow_to(301).await.unwrap_err();
+    assert_eq!((r.limit, r.wanted, r.allowed), (Limit::Budget, 301, 500));
     assert_eq!(b.sessions_ended(Limit::Session), 1);
     assert_eq!(b.sessions_ended(Limit::Budget), 1);
+    assert_eq!((frame.len(), lane.held()), (300, 300));
     // What fits is granted.
-    let h = lane.take_whole(FLOOR + 50).await.unwrap();
-    assert_eq!((h.len(), b.in_use()), (FLOOR + 50, 500));
+    drop(other);
+    frame.grow_to(600).await.unwrap();
+    assert_eq!((frame.len(), lane.held(), b.in_use()), (600, 600, 500));
+    // The cap counts what the caller holds already, once.
+    let big = MemoryBudget::new(1 << 20, b.lane_limits());
+    let mut at_cap = big.lane().try_take(CAP - 10).unwrap();
+    at_cap.grow_to(CAP).await.unwrap();
+    assert_eq!(at_cap.len(), CAP);
 }
 
 #[tokio::test]
-async fn take_whole_waits_for_the_lanes_own_bytes_to_go_on() {
+async fn grow_to_waits_for_the_lanes_other_bytes_to_go_on() {
     let b = budget(10_000);
     let lane = b.lane();
     let queued = lane.try_take(600).unwrap();
     let waiting = tokio::spawn({
         let lane = lane.clone();
-        async move { lane.take_whole(600).await }
+        async move {
+            let mut frame = lane.none();
+            frame.grow_to(600).await.map(|()| frame)
+        }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
@@ -140,7 +157,8 @@ async fn a_wait_given_up_holds_nothing() {
     assert!(waits(lane.take_room(10)).await);
     assert!(
         waits(async {
-            let _ = lane.take_whole(CAP - FLOOR + 1).await;
+            let mut frame = lane.none();
+            let _ = frame.grow_to(CAP - FLOOR + 1).await;
         })
         .await
     );

@@ -333,6 +333,7 @@ async fn dial_streams(
     let spdy_config = SpdyConfig {
         ping_interval: state.upstream_ping_interval,
         ping_timeout: state.upstream_ping_timeout,
+        memory: Some(state.session_memory.clone()),
         ..SpdyConfig::default()
     };
     let conn = Connection::client(upgraded.io, upgraded.leftover, spdy_config);

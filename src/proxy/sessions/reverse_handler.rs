@@ -344,6 +344,7 @@ async fn exec(
     let config = SpdyConfig {
         ping_interval: state.client_keepalive.map(|k| k.interval),
         ping_timeout: state.client_keepalive.and_then(|k| k.timeout),
+        memory: Some(state.session_memory.clone()),
         ..SpdyConfig::default()
     };
     let (conn, incoming) = Connection::server(client, Bytes::new(), config);

@@ -290,7 +290,7 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
             if frame > lane.limits().floor {
                 if frame > charge.len() {
                     let _held = self.liveness.hold();
-                    charge.absorb(lane.take_whole(frame - charge.len()).await?);
+                    charge.grow_to(frame).await?;
                 }
                 return Ok(want);
             }
