@@ -246,7 +246,10 @@ impl ReverseSession {
         client: TokioIo<hyper::upgrade::Upgraded>,
         upstream: DialedWebSocket,
     ) {
-        let watch = self.running.is_audited().then(PortForwardWatch::new);
+        let watch = self
+            .running
+            .is_audited()
+            .then(|| PortForwardWatch::new().charging(self.state.session_memory.lane()));
         let outcome = port_forward::run(
             client,
             upstream.socket,
