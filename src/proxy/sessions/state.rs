@@ -26,10 +26,11 @@ use crate::translate::ws::{Config, Keepalive};
 /// together. Derived from the manifests' 512 MiB limit (SECURITY.md, "Memory").
 pub const DEFAULT_SESSION_MEMORY_BUDGET: usize = 256 * 1024 * 1024;
 
-/// What each direction of a session holds on its own, without the budget: two of kubectl's
-/// 32 KiB messages (or frames) with their heads, so a session keeps moving whatever others
-/// hold.
-pub const LANE_FLOOR: usize = 64 * 1024;
+/// What each direction of a session holds on its own, without the budget, so that a session
+/// keeps moving whatever others hold: two of kubectl's 32 KiB messages (or a kubelet's frames)
+/// with their heads, or one of the Node client's 64 KiB stream chunks with its channel byte and
+/// head.
+pub const LANE_FLOOR: usize = 65 * 1024;
 
 /// What a direction may hold queued behind its largest message (kubectl's 16 queued stdin
 /// messages are 512 KiB).
@@ -115,15 +116,18 @@ impl ProxyState {
     /// State with default limits for `upstream`.
     pub fn new(upstream: Upstream) -> Self {
         let client = upstream.pooled_client();
+        let metrics = Metrics::new();
+        let session_memory = MemoryBudget::new(
+            DEFAULT_SESSION_MEMORY_BUDGET,
+            session_lane_limits(32 * 1024 * 1024),
+        );
+        metrics.watch_session_memory(session_memory.clone());
         ProxyState {
             upstream,
             client,
             session_limits: SessionLimits::default(),
             max_message_size: 32 * 1024 * 1024,
-            session_memory: MemoryBudget::new(
-                DEFAULT_SESSION_MEMORY_BUDGET,
-                session_lane_limits(32 * 1024 * 1024),
-            ),
+            session_memory,
             upstream_ping_interval: Some(Duration::from_secs(5)),
             upstream_ping_timeout: Some(Duration::from_secs(30)),
             client_keepalive: Some(Keepalive {
@@ -141,7 +145,7 @@ impl ProxyState {
             waiting_connections: WaitingConnections::new(DEFAULT_MAX_PENDING as usize),
             http2_websockets: true,
             tls: None,
-            metrics: Metrics::new(),
+            metrics,
             sessions: Sessions::new(None),
             auth: Authenticator::passthrough(),
             audit: None,
