@@ -23,6 +23,7 @@ mod e2e_front_door;
 mod e2e_front_door_errors;
 mod e2e_http2_websocket;
 mod e2e_keepalive;
+mod e2e_memory;
 mod e2e_node;
 mod e2e_operations;
 mod e2e_port_forward;
