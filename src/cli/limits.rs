@@ -46,8 +46,8 @@ pub struct LimitArgs {
     /// stdin and output, frames being followed. Each direction of a session holds up to 64 KiB
     /// on its own and at most one largest message (`--max-message-size`) and 1 MiB behind it.
     /// Past the budget, reading waits (backpressure), and a session that needs a large message
-    /// held whole ends (WebSocket close 1009). The default suits the manifests' 512 MiB limit;
-    /// see SECURITY.md to size it for another.
+    /// held whole ends (WebSocket close 1009). The default suits the manifests' 1 GiB limit
+    /// with 2,000 sessions; see SECURITY.md ("Memory") to size it for another.
     #[arg(
         long,
         env = "KUBE_WS_PROXY_SESSION_MEMORY_BUDGET",

@@ -23,8 +23,9 @@ use crate::translate::remote_command::SessionLimits;
 use crate::translate::ws::{Config, Keepalive};
 
 /// Default of `--session-memory-budget`: what sessions may hold beyond their floors, all
-/// together. Derived from the manifests' 512 MiB limit (SECURITY.md, "Memory").
-pub const DEFAULT_SESSION_MEMORY_BUDGET: usize = 256 * 1024 * 1024;
+/// together. With the manifests' 2,000 sessions and everything else bounded, the worst case
+/// stays below their 1 GiB limit (SECURITY.md, "Memory").
+pub const DEFAULT_SESSION_MEMORY_BUDGET: usize = 128 * 1024 * 1024;
 
 /// What each direction of a session holds on its own, without the budget, so that a session
 /// keeps moving whatever others hold: two of kubectl's 32 KiB messages (or a kubelet's frames)
