@@ -61,6 +61,26 @@ async fn peak_rss(proxy: &ProxyProcess, period: Duration) -> usize {
     peak
 }
 
+/// The proxy with `budget`, a kubectl 1.33 exec through it, and its resident memory then.
+async fn started(budget: usize, kubectl: &std::path::Path) -> (Harness, usize) {
+    let h = with_budget(budget).await;
+    healthy_exec(&h, kubectl).await;
+    let before = rss(&h.proxy);
+    (h, before)
+}
+
+/// How far the proxy's resident memory grew from `before` to its peak over `period`, said
+/// with `what` the load was.
+async fn growth(proxy: &ProxyProcess, before: usize, period: Duration, what: &str) -> usize {
+    let peak = peak_rss(proxy, period).await;
+    eprintln!(
+        "RSS {} MiB before, {} MiB at the peak; {what}",
+        before / MIB,
+        peak / MIB
+    );
+    peak.saturating_sub(before)
+}
+
 /// The server's frames on `r` (the bytes in `buf` first) until its Close: its code. `None` if
 /// none came within `wait` (or the connection ended without one).
 async fn close_code<R: AsyncRead + Unpin>(
@@ -154,9 +174,7 @@ async fn huge_unfinished_messages_end_their_sessions_past_the_budget() {
     const BUDGET: usize = 64 * MIB;
     const SESSIONS: usize = 12;
     const MESSAGE: usize = 30 * MIB;
-    let h = with_budget(BUDGET).await;
-    healthy_exec(&h, &kubectl).await;
-    let before = rss(&h.proxy);
+    let (h, before) = started(BUDGET, &kubectl).await;
     let mut attackers = Vec::new();
     for _ in 0..SESSIONS {
         attackers.push(tokio::spawn(unfinished_message(h.proxy.addr, MESSAGE)));
@@ -172,13 +190,8 @@ async fn huge_unfinished_messages_end_their_sessions_past_the_budget() {
         }
         held.push(tcp);
     }
-    let peak = peak_rss(&h.proxy, Duration::from_secs(2)).await;
-    let grown = peak.saturating_sub(before);
-    eprintln!(
-        "RSS {} MiB before, {} MiB at the peak; {refused} of {SESSIONS} sessions refused",
-        before / MIB,
-        peak / MIB
-    );
+    let what = format!("{refused} of {SESSIONS} sessions refused");
+    let grown = growth(&h.proxy, before, Duration::from_secs(2), &what).await;
     // The budget, and 32 MiB for everything else (a dozen sessions' own state, reads under way,
     // the allocator's slack); without a budget the messages alone are 360 MiB.
     assert!(grown < BUDGET + 32 * MIB, "RSS grew by {} MiB", grown / MIB);
@@ -203,9 +216,7 @@ async fn stdin_a_command_never_reads_is_held_within_the_budget() {
     };
     const BUDGET: usize = 32 * MIB;
     const SESSIONS: usize = 12;
-    let h = with_budget(BUDGET).await;
-    healthy_exec(&h, &kubectl).await;
-    let before = rss(&h.proxy);
+    let (h, before) = started(BUDGET, &kubectl).await;
     let path = exec_path("web", &["sleep", "600"], true, true, false);
     let mut sessions = Vec::new();
     let mut refused = 0;
@@ -230,13 +241,8 @@ async fn stdin_a_command_never_reads_is_held_within_the_budget() {
         }
         sessions.push(ws);
     }
-    let peak = peak_rss(&h.proxy, Duration::from_secs(2)).await;
-    let grown = peak.saturating_sub(before);
-    eprintln!(
-        "RSS {} MiB before, {} MiB at the peak; {refused} of {SESSIONS} sessions ended",
-        before / MIB,
-        peak / MIB
-    );
+    let what = format!("{refused} of {SESSIONS} sessions ended");
+    let grown = growth(&h.proxy, before, Duration::from_secs(2), &what).await;
     // Without a budget each session held its 16 queued messages and more: over 200 MiB.
     assert!(grown < BUDGET + 32 * MIB, "RSS grew by {} MiB", grown / MIB);
     healthy_exec(&h, &kubectl).await;
@@ -250,9 +256,7 @@ async fn output_a_client_never_reads_is_held_within_the_budget() {
     };
     const BUDGET: usize = 8 * MIB;
     const SESSIONS: usize = 100;
-    let h = with_budget(BUDGET).await;
-    healthy_exec(&h, &kubectl).await;
-    let before = rss(&h.proxy);
+    let (h, before) = started(BUDGET, &kubectl).await;
     let path = exec_path(
         "web",
         &["head", "-c", "100000000", "/dev/zero"],
@@ -265,13 +269,8 @@ async fn output_a_client_never_reads_is_held_within_the_budget() {
     for _ in 0..SESSIONS {
         sessions.push(raw_v5(h.proxy.addr, &path).await);
     }
-    let peak = peak_rss(&h.proxy, Duration::from_secs(5)).await;
-    let grown = peak.saturating_sub(before);
-    eprintln!(
-        "RSS {} MiB before, {} MiB at the peak with {SESSIONS} stalled sessions",
-        before / MIB,
-        peak / MIB
-    );
+    let what = format!("with {SESSIONS} stalled sessions");
+    let grown = growth(&h.proxy, before, Duration::from_secs(5), &what).await;
     // The budget, and 300 KiB per session: its upstream lane's 65 KiB floor, its state and
     // its read and write buffers (about 220 KiB in all here; SECURITY.md, "Memory"). Without a
     // budget each held its inbox and a batch for the client: 55 MiB here.
