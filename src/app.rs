@@ -259,6 +259,13 @@ fn configure_sessions(state: &mut ProxyState, args: &ServeArgs) {
     state.upstream_streaming = args.streaming.upstream_streaming;
     state.node_proxy_sessions = args.audit.node_proxy_sessions;
     state.max_message_size = args.streaming.max_message_size;
+    state.session_memory = crate::session_memory::MemoryBudget::new(
+        args.limits.session_memory_budget,
+        crate::proxy::sessions::state::session_lane_limits(args.streaming.max_message_size),
+    );
+    state
+        .metrics
+        .watch_session_memory(state.session_memory.clone());
     state.upstream_ping_interval = nonzero(args.keepalive.upstream_ping_interval);
     state.upstream_ping_timeout = nonzero(args.keepalive.upstream_ping_timeout);
     state.client_keepalive =

@@ -18,6 +18,7 @@ const LEAVES: &[&str] = &[
     "peer_hangup",
     "read_sizer",
     "request",
+    "session_memory",
     "timestamp",
 ];
 

@@ -19,7 +19,7 @@
 //! - `sim` uses `spdy` only: the reference cluster shares no session code with what it tests.
 //! - `spdy` and `audit` use only the leaves.
 //! - Leaves, usable by all and using none: `request`, `activity_clock`, `address_budget`,
-//!   `read_sizer`, `timestamp`, `memory_trim`, `peer_hangup`.
+//!   `read_sizer`, `timestamp`, `memory_trim`, `peer_hangup`, `session_memory`.
 
 pub mod activity_clock;
 pub mod address_budget;
@@ -37,6 +37,7 @@ pub mod peer_hangup;
 pub mod proxy;
 pub mod read_sizer;
 pub mod request;
+pub mod session_memory;
 pub mod sim;
 pub mod spdy;
 pub mod timestamp;

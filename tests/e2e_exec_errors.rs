@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::clients::require_kubectl;
 use common::harness::{run, stderr, Harness};
-use common::ws_client::{connect, exec_path, read_to_close, send};
+use common::ws_client::{connect, exec_path, read_http_head, read_to_close, send};
 use kube_ws_proxy::sim::SimEvent;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
@@ -193,22 +193,6 @@ async fn fragmented_messages_are_reassembled() {
     let t = read_to_close(&mut ws).await;
     assert_eq!(t.stdout, b"fragmented");
     assert_eq!(t.status, SUCCESS);
-}
-
-/// Reads an HTTP response head; returns it and the bytes after it.
-async fn read_http_head(tcp: &mut tokio::net::TcpStream) -> (String, Vec<u8>) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            return (head, buf[end + 4..].to_vec());
-        }
-        let n = tcp.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "connection closed before the response head");
-        buf.extend_from_slice(&chunk[..n]);
-    }
 }
 
 fn masked(head: u8, payload: &[u8]) -> Vec<u8> {

@@ -26,6 +26,7 @@ mod e2e_front_door_errors;
 mod e2e_hangup;
 mod e2e_http2_websocket;
 mod e2e_keepalive;
+mod e2e_memory;
 mod e2e_node;
 mod e2e_node_proxy;
 mod e2e_operations;

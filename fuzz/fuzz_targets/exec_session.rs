@@ -412,6 +412,7 @@ async fn exec_case(data: &[u8]) {
         WsConfig {
             max_message_size: 1024,
             keepalive: client_keepalive,
+            memory: None,
         },
     );
     let stop = CancellationToken::new();

@@ -107,6 +107,7 @@ async fn tunnel_case(data: &[u8]) {
         WsConfig {
             max_message_size: 1024,
             keepalive,
+            memory: None,
         },
     );
     let stop = CancellationToken::new();

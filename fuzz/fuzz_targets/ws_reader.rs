@@ -1,10 +1,12 @@
 //! Arbitrary bytes from a "client" into the WebSocket reader, arriving in two pieces.
 //!
 //! Checks, besides "never panics": no message exceeds the size limit, text messages are UTF-8,
-//! and once the reader has ended (close frame, error or end of input) it stays ended.
+//! once the reader has ended (close frame, error or end of input) it stays ended, and every
+//! byte of the session's memory it took is given back once it and its messages are dropped.
 
 #![no_main]
 
+use kube_ws_proxy::session_memory::{LaneLimits, MemoryBudget};
 use kube_ws_proxy::translate::ws::{Config, Incoming, WebSocket};
 use libfuzzer_sys::fuzz_target;
 use tokio::io::AsyncReadExt;
@@ -19,11 +21,21 @@ fuzz_target!(|data: &[u8]| {
     let split = usize::from(split) * data.len() / 255;
     let client = data[..split].chain(&data[split..]);
     let io = tokio::io::join(client, tokio::io::sink());
+    // A small floor and budget, so that frames past the floor are taken whole (and sometimes
+    // refused).
+    let budget = MemoryBudget::new(
+        2 * MAX_MESSAGE,
+        LaneLimits {
+            floor: MAX_MESSAGE / 4,
+            cap: 2 * MAX_MESSAGE,
+        },
+    );
     let (mut reader, _writer) = WebSocket::new(
         io,
         Config {
             max_message_size: MAX_MESSAGE,
             keepalive: None,
+            memory: Some(budget.clone()),
         },
     )
     .split();
@@ -43,4 +55,6 @@ fuzz_target!(|data: &[u8]| {
         }
         assert!(reader.next().await.is_none(), "an ended reader stays ended");
     });
+    drop(reader);
+    assert_eq!((budget.held(), budget.in_use()), (0, 0), "memory given back");
 });

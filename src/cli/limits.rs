@@ -40,6 +40,22 @@ pub struct LimitArgs {
     )]
     pub upgrade_body_budget: usize,
 
+    /// Most bytes streaming sessions may hold beyond their own small floors, all together.
+    ///
+    /// What sessions read and have not passed on yet: messages being put together, queued
+    /// stdin and output, frames being followed. Each direction of a session holds up to 64 KiB
+    /// on its own and at most one largest message (`--max-message-size`) and 1 MiB behind it.
+    /// Past the budget, reading waits (backpressure), and a session that needs a large message
+    /// held whole ends (WebSocket close 1009). The default suits the manifests' 1 GiB limit
+    /// with 2,000 sessions; see SECURITY.md ("Memory") to size it for another.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_SESSION_MEMORY_BUDGET",
+        default_value_t = crate::proxy::sessions::state::DEFAULT_SESSION_MEMORY_BUDGET,
+        value_name = "BYTES"
+    )]
+    pub session_memory_budget: usize,
+
     /// Most client connections waiting for a request head at once.
     ///
     /// A connection waits from its accept (TLS handshake included) to a complete request head,

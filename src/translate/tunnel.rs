@@ -489,6 +489,7 @@ mod tests {
             Config {
                 max_message_size: 1 << 20,
                 keepalive: None,
+                memory: None,
             },
         );
         let task = tokio::spawn(run(

@@ -27,11 +27,24 @@ impl Harness {
     }
 
     pub async fn start_with(sim_config: SimConfig, proxy_flags: &[&str]) -> Harness {
+        Self::start_with_env(sim_config, proxy_flags, &[]).await
+    }
+
+    /// [`Harness::start_with`], the proxy given extra environment variables too (a setting
+    /// an older binary ignores, where a flag would stop it from starting).
+    pub async fn start_with_env(
+        sim_config: SimConfig,
+        proxy_flags: &[&str],
+        proxy_env: &[(&str, &str)],
+    ) -> Harness {
         let token = sim_config.require_bearer_token.clone();
         let sim = SimCluster::start(sim_config)
             .await
             .expect("start sim cluster");
-        let proxy = ProxyProcess::start(&sim.url(), proxy_flags);
+        let url = sim.url();
+        let mut args = vec!["--upstream", url.as_str()];
+        args.extend_from_slice(proxy_flags);
+        let proxy = ProxyProcess::launch(&args, proxy_env);
         let middlebox = Middlebox::start(proxy.addr).await;
         let dir = tempfile::tempdir().unwrap();
         let gw_dir = dir.path().join("gateway");

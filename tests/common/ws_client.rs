@@ -152,3 +152,34 @@ where
     });
     (ours, close)
 }
+
+/// Reads an HTTP response head; returns it and the bytes after it.
+pub async fn read_http_head(tcp: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            return (head, buf[end + 4..].to_vec());
+        }
+        let n = tcp.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed before the response head");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Opens an exec WebSocket on `path` offering `v5.channel.k8s.io` by hand, so the caller may
+/// send what a WebSocket library would not (a frame that never ends); the connection after
+/// the 101 and whatever came with it.
+pub async fn raw_v5(addr: SocketAddr, path: &str) -> (TcpStream, Vec<u8>) {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Protocol: v5.channel.k8s.io\r\n\r\n"
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let (head, leftover) = read_http_head(&mut tcp).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    (tcp, leftover)
+}

@@ -58,9 +58,11 @@ use crate::request::target::RequestTarget;
 use crate::translate::subprotocol::BearerToken;
 
 /// Receive window of one HTTP/2 stream: how much a client may send on one stream (one
-/// session) that the proxy has not yet read. A session whose upstream stops reading holds at
-/// most this much.
-pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// session) that the proxy has not yet read. A session whose upstream stops reading, or whose
+/// memory lane makes it wait, holds this much in hyper's buffer besides what it holds itself:
+/// memory no budget sees, for every session at once, so it is kept to HTTP/2's own default
+/// (the 256 KiB kube-apiserver uses was 500 MiB for the manifests' 2,000 sessions).
+pub const H2_STREAM_WINDOW: u32 = 64 * 1024;
 
 /// Most concurrent streams (sessions and plain requests) on one HTTP/2 connection.
 pub const H2_MAX_STREAMS: u32 = 128;
@@ -68,7 +70,7 @@ pub const H2_MAX_STREAMS: u32 = 128;
 /// Receive window of a whole HTTP/2 connection: room for every stream's full window, so that
 /// however many of its sessions stall, the others still have window to receive in (a stalled
 /// stream can never starve its siblings of connection window). The most a client can make the
-/// proxy buffer on one connection (32 MiB).
+/// proxy buffer on one connection (8 MiB).
 pub const H2_CONNECTION_WINDOW: u32 = H2_STREAM_WINDOW * H2_MAX_STREAMS;
 
 /// Serves `listener` until `shutdown` turns true; running connections finish on their own.

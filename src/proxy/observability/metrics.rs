@@ -3,6 +3,7 @@
 //! codes with the rest counted by class): never pod names, users, paths or whatever number a
 //! peer sends, so neither a busy proxy nor a hostile upstream can grow its series without bound.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::{
@@ -13,6 +14,7 @@ use prometheus::{
 use crate::audit::recording::RecordingCounters;
 use crate::audit::AuditCounters;
 use crate::proxy::wire::client_stream::HandshakeForm;
+use crate::session_memory::{Limit, MemoryBudget};
 
 /// What kind of streaming session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +162,18 @@ pub struct Metrics {
     tasks_alive: IntGauge,
     audit: AuditCounters,
     recording: RecordingCounters,
+    memory: MemoryFamilies,
+}
+
+/// What sessions hold of the session memory budget (`--session-memory-budget`), read from it
+/// when the metrics are asked for.
+#[derive(Debug, Clone)]
+struct MemoryFamilies {
+    budget: IntGauge,
+    borrowed: IntGauge,
+    held: IntGauge,
+    ended: IntCounterVec,
+    source: Arc<Mutex<Option<Arc<MemoryBudget>>>>,
 }
 
 /// The streaming sessions: running, finished, their bytes and duration, how they came in.
@@ -261,8 +275,14 @@ impl Metrics {
             ),
             audit: audit_counters(&r),
             recording: recording_counters(&r),
+            memory: MemoryFamilies::register(&r),
             registry,
         }
+    }
+
+    /// Reports `budget` (the proxy's: the last one given).
+    pub fn watch_session_memory(&self, budget: Arc<MemoryBudget>) {
+        *self.memory.source.lock().unwrap_or_else(|e| e.into_inner()) = Some(budget);
     }
 
     /// The recordings' counters.
@@ -368,6 +388,7 @@ impl Metrics {
             self.tasks_alive
                 .set(i64::try_from(runtime.metrics().num_alive_tasks()).unwrap_or(i64::MAX));
         }
+        self.memory.refresh();
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         out
@@ -408,6 +429,56 @@ impl SessionFamilies {
                     0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
                 ],
             ),
+        }
+    }
+}
+
+impl MemoryFamilies {
+    fn register(r: &Register<'_>) -> Self {
+        MemoryFamilies {
+            budget: r.plain_gauge(
+                "kube_ws_proxy_session_memory_budget_bytes",
+                "What streaming sessions may hold beyond their own floors, all together \
+                 (--session-memory-budget).",
+            ),
+            borrowed: r.plain_gauge(
+                "kube_ws_proxy_session_memory_borrowed_bytes",
+                "Of the session memory budget, what sessions hold now.",
+            ),
+            held: r.plain_gauge(
+                "kube_ws_proxy_session_memory_held_bytes",
+                "What streaming sessions hold now of what they read and have not passed on, \
+                 their floors included.",
+            ),
+            ended: r.counter(
+                "kube_ws_proxy_sessions_ended_by_memory_total",
+                "Streaming sessions ended because a message or frame they had to hold whole was \
+                 past their own memory limit (session) or the budget could not lend it (budget).",
+                &["limit"],
+            ),
+            source: Arc::default(),
+        }
+    }
+
+    /// Reads the budget, if there is one.
+    fn refresh(&self) {
+        let Some(budget) = self
+            .source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        let bytes = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.budget.set(bytes(budget.limit()));
+        self.borrowed.set(bytes(budget.in_use()));
+        self.held.set(bytes(budget.held()));
+        for limit in [Limit::Session, Limit::Budget] {
+            // The budget counts; the counter shows its count.
+            let counter = self.ended.with_label_values(&[limit.label()]);
+            let seen = counter.get();
+            counter.inc_by(budget.sessions_ended(limit).saturating_sub(seen));
         }
     }
 }
@@ -713,6 +784,10 @@ mod tests {
     fn set_every_label(m: &Metrics) {
         m.serving_certificate_reload(true);
         m.serving_certificate_reload(false);
+        m.watch_session_memory(MemoryBudget::new(
+            1,
+            crate::session_memory::LaneLimits { floor: 1, cap: 1 },
+        ));
         for kind in KINDS {
             for outcome in OUTCOMES {
                 for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
@@ -789,6 +864,7 @@ mod tests {
             ("direction", set(&["up", "down"])),
             ("http_version", set(&["1.1", "2"])),
             ("result", set(&["reloaded", "failed"])),
+            ("limit", set(&["session", "budget"])),
             ("reason", set(&reasons)),
             ("code", set(&codes)),
             (
@@ -828,6 +904,37 @@ mod tests {
         // 1,001 status codes times 9 methods make at most a few hundred series.
         let series = text.lines().filter(|l| !l.starts_with('#')).count();
         assert!(series < 1500, "{series} series");
+    }
+
+    #[tokio::test]
+    async fn the_session_memory_families_read_the_budget() {
+        let m = Metrics::new();
+        let budget = MemoryBudget::new(
+            1000,
+            crate::session_memory::LaneLimits {
+                floor: 100,
+                cap: 2000,
+            },
+        );
+        m.watch_session_memory(budget.clone());
+        let lane = budget.lane();
+        let held = lane.try_take(400).unwrap();
+        let _ = lane.none().grow_to(5000).await;
+        for _ in 0..2 {
+            let text = String::from_utf8(m.render()).unwrap();
+            for want in [
+                "kube_ws_proxy_session_memory_budget_bytes 1000",
+                "kube_ws_proxy_session_memory_borrowed_bytes 300",
+                "kube_ws_proxy_session_memory_held_bytes 400",
+                r#"kube_ws_proxy_sessions_ended_by_memory_total{limit="session"} 1"#,
+                r#"kube_ws_proxy_sessions_ended_by_memory_total{limit="budget"} 0"#,
+            ] {
+                assert!(text.contains(want), "missing {want} in\n{text}");
+            }
+        }
+        drop(held);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text.contains("kube_ws_proxy_session_memory_held_bytes 0"));
     }
 
     #[test]

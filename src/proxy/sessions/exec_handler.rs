@@ -307,6 +307,7 @@ async fn dial_streams(
     let spdy_config = SpdyConfig {
         ping_interval: state.upstream_ping_interval,
         ping_timeout: state.upstream_ping_timeout,
+        memory: Some(state.session_memory.clone()),
         ..SpdyConfig::default()
     };
     // The upstream's FIN or reset is looked for on its socket while the session's output

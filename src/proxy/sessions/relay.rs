@@ -235,7 +235,7 @@ fn follow_session<B>(
     let mut tap = None;
     let mut refusal = None;
     if let Some(recorder) = relayed.recorder.take() {
-        match observer_for(resp, Scope::Everything) {
+        match observer_for(state, resp, Scope::Everything) {
             Some(observer) => {
                 let (upgrade, protocol) = agreed(resp);
                 let ending = relay_ending::Ending::for_protocol(upgrade, protocol);
@@ -258,7 +258,7 @@ fn follow_session<B>(
     // error stream alone, the other streams' payloads passed over unread.
     if let (None, Some(_)) = (&tap, &state.audit) {
         if relayed.target.is_remote_command() {
-            tap = observer_for(resp, Scope::ErrorStream).map(RelayTap::observing);
+            tap = observer_for(state, resp, Scope::ErrorStream).map(RelayTap::observing);
         }
     }
     (tap, refusal)
@@ -325,7 +325,8 @@ async fn start_session(
     let watch = running
         .audit_info()
         .filter(|info| info.verb == Verb::PortForward)
-        .and_then(|_| port_forward_watch(&resp));
+        .and_then(|_| port_forward_watch(&resp))
+        .map(|watch| watch.charging(state.session_memory.lane()));
     let upgraded_to_websocket = resp
         .headers()
         .get(header::UPGRADE)
@@ -507,10 +508,10 @@ fn port_forward_watch<B>(resp: &Response<B>) -> Option<PortForwardWatch> {
 }
 
 /// The observer of a relayed session the upstream accepted, looking at as much as `scope`
-/// says, if its protocol can be followed.
-fn observer_for<B>(resp: &Response<B>, scope: Scope) -> Option<Observer> {
+/// says, if its protocol can be followed; what it buffers is held from the session's memory.
+fn observer_for<B>(state: &ProxyState, resp: &Response<B>, scope: Scope) -> Option<Observer> {
     let (upgrade, sub) = agreed(resp);
-    Observer::with_scope(upgrade, sub, scope)
+    Observer::with_scope(upgrade, sub, scope).map(|o| o.charging(state.session_memory.lane()))
 }
 
 /// What a relayed upgrade's 101 agreed on: its `Upgrade`, and its `Sec-WebSocket-Protocol`

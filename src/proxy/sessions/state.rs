@@ -19,8 +19,35 @@ use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
 use crate::proxy::upstream::spdy_dial::upstream_headers;
 use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
+use crate::session_memory::{LaneLimits, MemoryBudget};
 use crate::translate::remote_command::SessionLimits;
 use crate::translate::ws::{Config, Keepalive};
+
+/// Default of `--session-memory-budget`: what sessions may hold beyond their floors, all
+/// together. With the manifests' 2,000 sessions and everything else bounded, the worst case
+/// stays below their 1 GiB limit (SECURITY.md, "Memory").
+pub const DEFAULT_SESSION_MEMORY_BUDGET: usize = 128 * 1024 * 1024;
+
+/// What each direction of a session holds on its own, without the budget, so that a session
+/// keeps moving whatever others hold: two of kubectl's 32 KiB messages (or a kubelet's frames)
+/// with their heads, or one of the Node client's 64 KiB stream chunks with its channel byte and
+/// head.
+pub const LANE_FLOOR: usize = 65 * 1024;
+
+/// What a direction may hold queued behind its largest message (kubectl's 16 queued stdin
+/// messages are 512 KiB).
+const LANE_QUEUE: usize = 1024 * 1024;
+
+/// The memory limits of one session direction: its floor, and a cap of the largest message
+/// (`--max-message-size`, with its frame head) and what may wait behind it.
+pub fn session_lane_limits(max_message_size: usize) -> LaneLimits {
+    LaneLimits {
+        floor: LANE_FLOOR,
+        cap: max_message_size
+            .saturating_add(crate::translate::ws::frame::MAX_HEAD_LEN)
+            .saturating_add(LANE_QUEUE),
+    }
+}
 
 /// Shared, read-only proxy state.
 pub struct ProxyState {
@@ -30,6 +57,9 @@ pub struct ProxyState {
     pub session_limits: SessionLimits,
     /// Largest WebSocket message accepted from a client.
     pub max_message_size: usize,
+    /// What sessions may make the proxy hold (`--session-memory-budget`, and each direction's
+    /// floor and cap).
+    pub session_memory: Arc<MemoryBudget>,
     /// How often translated sessions ping the upstream (keeps middleboxes from cutting them).
     pub upstream_ping_interval: Option<Duration>,
     /// How long after a ping was due a translated session's upstream may stay silent.
@@ -93,11 +123,18 @@ impl ProxyState {
     /// State with default limits for `upstream`.
     pub fn new(upstream: Upstream) -> Self {
         let client = upstream.pooled_client();
+        let metrics = Metrics::new();
+        let session_memory = MemoryBudget::new(
+            DEFAULT_SESSION_MEMORY_BUDGET,
+            session_lane_limits(32 * 1024 * 1024),
+        );
+        metrics.watch_session_memory(session_memory.clone());
         ProxyState {
             upstream,
             client,
             session_limits: SessionLimits::default(),
             max_message_size: 32 * 1024 * 1024,
+            session_memory,
             upstream_ping_interval: Some(Duration::from_secs(5)),
             upstream_ping_timeout: Some(Duration::from_secs(30)),
             client_keepalive: Some(Keepalive {
@@ -118,7 +155,7 @@ impl ProxyState {
             waiting_connections: WaitingConnections::new(DEFAULT_MAX_PENDING as usize),
             http2_websockets: true,
             tls: None,
-            metrics: Metrics::new(),
+            metrics,
             sessions: Sessions::new(None),
             auth: Authenticator::passthrough(),
             audit: None,
@@ -160,6 +197,7 @@ impl ProxyState {
         Config {
             max_message_size: self.max_message_size,
             keepalive: self.client_keepalive,
+            memory: Some(self.session_memory.clone()),
         }
     }
 }

@@ -21,6 +21,11 @@ pub type UpstreamSocket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// The upstream socket's read buffer.
 const READ_BUFFER: usize = 16 * 1024;
+/// Largest message or frame taken from the upstream, whatever `--max-message-size` says for
+/// clients: kube-apiserver and the kubelets write each output chunk (32 KiB at most, and a
+/// channel byte) as one message, and a session holds a few of them at most (one being read,
+/// the SPDY stream's outgoing frames).
+pub const MAX_UPSTREAM_MESSAGE: usize = 1024 * 1024;
 /// Largest refusal body kept for the client (room for a Kubernetes `Status` of any realistic
 /// size; `auto` replays it whole).
 const MAX_REFUSAL_BODY: usize = 1024 * 1024;
@@ -109,7 +114,8 @@ fn new_key() -> String {
 
 /// Opens a WebSocket to `path_and_query` on the upstream, offering `protocols`, with the
 /// end-to-end `headers` (credentials included). The answer must come within `timeout` (the
-/// dial has its own). Messages from the upstream may be up to `max_message` bytes.
+/// dial has its own). Messages from the upstream may be up to `max_message` bytes, and never
+/// more than [`MAX_UPSTREAM_MESSAGE`].
 pub async fn dial_websocket(
     upstream: &Upstream,
     path_and_query: &str,
@@ -133,8 +139,8 @@ pub async fn dial_websocket(
     // should not hold that; reads of a busy one still take 16 KiB at a time.
     let config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
-        .max_message_size(Some(max_message))
-        .max_frame_size(Some(max_message));
+        .max_message_size(Some(max_message.min(MAX_UPSTREAM_MESSAGE)))
+        .max_frame_size(Some(max_message.min(MAX_UPSTREAM_MESSAGE)));
     let socket =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, Some(config)).await;
     Ok(DialedWebSocket { socket, protocol })

@@ -10,7 +10,7 @@ use crate::spdy::header_block::{BlockKind, HeaderDecoder, DEFAULT_MAX_DECOMPRESS
 
 /// DATA payloads up to this size are copied out of the read buffer (one small allocation), so
 /// the buffer stays unshared and is reused by the next read; larger ones are split off it.
-const COPY_UP_TO: usize = 256;
+pub const COPY_UP_TO: usize = 256;
 
 /// Default largest control frame payload accepted (its length field): 1 MiB, the header-parse
 /// limit the port-forward tunnel uses (PROTOCOL.md Appendix A).

@@ -11,5 +11,5 @@ mod tests;
 #[cfg(test)]
 mod vectors;
 
-pub use decoder::{FrameDecoder, DEFAULT_MAX_CONTROL_FRAME};
+pub use decoder::{FrameDecoder, COPY_UP_TO, DEFAULT_MAX_CONTROL_FRAME};
 pub use encoder::FrameEncoder;

@@ -1,4 +1,7 @@
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::session_memory::MemoryBudget;
 
 /// Which side of the session we are: clients open odd stream ids and send odd ping ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +49,10 @@ pub struct Config {
     pub max_control_frame: usize,
     /// Incoming streams that may wait for `Incoming::accept` (server role).
     pub accept_backlog: usize,
+    /// The budget the session's reader holds what it reads from (a lane of its own: DATA
+    /// until its stream's reader drops it, a frame larger than the lane's floor whole or the
+    /// session ends); `None`: not counted.
+    pub memory: Option<Arc<MemoryBudget>>,
 }
 
 impl Default for Config {
@@ -59,6 +66,7 @@ impl Default for Config {
             max_header_block: 64 * 1024,
             max_control_frame: 1024 * 1024,
             accept_backlog: 64,
+            memory: None,
         }
     }
 }

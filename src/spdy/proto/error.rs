@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use crate::session_memory::Refused;
 use crate::spdy::frame::{FrameError, GoAwayStatus, RstStatus};
 
 /// Errors of the SPDY session and its streams.
@@ -55,6 +56,10 @@ pub enum SessionEnd {
     /// Nothing came from the peer, not even the answer to a ping, for this long.
     #[error("the peer stopped answering: nothing heard for {0:?}")]
     PingTimeout(Duration),
+    /// The peer sent a frame the session's memory could not hold whole (its lane's cap, or
+    /// the budget all sessions share).
+    #[error("the peer sent a frame its session cannot hold: {0}")]
+    Memory(Refused),
 }
 
 impl SessionEnd {

@@ -1,7 +1,9 @@
 //! A stream's bounded receive queue. The bound is in bytes, not frames, because a peer may send
-//! DATA frames of up to 16 MiB: a frame-count bound would let a few huge frames pile up. The
-//! session's reader waits for room before it reads further from the socket, so a slow stream
-//! reader slows the peer through TCP instead of growing memory.
+//! DATA frames of up to 16 MiB: a frame-count bound would let a few huge frames pile up. Each
+//! item counts as at least [`MIN_ITEM`] bytes, because a tiny frame costs its queue slot and
+//! allocation whatever its length: 256 KiB of one-byte frames would otherwise be 262,144 items
+//! and some 16 MiB. The session's reader waits for room before it reads further from the
+//! socket, so a slow stream reader slows the peer through TCP instead of growing memory.
 
 use std::sync::Arc;
 
@@ -46,9 +48,13 @@ pub(crate) fn inbox(capacity: usize) -> (InboxSender, InboxReceiver) {
     )
 }
 
+/// What an item costs of the inbox at least: its queue slot, its `Bytes` and the allocation of
+/// a small payload copied out of the read buffer.
+pub(crate) const MIN_ITEM: usize = 64;
+
 fn permits_for(len: usize, capacity: usize) -> u32 {
     // A frame larger than the whole inbox takes all of it: it is delivered alone.
-    len.clamp(1, capacity) as u32
+    len.max(MIN_ITEM).min(capacity) as u32
 }
 
 impl InboxSender {
@@ -127,40 +133,51 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// `n` bytes of `b`.
+    fn bytes(b: u8, n: usize) -> Bytes {
+        Bytes::from(vec![b; n])
+    }
+
     #[tokio::test]
     async fn full_inbox_blocks_until_read() {
-        let (tx, mut rx) = inbox(10);
-        assert!(tx.deliver(Bytes::from_static(b"0123456789")).await);
-        let blocked = tokio::time::timeout(
-            Duration::from_millis(50),
-            tx.deliver(Bytes::from_static(b"x")),
-        )
-        .await;
+        let (tx, mut rx) = inbox(1000);
+        assert!(tx.deliver(bytes(1, 1000)).await);
+        let blocked =
+            tokio::time::timeout(Duration::from_millis(50), tx.deliver(bytes(2, 1))).await;
         assert!(blocked.is_err(), "second delivery must wait for room");
-        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"0123456789"));
-        assert!(tx.deliver(Bytes::from_static(b"x")).await);
-        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"x"));
+        assert_eq!(rx.recv().await.unwrap(), bytes(1, 1000));
+        assert!(tx.deliver(bytes(2, 1)).await);
+        assert_eq!(rx.recv().await.unwrap(), bytes(2, 1));
+    }
+
+    #[tokio::test]
+    async fn a_tiny_item_counts_as_min_item_bytes() {
+        let (tx, mut rx) = inbox(4 * MIN_ITEM);
+        for i in 0..4 {
+            assert_eq!(tx.try_deliver(bytes(i, 1)), Ok(true));
+        }
+        let more = bytes(9, 1);
+        assert_eq!(tx.try_deliver(more.clone()), Err(more));
+        assert_eq!(rx.recv().await.unwrap(), bytes(0, 1));
+        assert_eq!(tx.try_deliver(bytes(9, 1)), Ok(true));
     }
 
     #[tokio::test]
     async fn try_recv_held_takes_what_is_queued_and_keeps_its_room_until_released() {
-        let (tx, mut rx) = inbox(10);
+        let (tx, mut rx) = inbox(1000);
         assert_eq!(rx.try_recv_held(), None);
-        assert!(tx.deliver(Bytes::from_static(b"0123")).await);
-        assert!(tx.deliver(Bytes::from_static(b"456789")).await);
-        assert_eq!(rx.try_recv_held().unwrap(), Bytes::from_static(b"0123"));
-        assert_eq!(rx.try_recv_held().unwrap(), Bytes::from_static(b"456789"));
+        assert!(tx.deliver(bytes(1, 400)).await);
+        assert!(tx.deliver(bytes(2, 600)).await);
+        assert_eq!(rx.try_recv_held().unwrap(), bytes(1, 400));
+        assert_eq!(rx.try_recv_held().unwrap(), bytes(2, 600));
         assert_eq!(rx.try_recv_held(), None);
         // Taken but held: the peer may not send more in its place yet.
-        let x = Bytes::from_static(b"x");
+        let x = bytes(3, 100);
         assert_eq!(tx.try_deliver(x.clone()), Err(x.clone()));
         rx.release_held();
-        assert_eq!(tx.try_deliver(Bytes::from_static(b"abcdefghij")), Ok(true));
+        assert_eq!(tx.try_deliver(bytes(4, 1000)), Ok(true));
         // `recv` gives back what is still held too.
-        assert_eq!(
-            rx.try_recv_held().unwrap(),
-            Bytes::from_static(b"abcdefghij")
-        );
+        assert_eq!(rx.try_recv_held().unwrap(), bytes(4, 1000));
         assert_eq!(tx.try_deliver(x.clone()), Err(x.clone()));
         let waiting = tokio::spawn(async move {
             let got = rx.recv().await;

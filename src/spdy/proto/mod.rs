@@ -26,4 +26,6 @@ pub use error::{Error, SessionEnd};
 pub use stream::{IncomingStream, RecvStream, SendStream, Stream};
 
 #[cfg(test)]
+mod memory_tests;
+#[cfg(test)]
 mod tests;

@@ -10,6 +10,13 @@
 //! reset waits behind it. With a [`PeerHangup`] it looks at the socket meanwhile, and a hang-up
 //! seen there tells the streams at once ([`super::RecvStream::cut`]): what they still have to
 //! deliver can no longer grow, and a recorded session drains it without waiting its turn.
+//!
+//! With a memory budget (`Config::memory`), what it reads is held from a lane of its own until
+//! it is passed on: room for each read is taken before the read (a shorter read, or a wait,
+//! when there is none; the wait is not the peer's silence either), a frame larger than the
+//! lane's floor is taken whole once its head is read, or the session ends
+//! ([`SessionEnd::Memory`], GOAWAY), and each DATA payload carries its share to its stream's
+//! reader and beyond, given back when its last piece drops.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -27,7 +34,8 @@ use super::shared::{Control, RecvEnd, Shared, StreamEntry, StreamFlags};
 use super::stream::IncomingStream;
 use crate::peer_hangup::PeerHangup;
 use crate::read_sizer::ReadSizer;
-use crate::spdy::codec::FrameDecoder;
+use crate::session_memory::{charged, Held};
+use crate::spdy::codec::{FrameDecoder, COPY_UP_TO};
 use crate::spdy::frame::{Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream};
 
 /// Room kept beyond a busy read, so the frame the read ends inside can be completed in the same
@@ -49,6 +57,9 @@ pub(crate) struct Reader<R> {
     last_heard: Instant,
     /// The socket under `io`, looked at while the reader is parked.
     hangup: Option<PeerHangup>,
+    /// The session memory held for `buf`'s bytes and the room of the next read; `None`: not
+    /// counted.
+    charge: Option<Held>,
 }
 
 impl<R: AsyncRead + Unpin> Reader<R> {
@@ -64,6 +75,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             shared.config.max_control_frame,
             shared.config.max_header_block,
         );
+        let charge = shared.config.memory.as_ref().map(|b| b.lane().none());
         Reader {
             io,
             buf: BytesMut::from(&leftover[..]),
@@ -74,6 +86,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             sizer: ReadSizer::new(FRAME_SLACK),
             last_heard: Instant::now(),
             hangup,
+            charge,
         }
     }
 
@@ -108,18 +121,19 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 Ok(None) => {}
                 Err(e) => {
                     // A frame we cannot parse ends this session only (PROTOCOL.md §3.2).
-                    let _ = self
-                        .shared
-                        .control_tx
-                        .try_send(Control::Frame(Frame::GoAway(GoAway {
-                            last_good_stream_id: self.shared.lock().last_peer_stream,
-                            status: crate::spdy::frame::GoAwayStatus::ProtocolError,
-                        })));
+                    self.go_away(crate::spdy::frame::GoAwayStatus::ProtocolError);
                     return SessionEnd::Protocol(e.to_string());
                 }
             }
             let missing = FrameDecoder::bytes_missing(&self.buf);
             let want = self.sizer.prepare(&mut self.buf, missing);
+            let want = match self.room_for(want, missing).await {
+                Ok(want) => want,
+                Err(refused) => {
+                    self.go_away(crate::spdy::frame::GoAwayStatus::InternalError);
+                    return SessionEnd::Memory(refused);
+                }
+            };
             let mut limited = (&mut self.buf).limit(want);
             let read = tokio::select! {
                 biased;
@@ -152,6 +166,58 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 Err(e) => return SessionEnd::Io(e.to_string()),
             }
         }
+    }
+
+    /// Tells the peer the session is over, with `status`.
+    fn go_away(&self, status: crate::spdy::frame::GoAwayStatus) {
+        let _ = self
+            .shared
+            .control_tx
+            .try_send(Control::Frame(Frame::GoAway(GoAway {
+                last_good_stream_id: self.shared.lock().last_peer_stream,
+                status,
+            })));
+    }
+
+    /// Takes what the next read needs from the session's memory and says how much it may
+    /// read: a frame larger than the lane's floor whole (its head was read and checked), or
+    /// refused; otherwise room for the read, as much as there is, waiting while there is none
+    /// (not the peer's silence).
+    async fn room_for(
+        &mut self,
+        want: usize,
+        missing: Option<usize>,
+    ) -> Result<usize, crate::session_memory::Refused> {
+        let Some(charge) = self.charge.as_mut() else {
+            return Ok(want);
+        };
+        let buffered = self.buf.len();
+        let lane = charge.lane().clone();
+        if let Some(missing) = missing {
+            let frame = buffered + missing;
+            if frame > lane.limits().floor {
+                if frame > charge.len() {
+                    charge.grow_to(frame).await?;
+                    self.last_heard = Instant::now();
+                }
+                return Ok(want);
+            }
+        }
+        let need = buffered + want;
+        if need <= charge.len() {
+            charge.shrink_to(need);
+            return Ok(want);
+        }
+        let more = match lane.try_room(need - charge.len()) {
+            Some(room) => room,
+            None => {
+                let room = lane.take_room(need - charge.len()).await;
+                self.last_heard = Instant::now();
+                room
+            }
+        };
+        charge.absorb(more);
+        Ok(charge.len() - buffered)
     }
 
     async fn dispatch(&mut self, frame: Frame) -> Result<(), SessionEnd> {
@@ -207,9 +273,16 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 None => None,
             }
         };
+        // The payload's share of the read's memory goes with it (a copied small one's stays
+        // with the reader until its next read).
+        let len = data.payload.len();
+        let payload = match self.charge.as_mut() {
+            Some(charge) if len > COPY_UP_TO => charged(data.payload, charge.split_off(len)),
+            _ => data.payload,
+        };
         if let Some(inbox) = target {
-            if !data.payload.is_empty() {
-                if let Err(payload) = inbox.try_deliver(data.payload) {
+            if !payload.is_empty() {
+                if let Err(payload) = inbox.try_deliver(payload) {
                     // Parked until the stream's reader makes room: not the peer's silence.
                     park(&self.shared, self.hangup, &inbox, payload).await;
                     self.last_heard = Instant::now();

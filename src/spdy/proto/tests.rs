@@ -13,14 +13,14 @@ use crate::spdy::frame::{
     StreamId, SynReply, WindowUpdate,
 };
 
-fn quiet() -> Config {
+pub(super) fn quiet() -> Config {
     Config {
         ping_interval: None,
         ..Config::default()
     }
 }
 
-fn headers(kind: &str) -> HeaderBlock {
+pub(super) fn headers(kind: &str) -> HeaderBlock {
     let mut h = HeaderBlock::new();
     h.push("streamtype", kind);
     h
@@ -110,15 +110,15 @@ async fn large_transfer_needs_no_window_update() {
 }
 
 /// A raw peer: reads our frames and writes frames we choose.
-struct RawPeer<T = DuplexStream> {
-    io: T,
+pub(super) struct RawPeer<T = DuplexStream> {
+    pub(super) io: T,
     buf: BytesMut,
     dec: FrameDecoder,
     enc: FrameEncoder,
 }
 
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> RawPeer<T> {
-    fn new(io: T) -> Self {
+    pub(super) fn new(io: T) -> Self {
         RawPeer {
             io,
             buf: BytesMut::new(),
@@ -127,7 +127,7 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> RawPeer<T> {
         }
     }
 
-    async fn read(&mut self) -> Option<Frame> {
+    pub(super) async fn read(&mut self) -> Option<Frame> {
         loop {
             if let Some(f) = self.dec.decode(&mut self.buf).unwrap() {
                 return Some(f);
@@ -138,14 +138,14 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> RawPeer<T> {
         }
     }
 
-    async fn write(&mut self, frame: Frame) {
+    pub(super) async fn write(&mut self, frame: Frame) {
         let mut out = BytesMut::new();
         self.enc.encode(&frame, &mut out).unwrap();
         self.io.write_all(&out).await.unwrap();
     }
 
     /// Reads frames until a SYN_STREAM and replies to it.
-    async fn accept(&mut self) -> StreamId {
+    pub(super) async fn accept(&mut self) -> StreamId {
         loop {
             if let Some(Frame::SynStream(syn)) = self.read().await {
                 self.write(Frame::SynReply(SynReply {

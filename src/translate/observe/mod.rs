@@ -6,8 +6,11 @@
 //! ([`PortForwardWatch`]). Not a byte on the wire is changed.
 //!
 //! Pure logic, no sockets. Memory is bounded: an observer holds at most one incomplete frame
-//! (or message) per direction, up to [`MAX_FRAME`] bytes. Whatever it cannot follow ends the
-//! observation with one error; the relay goes on regardless, the observer is never in its way.
+//! (or message) per direction, up to [`MAX_FRAME`] bytes, and with a memory lane
+//! ([`Observer::charging`], [`PortForwardWatch::charging`]) holds them from its session's
+//! memory: a frame the lane refuses (past the session's cap, or the budget all sessions share
+//! spent) stops the observation like any other. Whatever it cannot follow ends the observation
+//! with one error; the relay goes on regardless, the observer is never in its way.
 
 mod port_forward;
 mod spdy;
@@ -16,6 +19,8 @@ mod websocket;
 
 #[cfg(test)]
 mod header_tests;
+#[cfg(test)]
+mod memory_tests;
 #[cfg(test)]
 mod port_forward_tests;
 #[cfg(test)]
@@ -35,6 +40,7 @@ pub use tunnel::TunnelObserver;
 pub use websocket::{WebSocketFraming, WebSocketObserver};
 
 use crate::audit::port_forward::PortForwardReport;
+use crate::session_memory::{Held, MemoryLane, Refused};
 use crate::translate::resize::TerminalSize;
 use crate::translate::status::Status;
 
@@ -112,6 +118,9 @@ pub enum ObserveError {
     /// A base64 message could not be decoded.
     #[error("cannot decode a base64 message: {0}")]
     Base64(String),
+    /// The session's memory could not hold the frame being followed.
+    #[error("cannot hold a frame to follow: {0}")]
+    Memory(Refused),
 }
 
 /// The observer of one relayed session, whichever its protocol. After its first error it
@@ -120,6 +129,8 @@ pub enum ObserveError {
 pub struct Observer {
     /// `None` once stopped: its buffers and zlib contexts are freed at once.
     protocol: Option<Protocol>,
+    /// What its buffers hold of the session's memory, if that is counted.
+    memory: Option<Held>,
 }
 
 #[derive(Debug)]
@@ -164,7 +175,14 @@ impl Observer {
         };
         Some(Observer {
             protocol: Some(protocol),
+            memory: None,
         })
+    }
+
+    /// The observer, holding what it buffers from `lane`.
+    pub fn charging(mut self, lane: MemoryLane) -> Observer {
+        self.memory = Some(lane.none());
+        self
     }
 
     /// Follows `bytes`, relayed in `direction`, appending what they carried to `out`. The
@@ -178,10 +196,13 @@ impl Observer {
         let Some(protocol) = self.protocol.as_mut() else {
             return Ok(());
         };
-        let result = protocol.feed(direction, bytes, out);
+        let result = protocol
+            .feed(direction, bytes, out)
+            .and_then(|()| hold(protocol, self.memory.as_mut()));
         if result.is_err() {
             // Free the buffers and zlib contexts now: nothing more will be looked at.
             self.protocol = None;
+            self.memory = None;
         }
         result
     }
@@ -227,6 +248,8 @@ struct WatchState {
     /// `None` once stopped; what it had seen is then in `report`.
     observer: Option<Protocol>,
     report: PortForwardReport,
+    /// What its buffers hold of the session's memory, if that is counted.
+    memory: Option<Held>,
 }
 
 impl Protocol {
@@ -252,6 +275,35 @@ impl Protocol {
         }
         .unwrap_or_default()
     }
+
+    /// Bytes its buffers hold now, both directions.
+    fn buffered(&self) -> usize {
+        let both = [Direction::ClientToUpstream, Direction::UpstreamToClient];
+        match self {
+            Protocol::Spdy(o) => both.iter().map(|&d| o.held(d)).sum(),
+            Protocol::WebSocket(o) => both.iter().map(|&d| o.held(d)).sum(),
+            Protocol::Tunnel(o) => o.buffered(),
+        }
+    }
+}
+
+/// Holds what `protocol` buffers now from `memory` (if counted): more taken at once, or the
+/// observation stops; less given back.
+fn hold(protocol: &Protocol, memory: Option<&mut Held>) -> Result<(), ObserveError> {
+    let Some(held) = memory else {
+        return Ok(());
+    };
+    let now = protocol.buffered();
+    if now <= held.len() {
+        held.shrink_to(now);
+        return Ok(());
+    }
+    let more = held
+        .lane()
+        .try_take(now - held.len())
+        .map_err(ObserveError::Memory)?;
+    held.absorb(more);
+    Ok(())
 }
 
 impl Default for PortForwardWatch {
@@ -285,24 +337,38 @@ impl PortForwardWatch {
             state: Mutex::new(WatchState {
                 observer: Some(protocol),
                 report: PortForwardReport::default(),
+                memory: None,
             }),
         }
+    }
+
+    /// The watch, holding what it buffers from `lane`.
+    pub fn charging(self, lane: MemoryLane) -> PortForwardWatch {
+        self.lock().memory = Some(lane.none());
+        self
     }
 
     /// Follows the bytes relayed in `direction`. Once they cannot be followed the watch keeps
     /// what it saw until then, and why it stopped, and looks at nothing more.
     pub fn relayed(&self, direction: Direction, bytes: &[u8]) {
         let mut state = self.lock();
-        let Some(observer) = state.observer.as_mut() else {
+        let WatchState {
+            observer, memory, ..
+        } = &mut *state;
+        let Some(observer) = observer.as_mut() else {
             return;
         };
         // A port-forward observer yields no events: nothing is ever pushed here.
-        if let Err(e) = observer.feed(direction, bytes, &mut Vec::new()) {
+        let fed = observer
+            .feed(direction, bytes, &mut Vec::new())
+            .and_then(|()| hold(observer, memory.as_mut()));
+        if let Err(e) = fed {
             let mut report = observer.port_forwards();
             report.failure = Some(e.to_string());
             state.report = report;
             // Frees the buffers and zlib contexts at once.
             state.observer = None;
+            state.memory = None;
         }
     }
 

@@ -102,6 +102,12 @@ impl Default for TunnelObserver {
 }
 
 impl TunnelObserver {
+    /// Bytes its SPDY observer buffers now (a control frame's), both directions; the framing
+    /// itself holds one head at most.
+    pub fn buffered(&self) -> usize {
+        self.spdy.held(Direction::ClientToUpstream) + self.spdy.held(Direction::UpstreamToClient)
+    }
+
     /// An observer of a tunnel that has not sent a frame yet.
     pub fn new() -> TunnelObserver {
         TunnelObserver {

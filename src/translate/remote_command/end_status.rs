@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::outcome::{SessionEndKind, SessionRecording};
 use crate::activity_clock::ActivityClock;
+use crate::session_memory::Refused;
 use crate::translate::status::Status;
 
 /// The Status a session ends with (the command's, or the proxy's reason), and why.
@@ -32,6 +33,23 @@ impl EndStatus {
                 ),
             ),
             kind: SessionEndKind::UpstreamUnresponsive,
+        }
+    }
+
+    /// The upstream sent a frame the session's memory could not hold whole (`refused`: its
+    /// cap, or the budget all sessions share).
+    pub fn upstream_frame_refused(refused: &Refused) -> EndStatus {
+        EndStatus {
+            status: Status::failure(
+                502,
+                "BadGateway",
+                format!(
+                    "kube-ws-proxy ended the session: the upstream sent a frame of \
+                     {} bytes; {refused}",
+                    refused.wanted
+                ),
+            ),
+            kind: SessionEndKind::UpstreamRefused,
         }
     }
 

@@ -247,6 +247,8 @@ impl<'a> Session<'a> {
             Some(SessionEnd::PingTimeout(silent)) => {
                 EndStatus::upstream_unresponsive("SPDY", silent)
             }
+            // Or because the upstream sent a frame this session's memory could not hold.
+            Some(SessionEnd::Memory(refused)) => EndStatus::upstream_frame_refused(&refused),
             _ => EndStatus {
                 status: from_upstream_error_stream(
                     self.version,

@@ -28,6 +28,7 @@ fn socket(io: DuplexStream) -> WebSocket<DuplexStream> {
         WsConfig {
             max_message_size: 1 << 20,
             keepalive: None,
+            memory: None,
         },
     )
 }
@@ -213,6 +214,7 @@ async fn a_session_waiting_for_its_recording_keeps_its_answering_client() {
         WsConfig {
             max_message_size: 1 << 20,
             keepalive: Some(keepalive),
+            memory: None,
         },
     );
     let task = spawn_recorded_stdout(conn, ws, recorder).await;

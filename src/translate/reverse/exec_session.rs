@@ -43,6 +43,12 @@ use crate::translate::CLOSE_WAIT;
 const BATCH_BYTES: usize = 256 * 1024;
 const BATCH_MESSAGES: usize = 64;
 
+/// Most stdin bytes per message to the upstream: what kubectl's own v5 messages carry. A
+/// client's larger SPDY frame is passed on in pieces, each copied behind its channel byte only
+/// as the queue takes it, so the queue holds at most its length in such pieces while the frame
+/// itself stays held, and counted, in the client session's memory lane.
+const STDIN_MESSAGE: usize = 32 * 1024;
+
 /// Bounds and clocks of one reverse-translated session.
 #[derive(Debug, Clone)]
 pub struct ReverseLimits {
@@ -290,6 +296,9 @@ impl Session<'_> {
             end = upstream_side => Ending::Upstream(end),
             end = conn.closed() => Ending::Client(match end {
                 SessionEnd::PingTimeout(_) => SessionEndKind::ClientUnresponsive,
+                // A frame the session could not hold: the client's SPDY session was ended
+                // with GOAWAY.
+                SessionEnd::Memory(_) => SessionEndKind::ClientViolation,
                 _ => SessionEndKind::ClientGone,
             }),
             () = client_side => unreachable!("the client side never ends the session"),
@@ -433,12 +442,14 @@ async fn pump_stdin(
                 if let Some(recorder) = recorder {
                     recorder.input(&chunk).await;
                 }
-                if tx
-                    .send(Message::Binary(v5_message::stdin(&chunk)))
-                    .await
-                    .is_err()
-                {
-                    return;
+                for piece in chunk.chunks(STDIN_MESSAGE) {
+                    if tx
+                        .send(Message::Binary(v5_message::stdin(piece)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
                 }
             }
             // The client's connection died: no EOF to pass on, the session is ending.

@@ -255,6 +255,34 @@ async fn stdin_then_eof_becomes_data_then_close_signal() {
 }
 
 #[tokio::test]
+async fn a_large_stdin_frame_goes_upstream_in_messages_of_kubectls_size() {
+    let (mut k, mut up, session) = start(
+        "command=cat&stdin=true&stdout=true",
+        UpstreamVersion::V4,
+        ReverseLimits::default(),
+    )
+    .await;
+    // One 100,000-byte DATA frame from the client.
+    let big: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    let stdin = k.stdin.as_mut().unwrap();
+    stdin.send(Bytes::from(big.clone())).await.unwrap();
+    stdin.finish().await.unwrap();
+    let mut got = Vec::new();
+    loop {
+        let msg = next_binary(&mut up).await;
+        if msg == [0xFF, 0x00] {
+            break;
+        }
+        assert_eq!(msg[0], 0, "stdin");
+        assert!(msg.len() <= 32 * 1024 + 1, "{}", msg.len());
+        got.extend_from_slice(&msg[1..]);
+    }
+    assert_eq!(got, big);
+    finish_upstream(&mut up, SUCCESS).await;
+    assert_eq!(session.await.unwrap().bytes_in, 100_000);
+}
+
+#[tokio::test]
 async fn tty_sizes_go_to_channel_4_reencoded() {
     let (mut k, mut up, session) = start(
         "command=sh&stdin=true&stdout=true&tty=true",

@@ -24,8 +24,12 @@ pub use keepalive::{Held, Keepalive, Listening, Liveness};
 pub use reader::{Incoming, WsReader};
 pub use writer::WsWriter;
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::sync::watch;
+
+use crate::session_memory::{MemoryBudget, MemoryLane, Refused};
 
 /// Why a WebSocket could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +49,9 @@ pub enum Error {
     /// A message after our close frame.
     #[error("the WebSocket is closed")]
     Closed,
+    /// A message the session's memory cannot hold (its lane's cap, or the shared budget).
+    #[error(transparent)]
+    Memory(#[from] Refused),
 }
 
 impl Error {
@@ -53,7 +60,7 @@ impl Error {
     pub fn close_code(&self) -> Option<CloseCode> {
         match self {
             Error::Protocol(_) => Some(CloseCode::PROTOCOL),
-            Error::TooLarge { .. } => Some(CloseCode::TOO_BIG),
+            Error::TooLarge { .. } | Error::Memory(_) => Some(CloseCode::TOO_BIG),
             Error::InvalidUtf8 => Some(CloseCode::INVALID_DATA),
             Error::Io(_) | Error::Closed => None,
         }
@@ -61,12 +68,14 @@ impl Error {
 }
 
 /// Limits and keepalive of a client WebSocket.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Largest message (and frame) accepted from the client.
     pub max_message_size: usize,
     /// Pings to the client, and how long it may stay silent; `None`: no pings, never lost.
     pub keepalive: Option<Keepalive>,
+    /// The budget the session's memory lanes draw on; `None`: not counted.
+    pub memory: Option<Arc<MemoryBudget>>,
 }
 
 /// An accepted WebSocket over `io`, before it is split.
@@ -81,19 +90,28 @@ impl<S: AsyncRead + AsyncWrite> WebSocket<S> {
         WebSocket { io, config }
     }
 
-    /// The reading and the writing half.
+    /// A new memory lane of the session's budget, for what the session reads from its other
+    /// side (the reader has its own); `None` when memory is not counted.
+    pub fn memory_lane(&self) -> Option<MemoryLane> {
+        self.config.memory.as_ref().map(MemoryBudget::lane)
+    }
+
+    /// The reading and the writing half; the reader holds what it reads from a lane of its own.
     pub fn split(self) -> (WsReader<ReadHalf<S>>, WsWriter<WriteHalf<S>>) {
+        let lane = self.memory_lane();
         let (rd, wr) = tokio::io::split(self.io);
         let (ping_tx, ping_rx) = watch::channel(None);
         let keepalive = self.config.keepalive;
         let liveness = Liveness::new(keepalive);
         (
-            WsReader::new(rd, self.config.max_message_size, ping_tx, liveness),
+            WsReader::new(rd, self.config.max_message_size, ping_tx, liveness, lane),
             WsWriter::new(wr, ping_rx, keepalive.map(|k| k.interval)),
         )
     }
 }
 
+#[cfg(test)]
+mod memory_tests;
 #[cfg(test)]
 pub(crate) mod test_client;
 #[cfg(test)]

@@ -1,5 +1,11 @@
 //! The reading half: frames off the client's socket into whole messages. Payloads are unmasked
 //! in the read buffer and handed on without a copy; pings are passed to the writer to answer.
+//!
+//! What the reader reads is held from its session's memory lane (`session_memory`) until it
+//! is passed on: room for each read is taken before the read (as much as there is; the read
+//! waits while there is none), a frame larger than the lane's floor is taken whole before its
+//! payload is read (refused: the message is too big for the session or the proxy now, Close
+//! 1009), and each message carries its share with it, given back when it is dropped.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -11,6 +17,7 @@ use super::keepalive::Liveness;
 use super::mask::apply_mask;
 use super::Error;
 use crate::read_sizer::ReadSizer;
+use crate::session_memory::{charged, Held, MemoryLane};
 
 /// Room kept beyond a busy read, so the message the read ends inside is completed in the same
 /// buffer (kubectl sends at most 32 KiB and a channel byte per message) instead of being moved.
@@ -34,6 +41,8 @@ pub enum Incoming {
 struct Fragmented {
     text: bool,
     data: BytesMut,
+    /// The memory its fragments held in the read buffer, now theirs.
+    held: Option<Held>,
 }
 
 /// Reads messages from a client.
@@ -50,6 +59,9 @@ pub struct WsReader<R> {
     liveness: Liveness,
     /// A close frame, an error or the end of the stream was returned: nothing more to read.
     done: bool,
+    /// The session memory held for `buf`'s bytes and the room of the next read; `None`: not
+    /// counted.
+    charge: Option<Held>,
 }
 
 impl<R: AsyncRead + Unpin> WsReader<R> {
@@ -58,6 +70,7 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
         max_message: usize,
         pings: watch::Sender<Option<Bytes>>,
         liveness: Liveness,
+        memory: Option<MemoryLane>,
     ) -> Self {
         WsReader {
             io,
@@ -68,6 +81,7 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
             pings,
             liveness,
             done: false,
+            charge: memory.map(|lane| lane.none()),
         }
     }
 
@@ -114,7 +128,7 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
                 }
                 Err(e) => {
                     self.done = true;
-                    return Some(Err(Error::Io(e)));
+                    return Some(Err(e));
                 }
             }
         }
@@ -151,12 +165,7 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
             let Some(key) = head.mask else {
                 return Err(Error::Protocol("unmasked frame from a client"));
             };
-            if head.len > self.max_message as u64 {
-                return Err(Error::TooLarge {
-                    size: head.len,
-                    max: self.max_message,
-                });
-            }
+            self.check_size(&head)?;
             let len = head.len as usize;
             if self.buf.len() < head.head_len + len {
                 return Ok(None);
@@ -185,39 +194,70 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
                     }
                     let text = head.opcode == OpCode::Text;
                     if head.fin {
+                        // A copied payload's bytes left the buffer: the reader's charge is
+                        // trimmed before its next read.
+                        let payload = match self.take_charge(len).filter(|_| len > COPY_UP_TO) {
+                            Some(held) => charged(payload, held),
+                            None => payload,
+                        };
                         return complete(text, payload).map(Some);
                     }
                     self.fragmented = Some(Fragmented {
                         text,
                         data: BytesMut::from(&payload[..]),
+                        held: self.take_charge(len),
                     });
                 }
                 OpCode::Continuation => {
+                    let held = self.take_charge(len);
                     let Some(f) = self.fragmented.as_mut() else {
                         return Err(Error::Protocol("a continuation frame outside a message"));
                     };
-                    let size = f.data.len() + len;
-                    if size > self.max_message {
-                        return Err(Error::TooLarge {
-                            size: size as u64,
-                            max: self.max_message,
-                        });
-                    }
                     // Rare (kubectl and the Python client send whole messages): copied together.
                     f.data.extend_from_slice(&payload);
+                    if let (Some(all), Some(held)) = (f.held.as_mut(), held) {
+                        all.absorb(held);
+                    }
                     if head.fin {
                         let f = self.fragmented.take().expect("checked above");
-                        return complete(f.text, f.data.freeze()).map(Some);
+                        let data = match f.held {
+                            Some(held) => charged(f.data.freeze(), held),
+                            None => f.data.freeze(),
+                        };
+                        return complete(f.text, data).map(Some);
                     }
                 }
             }
         }
     }
 
+    /// Refuses a frame, from its head, that would make a message larger than the limit, before
+    /// any of its payload is held.
+    fn check_size(&self, head: &FrameHead) -> Result<(), Error> {
+        let earlier = match (head.opcode, &self.fragmented) {
+            (OpCode::Continuation, Some(f)) => f.data.len() as u64,
+            _ => 0,
+        };
+        let size = earlier + head.len;
+        if size > self.max_message as u64 {
+            return Err(Error::TooLarge {
+                size,
+                max: self.max_message,
+            });
+        }
+        Ok(())
+    }
+
+    /// The memory of `len` payload bytes that just left the read buffer, for the message they
+    /// are now part of.
+    fn take_charge(&mut self, len: usize) -> Option<Held> {
+        self.charge.as_mut().map(|charge| charge.split_off(len))
+    }
+
     /// Reads more bytes; `false` at the end of the stream. A frame whose head is in the
     /// buffer is completed by a read that stops on its boundary, so its payload stays in the
     /// buffer it started in; otherwise a busy read leaves room to do that for its last frame.
-    async fn fill(&mut self) -> std::io::Result<bool> {
+    async fn fill(&mut self) -> Result<bool, Error> {
         let missing = match FrameHead::parse(&self.buf) {
             Ok(Some(head)) => (head.head_len as u64 + head.len)
                 .checked_sub(self.buf.len() as u64)
@@ -226,12 +266,49 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
             _ => None,
         };
         let want = self.sizer.prepare(&mut self.buf, missing);
+        let want = self.room_for(want, missing).await?;
         let n = self.io.read_buf(&mut (&mut self.buf).limit(want)).await?;
         self.sizer.observe(n, want, missing);
         if n > 0 {
             self.liveness.heard();
         }
         Ok(n > 0)
+    }
+
+    /// Takes what the next read needs from the session's memory, and says how much it may
+    /// read: a frame larger than the lane's floor is taken whole (all of it read before it
+    /// goes on, so all of it held), or refused; otherwise room for the read, as much as there
+    /// is (a shorter read), waiting while there is none. Waiting is not the client's silence.
+    async fn room_for(&mut self, want: usize, missing: Option<usize>) -> Result<usize, Error> {
+        let Some(charge) = self.charge.as_mut() else {
+            return Ok(want);
+        };
+        let buffered = self.buf.len();
+        let lane = charge.lane().clone();
+        if let Some(missing) = missing {
+            let frame = buffered + missing;
+            if frame > lane.limits().floor {
+                if frame > charge.len() {
+                    let _held = self.liveness.hold();
+                    charge.grow_to(frame).await?;
+                }
+                return Ok(want);
+            }
+        }
+        let need = buffered + want;
+        if need <= charge.len() {
+            charge.shrink_to(need);
+            return Ok(want);
+        }
+        let more = match lane.try_room(need - charge.len()) {
+            Some(room) => room,
+            None => {
+                let _held = self.liveness.hold();
+                lane.take_room(need - charge.len()).await
+            }
+        };
+        charge.absorb(more);
+        Ok(charge.len() - buffered)
     }
 }
 

@@ -26,6 +26,7 @@ fn pair_with(pipe: usize, max: usize, keepalive: Option<Keepalive>) -> Pair {
         Config {
             max_message_size: max,
             keepalive,
+            memory: None,
         },
     )
     .split();
