@@ -249,15 +249,23 @@ async fn refusals_that_are_not_the_callers_fault_cost_nothing() {
         statuses.iter().all(|s| s.contains(" 500 ")),
         "{statuses:#?}"
     );
-    let ended: Vec<Value> = kept_events(&a.audit_log)
-        .into_iter()
-        .filter(|e| {
-            e["stage"] == "ended"
-                && e["pod"]
-                    .as_str()
-                    .is_some_and(|p| p.starts_with("error500-"))
-        })
-        .collect();
+    // A session's `ended` event may follow its client's answer: wait for all eight.
+    let ended_events = || -> Vec<Value> {
+        kept_events(&a.audit_log)
+            .into_iter()
+            .filter(|e| {
+                e["stage"] == "ended"
+                    && e["pod"]
+                        .as_str()
+                        .is_some_and(|p| p.starts_with("error500-"))
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + T;
+    while ended_events().len() < 8 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ended = ended_events();
     assert_eq!(ended.len(), 8, "{ended:#?}");
     for e in &ended {
         assert_eq!(e["ended_by"], "upstream refused", "{e}");
