@@ -1,11 +1,12 @@
-//! The dependency rules between the crate's top-level modules and between the rooms of
-//! [`crate::proxy`], enforced: every `crate::…`, `super::…` and `self::…` path in non-test
-//! code is resolved to the module it names, and an arrow the tables below do not allow fails
-//! the test with its file and line. Test code (`#[cfg(test)]` items and files) may reach
-//! anywhere: a test that checks two pieces fit together is not a dependency of either.
+//! The dependency rules between the crate's top-level modules, between the rooms of
+//! [`crate::proxy`] and between the rooms inside a room ([`INNER`]), enforced: every
+//! `crate::…`, `super::…` and `self::…` path in non-test code is resolved to the module it
+//! names, and an arrow the tables below do not allow fails the test with its file and line.
+//! Test code (`#[cfg(test)]` items and files) may reach anywhere: a test that checks two
+//! pieces fit together is not a dependency of either.
 //!
-//! Adding a top-level module or a room means adding a row here, with the arrows it needs;
-//! the tables must stay free of cycles (checked too).
+//! Adding a top-level module, a room or a folder inside a room means adding a row here, with
+//! the arrows it needs; the tables must stay free of cycles (checked too).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -71,6 +72,30 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Modules and the modules each may use.
+type Table = &'static [(&'static str, &'static [&'static str])];
+
+/// Rooms inside a room of `crate::proxy`: for each, the modules under it that lie below its
+/// other files (its inner rooms and what they share), and which of them each may use. A
+/// module under it with no row (the runners at the top of `sessions`) may use all of them.
+const INNER: &[(&str, Table)] = &[(
+    "sessions",
+    &[
+        ("registry", &[]),
+        ("state", &["registry"]),
+        ("lifecycle", &["state", "registry"]),
+        ("relay", &["lifecycle", "state"]),
+    ],
+)];
+
+/// The inner rooms of the room `room` of `crate::proxy` ([`INNER`]), if it has any.
+fn inner_rooms(room: &str) -> Option<Table> {
+    INNER
+        .iter()
+        .find(|(name, _)| *name == room)
+        .map(|(_, table)| *table)
+}
+
 /// The crate's `src/` folder.
 pub(crate) fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -84,8 +109,8 @@ struct Use {
     text: String,
 }
 
-/// The module path of a file under `src/` (`src/proxy/sessions/relay.rs` is
-/// `proxy::sessions::relay`; `mod.rs` and `lib.rs` name their folder).
+/// The module path of a file under `src/` (`src/proxy/sessions/relay/run.rs` is
+/// `proxy::sessions::relay::run`; `mod.rs` and `lib.rs` name their folder).
 fn module_path(file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src_dir()).expect("under src");
     let mut parts: Vec<String> = rel
@@ -303,14 +328,33 @@ fn violation(from: &[String], to: &[String]) -> Option<String> {
             None => Some(format!("{from_top} has no row in layering::TOP")),
         };
     }
-    if from_top != "proxy" || from.len() < 2 || to.len() < 2 || from[1] == to[1] {
+    if from_top != "proxy" || from.len() < 2 || to.len() < 2 {
         return None;
     }
     let (from_room, to_room) = (&from[1], &to[1]);
+    if from_room == to_room {
+        return inner_violation(from_room, &from[2..], &to[2..]);
+    }
     match allowed(ROOMS, from_room, to_room) {
         Some(true) => None,
         Some(false) => Some(format!("proxy::{from_room} may not use proxy::{to_room}")),
         None => Some(format!("proxy::{from_room} has no row in layering::ROOMS")),
+    }
+}
+
+/// What is wrong with an arrow between two modules inside the room `room` of `crate::proxy`
+/// (`from` and `to` are their paths below it), if anything: only a module with a row in the
+/// room's [`INNER`] table is held to it.
+fn inner_violation(room: &str, from: &[String], to: &[String]) -> Option<String> {
+    let (from_inner, to_inner) = (from.first()?, to.first()?);
+    if from_inner == to_inner {
+        return None;
+    }
+    match allowed(inner_rooms(room)?, from_inner, to_inner) {
+        Some(false) => Some(format!(
+            "proxy::{room}::{from_inner} may not use proxy::{room}::{to_inner}"
+        )),
+        Some(true) | None => None,
     }
 }
 
@@ -413,6 +457,9 @@ fn no_arrow_runs_against_the_layering() {
 fn the_tables_have_no_cycles() {
     assert_eq!(cycle(TOP), None, "layering::TOP has a cycle");
     assert_eq!(cycle(ROOMS), None, "layering::ROOMS has a cycle");
+    for (room, table) in INNER {
+        assert_eq!(cycle(table), None, "layering::INNER's {room} has a cycle");
+    }
 }
 
 #[test]
@@ -437,6 +484,18 @@ fn every_module_and_room_has_a_row() {
             assert!(
                 rooms.contains(name.as_str()),
                 "src/proxy/{name}: no row in layering::ROOMS"
+            );
+        }
+    }
+    // Every folder inside a room with inner rooms is one of them.
+    for (room, table) in INNER {
+        let dir = src_dir().join("proxy").join(room);
+        for entry in std::fs::read_dir(&dir).expect("readable") {
+            let path = entry.expect("an entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                !path.is_dir() || table.iter().any(|(n, _)| *n == name),
+                "src/proxy/{room}/{name}/: no row in layering::INNER"
             );
         }
     }
@@ -472,6 +531,16 @@ fn the_scanner_sees_every_form_of_path() {
         &found_path("translate::observe")
     )
     .is_some());
+    // Inside `sessions`: the relay may use a session's lifecycle, not the other way round;
+    // a runner at the top may use both.
+    let (relay, lifecycle) = (
+        found_path("proxy::sessions::relay::run"),
+        found_path("proxy::sessions::lifecycle::end::Running"),
+    );
+    assert!(violation(&relay, &lifecycle).is_none());
+    assert!(violation(&found_path("proxy::sessions::lifecycle::audit"), &relay).is_some());
+    assert!(violation(&found_path("proxy::sessions::exec_handler"), &relay).is_none());
+    assert!(violation(&found_path("proxy::sessions::relay::pump"), &relay).is_none());
 }
 
 fn found_path(path: &str) -> Vec<String> {

@@ -11,7 +11,7 @@
 
 #![no_main]
 
-use kube_ws_proxy::proxy::sessions::relay_frames::{FrameCursor, Framing};
+use kube_ws_proxy::proxy::sessions::relay::frames::{FrameCursor, Framing};
 use libfuzzer_sys::fuzz_target;
 
 /// A cursor that passes every byte on, fed `data` whole and in reads of `step` bytes.

@@ -4,7 +4,7 @@
 //! connection and reads the request, [`route::classify`] says what it is, a session runner in
 //! [`sessions`] serves it ([`sessions::exec_handler`] translates it to SPDY, dialled by
 //! [`upstream::spdy_dial`]; [`sessions::pass_through`] passes v5 on unchanged), and
-//! [`sessions::session_audit`] writes its audit events.
+//! [`sessions::lifecycle::audit`] writes its audit events.
 //!
 //! The rooms, top to bottom. A room may use only the rooms it names (an arrow never runs back
 //! up; `src/layering.rs` enforces it, file and line); all of them may use the crate's

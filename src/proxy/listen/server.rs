@@ -38,14 +38,13 @@ use crate::proxy::route::stream_request::{is_followed_log, StreamRequest, Stream
 use crate::proxy::sessions::admission::{Admissible, Requested};
 use crate::proxy::sessions::forward::forward;
 use crate::proxy::sessions::kubelet_run::{self, RunRequest};
+use crate::proxy::sessions::lifecycle::audit::{self, AuditedBody, SessionClient};
+use crate::proxy::sessions::lifecycle::end::Running;
+use crate::proxy::sessions::lifecycle::{gate, task};
 use crate::proxy::sessions::pass_through;
 use crate::proxy::sessions::registry::{next_session_id, Refusal};
-use crate::proxy::sessions::relay::relay;
+use crate::proxy::sessions::relay::run::relay;
 use crate::proxy::sessions::reverse_handler;
-use crate::proxy::sessions::session_audit::{self, AuditedBody, SessionClient};
-use crate::proxy::sessions::session_end::Running;
-use crate::proxy::sessions::session_gate;
-use crate::proxy::sessions::session_task;
 use crate::proxy::sessions::spdy_auto;
 use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
@@ -513,7 +512,7 @@ async fn forward_request(
         return Ok(Box::pin(kubelet_run(state, req, conn, caller, target)).await);
     }
     if state.audit.is_some() && is_followed_log(&method, target) {
-        if let Some(refusal) = session_gate::check(state, &caller, req.headers(), false).await {
+        if let Some(refusal) = gate::check(state, &caller, req.headers(), false).await {
             return Ok(refusal);
         }
         if let Err(why) = canonical_target(&mut req, target) {
@@ -539,7 +538,7 @@ struct Upgrade {
 /// the target made canonical, the caller authenticated (from the headers alone, so that in the
 /// modes that authenticate, a caller without credentials makes the proxy hold no body), the
 /// request's body read and checked, and only then one of the `--max-sessions` slots taken.
-/// From there the session is its own task ([`session_task`]), which the client hanging up
+/// From there the session is its own task ([`task`]), which the client hanging up
 /// cannot cancel; this request only waits for its answer. `Err` is the refusal by
 /// authentication.
 async fn open_session(
@@ -556,7 +555,7 @@ async fn open_session(
     let caller = authenticate(&state, req.headers(), upgrade.bearer, conn).await?;
     let stream_target = StreamTarget::read(req.method(), target);
     let kubelet = stream_target.node.is_some();
-    if let Some(refusal) = session_gate::check(&state, &caller, req.headers(), kubelet).await {
+    if let Some(refusal) = gate::check(&state, &caller, req.headers(), kubelet).await {
         return Ok(refusal);
     }
     let req = match read_upgrade_request(&state, req, conn).await {
@@ -564,7 +563,7 @@ async fn open_session(
         Err(resp) => return Ok(resp),
     };
     if let Some(refusal) = kubelet
-        .then(|| session_gate::refuse_form_body(&req.parts.headers, &req.body))
+        .then(|| gate::refuse_form_body(&req.parts.headers, &req.body))
         .flatten()
     {
         return Ok(refusal);
@@ -595,9 +594,9 @@ async fn open_session(
     let slot = slot
         .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
     let kind = session.first_kind(state.upstream_streaming);
-    let (running, hangup) = session_task::admit(&state, slot, form, kind);
+    let (running, hangup) = task::admit(&state, slot, form, kind);
     let setup = run_session(state, req, stream, session, running);
-    Ok(session_task::answer(setup, hangup).await)
+    Ok(task::answer(setup, hangup).await)
 }
 
 /// Everything a streaming request carries, read within the handshake timeout and against the
@@ -710,14 +709,14 @@ async fn followed_log(
     let credentials = req.headers().get(http::header::AUTHORIZATION).cloned();
     let (resp, identity) = tokio::join!(
         forward(state, req, peer, caller),
-        session_audit::identify(state, caller, credentials),
+        audit::identify(state, caller, credentials),
     );
     state
         .metrics
         .request(&method, resp.status().as_u16(), started.elapsed());
-    let audit = session_audit::start(
+    let audit = audit::start(
         state,
-        session_audit::session_info(
+        audit::session_info(
             next_session_id(),
             &StreamTarget::read(&method, target),
             SessionClient::new(peer, http_version, caller.address()),
@@ -739,13 +738,13 @@ async fn kubelet_run(
     caller: Caller,
     target: &RequestTarget,
 ) -> Response<ProxyBody> {
-    if let Some(refusal) = session_gate::check(state, &caller, req.headers(), true).await {
+    if let Some(refusal) = gate::check(state, &caller, req.headers(), true).await {
         return refusal;
     }
     if let Err(why) = canonical_target(&mut req, target) {
         return bad_request(state, why);
     }
-    if let Some(refusal) = session_gate::refuse_multipart(req.headers()) {
+    if let Some(refusal) = gate::refuse_multipart(req.headers()) {
         return refusal;
     }
     let (parts, body) = req.into_parts();
@@ -773,8 +772,8 @@ async fn kubelet_run(
         http::Version::HTTP_2 => HandshakeForm::ExtendedConnect,
         _ => HandshakeForm::Http1Upgrade,
     };
-    // Owned from here by its own task, as every streaming session is ([`session_task`]).
-    let (running, hangup) = session_task::admit(state, slot, form, SessionKind::KubeletRun);
+    // Owned from here by its own task, as every streaming session is (`lifecycle::task`).
+    let (running, hangup) = task::admit(state, slot, form, SessionKind::KubeletRun);
     let audit_id = request_layers::audit_id(&parts.headers);
     let req = RunRequest {
         parts,
@@ -784,7 +783,7 @@ async fn kubelet_run(
         peer: conn.peer,
         audit_id,
     };
-    session_task::answer(kubelet_run::run(state.clone(), req, running), hangup).await
+    task::answer(kubelet_run::run(state.clone(), req, running), hangup).await
 }
 
 /// The form `body` a kubelet reads `cmd` from before the query, if the request has one; a form

@@ -4,7 +4,7 @@
 //! - [`log_throttle`]: aggregation of repeated log lines.
 //! - [`readiness`]: the shared, cached verdict behind `/readyz`.
 //!
-//! Session audit events are written by `sessions::session_audit` into the crate's `audit`;
+//! Session audit events are written by `sessions::lifecycle::audit` into the crate's `audit`;
 //! the admin listener that serves these is `listen::admin`. May use `wire` only, so every
 //! room may count and log.
 

@@ -295,8 +295,11 @@ mod tests {
             "RequestTarget::parse",
             "parse_query",
         ];
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
+        // Every file of the room, its inner rooms' too.
+        let mut files = Vec::new();
+        crate::layering::rust_files(&dir, &mut files);
+        assert!(files.len() > 20, "the sessions' files: {files:?}");
+        for path in files {
             let text = std::fs::read_to_string(&path).unwrap();
             // Test code may build requests any way it likes.
             let code = text.split("#[cfg(test)]").next().unwrap_or("");

@@ -9,10 +9,10 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use tracing::{info, warn, Instrument};
 
-use super::session_audit;
-use super::session_end::{remote_command_outcome, Finished, Running};
-use super::session_recording::{unrecordable_status, OpenedRecording};
-use super::session_start::{self, Begun, Held};
+use super::lifecycle::audit;
+use super::lifecycle::end::{remote_command_outcome, Finished, Running};
+use super::lifecycle::recording::{unrecordable_status, OpenedRecording};
+use super::lifecycle::start::{self, Begun, Held};
 use super::state::ProxyState;
 use crate::audit::ProtocolPath;
 use crate::peer_hangup::PeerHangup;
@@ -110,7 +110,7 @@ pub async fn handle(
     mut running: Running,
 ) -> Response<ProxyBody> {
     let v5 = Some(ChannelProtocol::V5.name().to_owned());
-    let recording = session_start::begin(
+    let recording = start::begin(
         &state,
         &req,
         &stream,
@@ -119,10 +119,10 @@ pub async fn handle(
         v5,
     )
     .await;
-    let prepared = match session_start::may_go_upstream(&running, &recording) {
+    let prepared = match start::may_go_upstream(&running, &recording) {
         Ok(()) => Prepared::Dial,
         Err(Held::Unrecordable(why)) => Prepared::Refused(unrecordable_status(&why)),
-        Err(held) => return session_start::end_held(running, recording, held),
+        Err(held) => return start::end_held(running, recording, held),
     };
     serve(
         state,
@@ -215,7 +215,7 @@ impl ExecSession {
                 }
                 self.running.unstarted(
                     SessionOutcome::ClientGone,
-                    session_audit::CLIENT_UPGRADE_FAILED,
+                    audit::CLIENT_UPGRADE_FAILED,
                     self.recording.finish(),
                 );
                 return;

@@ -22,10 +22,10 @@ use tokio::sync::mpsc;
 use tracing::info;
 
 use super::forward::forward_body;
-use super::session_audit::{self, SessionClient};
-use super::session_end::{Finished, Running};
-use super::session_recording::OpenedRecording;
-use super::session_start;
+use super::lifecycle::audit::{self, SessionClient};
+use super::lifecycle::end::{Finished, Running};
+use super::lifecycle::recording::OpenedRecording;
+use super::lifecycle::start;
 use super::state::ProxyState;
 use crate::audit::{ProtocolPath, Verb};
 use crate::proxy::auth::Caller;
@@ -56,10 +56,10 @@ pub async fn run(
     let state = &*state;
     let session_id = running.session_id();
     let target = req.run.target();
-    let credentials = session_audit::outbound_credentials(state, &req.caller, &req.parts.headers);
-    let identity = session_audit::identify(state, &req.caller, credentials).await;
+    let credentials = audit::outbound_credentials(state, &req.caller, &req.parts.headers);
+    let identity = audit::identify(state, &req.caller, credentials).await;
     let client = SessionClient::new(req.peer, req.parts.version, req.caller.address());
-    let mut info = session_audit::session_info(
+    let mut info = audit::session_info(
         session_id,
         &target,
         client,
@@ -75,8 +75,8 @@ pub async fn run(
     recording.name_in(&mut info);
     // Evidence first: the trail (and the recording) exist before the request goes upstream.
     running.start_audit(state, info);
-    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
-        return session_start::end_held(running, recording, held);
+    if let Err(held) = start::may_go_upstream(&running, &recording) {
+        return start::end_held(running, recording, held);
     }
     let started = Instant::now();
     // The body's share of the budget is given back once it went upstream.

@@ -2,7 +2,7 @@
 //! the session has begun (identified, recorded, audited), the client's WebSocket upgrade goes
 //! upstream unchanged (its bearer subprotocol entry turned into
 //! credentials as `--auth-mode` says), and on the upstream's 101 the bytes are copied both ways
-//! by the relay (src/proxy/sessions/relay.rs), which also applies the session limit, idle timeout,
+//! by the relay (src/proxy/sessions/relay/), which also applies the session limit, idle timeout,
 //! drain, metrics, logs, audit and recording. No framing work is done on the way.
 //!
 //! Under `auto` a refusal that is not the cluster's Status (see [`after_refusal`]: an old
@@ -19,10 +19,10 @@ use hyper::body::Incoming;
 
 use super::admission::remote_command_kind;
 use super::exec_handler::{ExecStreams, Prepared, SetupError};
-use super::relay::{self, RelayError};
-use super::session_end::Running;
-use super::session_recording::unrecordable_status;
-use super::session_start::{self, Begun, Held};
+use super::lifecycle::end::Running;
+use super::lifecycle::recording::unrecordable_status;
+use super::lifecycle::start::{self, Begun, Held};
+use super::relay::run::{ask_upstream, relay_answered, upstream_request, RelayError};
 use super::state::ProxyState;
 use super::{exec_handler, tunnel_handler};
 use crate::audit::ProtocolPath;
@@ -196,8 +196,8 @@ pub async fn handle(
         UpstreamStreaming::Auto => ProtocolPath::Auto,
         _ => ProtocolPath::PassThrough,
     };
-    let recording = session_start::begin(&state, &req, &stream, &mut running, path, None).await;
-    let begun = match session_start::may_go_upstream(&running, &recording) {
+    let recording = start::begin(&state, &req, &stream, &mut running, path, None).await;
+    let begun = match start::may_go_upstream(&running, &recording) {
         Ok(()) => Begun { running, recording },
         Err(Held::Unrecordable(why)) if matches!(streamed, Streamed::RemoteCommand(_)) => {
             // Told inside the WebSocket, as the translation tells it: kubectl then does not
@@ -206,7 +206,7 @@ pub async fn handle(
             let prepared = Prepared::Refused(unrecordable_status(&why));
             return exec_handler::serve(state, req, stream, answer, begun, prepared).await;
         }
-        Err(held) => return session_start::end_held(running, recording, held),
+        Err(held) => return start::end_held(running, recording, held),
     };
     let session = PassThrough {
         state,
@@ -267,7 +267,7 @@ impl PassThrough {
     /// translation would speak.
     async fn ask(&self) -> Asked {
         let (state, req) = (&self.state, &self.req);
-        let mut upstream_req = match relay::upstream_request(state, req, &self.stream) {
+        let mut upstream_req = match upstream_request(state, req, &self.stream) {
             Ok(upstream_req) => upstream_req,
             Err(e) => return Asked::Failed(e),
         };
@@ -287,7 +287,7 @@ impl PassThrough {
                 return Asked::Failed(RelayError::Request(why));
             }
         }
-        match relay::ask_upstream(state, upstream_req).await {
+        match ask_upstream(state, upstream_req).await {
             Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 match unusable(&offer, &resp) {
                     Some(why) => Asked::Unusable(why),
@@ -467,13 +467,13 @@ impl PassThrough {
         let (kind, path) = (SessionKind::PassThrough, ProtocolPath::PassThrough);
         begun.running.took_path(kind, path, None);
         let resp = Ok(resp.map(BodyExt::boxed));
-        relay::relay_answered(&state, req, stream, begun, resp).await
+        relay_answered(&state, req, stream, begun, resp).await
     }
 
     /// Ends the session: its client went before the second path was asked.
     fn client_gone(self) -> Response<ProxyBody> {
         let Begun { running, recording } = self.begun;
-        session_start::end_held(running, recording, Held::ClientGone)
+        start::end_held(running, recording, Held::ClientGone)
     }
 }
 

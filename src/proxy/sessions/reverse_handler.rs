@@ -15,11 +15,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tracing::{info, warn, Instrument};
 
+use super::lifecycle::audit;
+use super::lifecycle::end::{remote_command_outcome, Finished, Running};
+use super::lifecycle::recording::OpenedRecording;
+use super::lifecycle::start::{self, Begun};
 use super::registry::SessionSlot;
-use super::session_audit;
-use super::session_end::{remote_command_outcome, Finished, Running};
-use super::session_recording::OpenedRecording;
-use super::session_start::{self, Begun};
 use super::state::ProxyState;
 use super::upstream_refusal;
 use crate::audit::ProtocolPath;
@@ -51,9 +51,9 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let path = ProtocolPath::ReverseTranslated;
     let protocol = Some(client_protocol(version));
-    let recording = session_start::begin(&state, &req, &stream, &mut running, path, protocol).await;
-    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
-        return session_start::end_held(running, recording, held);
+    let recording = start::begin(&state, &req, &stream, &mut running, path, protocol).await;
+    if let Err(held) = start::may_go_upstream(&running, &recording) {
+        return start::end_held(running, recording, held);
     }
     let dialled = dial(&state, &req, &stream).await;
     serve(
@@ -202,7 +202,7 @@ impl ReverseSession {
                 warn!(session = self.running.session_id(), "client upgrade failed");
                 self.running.unstarted(
                     SessionOutcome::ClientGone,
-                    session_audit::CLIENT_UPGRADE_FAILED,
+                    audit::CLIENT_UPGRADE_FAILED,
                     self.recording.finish(),
                 );
                 return;

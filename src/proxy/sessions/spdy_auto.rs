@@ -18,10 +18,10 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::admission::reverse_kind;
-use super::relay::{self, RelayError};
+use super::lifecycle::end::Running;
+use super::lifecycle::start::{self, Begun, Held};
+use super::relay::run::{ask_upstream, relay_answered, upstream_request, RelayError};
 use super::reverse_handler;
-use super::session_end::Running;
-use super::session_start::{self, Begun, Held};
 use super::state::ProxyState;
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
@@ -105,9 +105,9 @@ pub async fn handle(
             .recall(&upstream, family, ClientProtocol::Spdy, Instant::now());
     // The `started` event says `auto`; the `ended` event names the path taken.
     let path = ProtocolPath::Auto;
-    let recording = session_start::begin(&state, &req, &stream, &mut running, path, None).await;
-    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
-        return session_start::end_held(running, recording, held);
+    let recording = start::begin(&state, &req, &stream, &mut running, path, None).await;
+    if let Err(held) = start::may_go_upstream(&running, &recording) {
+        return start::end_held(running, recording, held);
     }
     let session = SpdyAuto {
         state,
@@ -198,11 +198,11 @@ impl SpdyAuto {
     /// Asks the upstream with the client's SPDY upgrade, as the relay sends it.
     async fn ask_relay(&self) -> Relayed {
         let state = &self.state;
-        let upstream_req = match relay::upstream_request(state, &self.req, &self.stream) {
+        let upstream_req = match upstream_request(state, &self.req, &self.stream) {
             Ok(upstream_req) => upstream_req,
             Err(e) => return Relayed::Failed(e),
         };
-        match relay::ask_upstream(state, upstream_req).await {
+        match ask_upstream(state, upstream_req).await {
             Ok(resp) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => Relayed::Accepted(resp),
             // Never a stream for these subresources: a refusal, its beginning read to decide on
             // it (the rest streams through if it is passed on).
@@ -228,7 +228,7 @@ impl SpdyAuto {
             Relayed::Refused(held) => Ok(held.into_response()),
             Relayed::Failed(e) => Err(e),
         };
-        relay::relay_answered(&state, req, stream, begun, answer).await
+        relay_answered(&state, req, stream, begun, answer).await
     }
 
     /// The session reverse-translated, on its upstream's answer `dialled`.
@@ -252,7 +252,7 @@ impl SpdyAuto {
     /// Ends the session: its client went before the second path was asked.
     fn client_gone(self) -> Response<ProxyBody> {
         let Begun { running, recording } = self.begun;
-        session_start::end_held(running, recording, Held::ClientGone)
+        start::end_held(running, recording, Held::ClientGone)
     }
 }
 

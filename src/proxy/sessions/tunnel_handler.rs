@@ -10,9 +10,9 @@ use std::sync::Arc;
 use http::Response;
 use tracing::{info, warn, Instrument};
 
-use super::session_audit;
-use super::session_end::{Finished, Running};
-use super::session_start;
+use super::lifecycle::audit;
+use super::lifecycle::end::{Finished, Running};
+use super::lifecycle::start;
 use super::state::ProxyState;
 use super::upstream_refusal;
 use crate::audit::ProtocolPath;
@@ -64,7 +64,7 @@ pub async fn handle(
     mut running: Running,
 ) -> Response<ProxyBody> {
     // The protocol is the upstream's choice: its `ended` event says it.
-    let recording = session_start::begin(
+    let recording = start::begin(
         &state,
         &req,
         &stream,
@@ -73,8 +73,8 @@ pub async fn handle(
         None,
     )
     .await;
-    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
-        return session_start::end_held(running, recording, held);
+    if let Err(held) = start::may_go_upstream(&running, &recording) {
+        return start::end_held(running, recording, held);
     }
     let dialled = dial(&state, &req, &stream, protocols).await;
     serve(state, req, stream, answer, running, dialled).await
@@ -137,7 +137,7 @@ impl TunnelSession {
                 warn!(error = %e, "client upgrade failed");
                 self.running.unstarted(
                     SessionOutcome::ClientGone,
-                    session_audit::CLIENT_UPGRADE_FAILED,
+                    audit::CLIENT_UPGRADE_FAILED,
                     None,
                 );
                 return;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
-use super::session_end::Running;
+use super::lifecycle::end::Running;
 use super::state::ProxyState;
 use crate::proxy::upstream::error::{reported, UpstreamFailure};
 use crate::proxy::upstream::spdy_dial::DialError;

@@ -9,12 +9,12 @@
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use tracing::debug;
 
-use super::session_audit::{outbound_credentials, REVIEW_TIMEOUT};
-use super::state::ProxyState;
+use super::audit::{outbound_credentials, REVIEW_TIMEOUT};
 use crate::proxy::auth::self_subject_review::SelfReview;
 use crate::proxy::auth::{AuthMode, Caller};
 use crate::proxy::observability::metrics::HandshakeRejection;
 use crate::proxy::route::kubelet::NodeProxySessions;
+use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::request::node::{form_media_type, FormBody};

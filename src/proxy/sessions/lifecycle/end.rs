@@ -1,18 +1,18 @@
 //! The one way a streaming session ends. Each kind of session says how it ended in a
 //! [`Finished`]; [`Running::finish`] turns that into its audit `ended` event, gives its slot
 //! back and counts it in the metrics, in that order, for every kind alike. A [`Running`] exists
-//! from the session's admission ([`session_task`](super::session_task)), so that every
+//! from the session's admission ([`task`](super::task)), so that every
 //! admitted session, whenever and however it ends, ends here. The registry of live sessions
 //! (list, follow, end) hooks in here.
 
 use std::time::Duration;
 
-use super::registry::SessionSlot;
-use super::session_audit;
-use super::session_task::ClientPresence;
-use super::state::ProxyState;
+use super::audit;
+use super::task::ClientPresence;
 use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, SessionInfo};
 use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOutcome};
+use crate::proxy::sessions::registry::SessionSlot;
+use crate::proxy::sessions::state::ProxyState;
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::remote_command::{Outcome, SessionEndKind};
 use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
@@ -171,7 +171,7 @@ impl Running {
     /// names no pod). Called once, before anything of the session goes upstream.
     pub fn start_audit(&mut self, state: &ProxyState, info: Option<SessionInfo>) {
         debug_assert!(self.audit.is_none(), "a session's trail starts once");
-        self.audit = session_audit::start(state, info);
+        self.audit = audit::start(state, info);
     }
 
     /// Whether the client went away before it got its answer (its request was dropped).
@@ -243,7 +243,7 @@ impl Running {
     pub fn upstream_refused(self, why: String, upstream_status: u16) {
         self.end_unstarted(
             SessionOutcome::UpstreamError,
-            session_audit::UPSTREAM_REFUSED,
+            audit::UPSTREAM_REFUSED,
             Some(why),
             None,
             (upstream_status != 0).then_some(upstream_status),
@@ -258,7 +258,7 @@ impl Running {
         recording_error: Option<String>,
         refused_with: Option<u16>,
     ) {
-        session_audit::end_unstarted(
+        audit::end_unstarted(
             self.audit,
             outcome,
             ended_by,

@@ -2,9 +2,9 @@
 //! WebSocket), followed from their heads alone, payloads never read (but for the stream id a
 //! SPDY frame that ends a stream names in its first four bytes, taken as part of its head). One [`FrameCursor`]
 //! follows the relay's upstream-to-client bytes, and everything that adds frames of the
-//! proxy's own asks it: keepalive pings ([`super::relay_pings`]) go only between two frames,
+//! proxy's own asks it: keepalive pings ([`super::pings`]) go only between two frames,
 //! and a relayed session under `--record=required` is ended between two frames with a Status
-//! ([`super::relay_ending`]).
+//! ([`super::ending`]).
 //!
 //! The cursor is shown only the bytes the client is sent. Under `--record=required` it never
 //! lets a read end inside a frame head ([`FrameCursor::holding_heads`]: [`Followed::pass`]

@@ -13,7 +13,6 @@ use http::{header, HeaderMap, HeaderValue, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 
-use super::state::ProxyState;
 use crate::audit::{
     HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionAudit, SessionEnd,
     SessionInfo, Verb,
@@ -21,6 +20,7 @@ use crate::audit::{
 use crate::proxy::auth::Caller;
 use crate::proxy::observability::metrics::SessionOutcome;
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
+use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 use crate::translate::exec_options::Subresource;
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::{Interval, MissedTickBehavior};
 
-use super::relay_frames::FrameCursor;
+use super::frames::FrameCursor;
 
 /// An empty ping from a server: FIN, opcode 9, unmasked, no payload.
 pub const SERVER_PING: [u8; 2] = [0x89, 0x00];
@@ -66,7 +66,7 @@ impl PingInjector {
     }
 
     /// Writes the server's `bytes` to the client, with an owed ping at `boundary`, the last
-    /// frame boundary among them ([`Followed::boundary`](super::relay_frames::Followed)).
+    /// frame boundary among them ([`Followed::boundary`](super::frames::Followed)).
     pub async fn write_through<W: AsyncWrite + Unpin>(
         &mut self,
         w: &mut W,
@@ -88,7 +88,7 @@ impl PingInjector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::sessions::relay_frames::Framing;
+    use crate::proxy::sessions::relay::frames::Framing;
     use crate::translate::ws::frame::{FrameHead, OpCode};
 
     /// Follows `bytes` as the relay does, and writes them through.

@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
-use super::relay_pings::PingInjector;
-use super::relay_pump::{pump, RelayCounters, RelayHooks, RelayKeepalive, RelayStats};
-use super::relay_recording::{RelayTap, TapEnd};
-use super::session_audit;
-use super::session_end::{Finished, Running};
+use super::pings::PingInjector;
+use super::pump::{pump, RelayCounters, RelayHooks, RelayKeepalive, RelayStats};
+use super::recording::{RelayTap, TapEnd};
 use crate::activity_clock::ActivityClock;
 use crate::peer_hangup::PeerHangup;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
+use crate::proxy::sessions::lifecycle::audit;
+use crate::proxy::sessions::lifecycle::end::{Finished, Running};
 use crate::proxy::wire::client_stream::ClientStream;
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::ws::{Keepalive, Liveness};
@@ -88,7 +88,7 @@ impl RelaySession {
     fn client_gone(self) {
         self.running.unstarted(
             SessionOutcome::ClientGone,
-            session_audit::CLIENT_UPGRADE_FAILED,
+            audit::CLIENT_UPGRADE_FAILED,
             None,
         );
     }

@@ -5,10 +5,10 @@
 use http::{Response, StatusCode};
 use tracing::warn;
 
-use super::state::ProxyState;
 use crate::audit::recording::{RecordPolicy, Recorder};
 use crate::audit::SessionInfo;
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
+use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use crate::translate::remote_command::SessionRecording;

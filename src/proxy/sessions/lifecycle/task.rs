@@ -6,7 +6,7 @@
 //! its [`Running`] (slot, metrics, and later its audit trail) in it, and the request's future
 //! only waits for the answer. When that future is dropped, the session learns its client is
 //! gone ([`ClientPresence`]), checks it before it asks anything of the upstream, and ends like
-//! any other session, through [`Running::finish`](super::session_end::Running::finish) or
+//! any other session, through [`Running::finish`](super::end::Running::finish) or
 //! its `unstarted` ends, counted and audited.
 
 use std::future::Future;
@@ -15,10 +15,10 @@ use http::Response;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
-use super::registry::{next_session_id, SessionSlot};
-use super::session_end::Running;
-use super::state::ProxyState;
+use super::end::Running;
 use crate::proxy::observability::metrics::SessionKind;
+use crate::proxy::sessions::registry::{next_session_id, SessionSlot};
+use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::client_stream::HandshakeForm;
 use crate::proxy::wire::status_response::failure;

@@ -1,6 +1,7 @@
-//! Byte-for-byte relay of upgrades the upstream serves natively: SPDY/3.1 (kubectl ≤ 1.30 and
-//! kubectl's fallback), legacy WebSocket exec/port-forward and log streaming. The upstream
-//! decides; we pass its answer through and then copy bytes both ways.
+//! The relay's runner: a byte-for-byte relay of an upgrade the upstream serves natively
+//! (SPDY/3.1, legacy WebSocket exec/port-forward, log streaming), from the request to the
+//! upstream's answer. The upstream decides; we pass its answer through and, on a 101, start
+//! the session ([`super::session`]) that copies bytes both ways.
 //!
 //! Every wait on the upstream is bounded (`--upstream-dial-timeout`, then
 //! `--handshake-timeout` for its answer), and an answer other than 101 is not a session: the
@@ -16,21 +17,21 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, warn, Instrument};
 
-use super::relay_answer;
-use super::relay_ending;
-use super::relay_recording::RelayTap;
-use super::relay_session::RelaySession;
-use super::session_audit;
-use super::session_end::Running;
-use super::session_recording::{self, OpenedRecording};
-use super::session_start::{self, Begun};
-use super::state::ProxyState;
+use super::answer;
+use super::ending;
+use super::recording::RelayTap;
+use super::session::RelaySession;
 use crate::audit::{ProtocolPath, Verb};
 use crate::peer_hangup::PeerHangup;
 use crate::proxy::auth::Caller;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::{SessionKind, SessionOutcome};
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
+use crate::proxy::sessions::lifecycle::audit;
+use crate::proxy::sessions::lifecycle::end::Running;
+use crate::proxy::sessions::lifecycle::recording::{unrecordable_response, OpenedRecording};
+use crate::proxy::sessions::lifecycle::start::{self, Begun};
+use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::upstream::error::{reported, UpstreamFailure, TALKING_FAILED};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::headers::{remove_hop_by_hop, set_forwarding_headers};
@@ -42,7 +43,7 @@ use crate::translate::protocol::TUNNEL_PREFIX;
 
 /// Why the upstream's answer to a relayed upgrade never came.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum RelayError {
+pub(in crate::proxy::sessions) enum RelayError {
     #[error("error dialing the upstream: {0}")]
     Dial(#[from] crate::proxy::upstream::endpoint::UpstreamError),
     #[error("error talking to the upstream: {0}")]
@@ -55,7 +56,7 @@ pub(super) enum RelayError {
 
 impl RelayError {
     /// The answer for the client.
-    pub(super) fn response(&self) -> Response<ProxyBody> {
+    pub(in crate::proxy::sessions) fn response(&self) -> Response<ProxyBody> {
         let (code, reason) = match self {
             RelayError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
             RelayError::Request(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
@@ -98,9 +99,9 @@ pub async fn relay(
 ) -> Response<ProxyBody> {
     // The protocol is in the upstream's answer: the `ended` event says it.
     let path = protocol_path(running.kind());
-    let recording = session_start::begin(state, &req, &stream, &mut running, path, None).await;
-    if let Err(held) = session_start::may_go_upstream(&running, &recording) {
-        return session_start::end_held(running, recording, held);
+    let recording = start::begin(state, &req, &stream, &mut running, path, None).await;
+    if let Err(held) = start::may_go_upstream(&running, &recording) {
+        return start::end_held(running, recording, held);
     }
     let upstream_req = match upstream_request(state, &req, &stream) {
         Ok(r) => r,
@@ -118,7 +119,7 @@ pub async fn relay(
 /// Relays an upgrade whose session has begun and whose upstream answer is already in:
 /// WebSocket pass-through, and SPDY under `--upstream-streaming auto`, which had to see the
 /// answer to choose the path.
-pub(super) async fn relay_answered(
+pub(in crate::proxy::sessions) async fn relay_answered(
     state: &ProxyState,
     req: UpgradeRequest,
     stream: StreamRequest,
@@ -131,7 +132,7 @@ pub(super) async fn relay_answered(
 }
 
 /// A relayed upgrade whose upstream answer is in: what [`carry`] needs besides the answer.
-pub(super) struct Relayed {
+pub(in crate::proxy::sessions) struct Relayed {
     pub on_upgrade: hyper::upgrade::OnUpgrade,
     pub path: String,
     /// What the request names, as the front door read it.
@@ -238,7 +239,7 @@ fn follow_session<B>(
         match observer_for(state, resp, Scope::Everything) {
             Some(observer) => {
                 let (upgrade, protocol) = agreed(resp);
-                let ending = relay_ending::Ending::for_protocol(upgrade, protocol);
+                let ending = ending::Ending::for_protocol(upgrade, protocol);
                 tap = Some(RelayTap::new(recorder, observer, relayed.required).ending_with(ending))
             }
             None => {
@@ -276,10 +277,10 @@ fn protocol_path(kind: SessionKind) -> ProtocolPath {
 /// Refuses a session the upstream agreed to that cannot be recorded under
 /// `--record=required` (`e`: why), before a byte is relayed.
 fn refuse_unrecordable(running: Running, e: String) -> Response<ProxyBody> {
-    let refusal = session_recording::unrecordable_response(&e);
+    let refusal = unrecordable_response(&e);
     running.unstarted(
         SessionOutcome::RecordingFailed,
-        session_audit::REFUSED_UNRECORDABLE,
+        audit::REFUSED_UNRECORDABLE,
         Some(e),
     );
     refusal
@@ -295,7 +296,7 @@ fn not_switched(
 ) -> Response<ProxyBody> {
     let status = resp.status().as_u16();
     state.metrics.upstream_upgrade_failure(status);
-    if !relay_answer::may_pass_refusal(relayed.client_stream.form, resp.status()) {
+    if !answer::may_pass_refusal(relayed.client_stream.form, resp.status()) {
         let e = format!(
             "the upstream answered the WebSocket upgrade with {status} instead of switching protocols"
         );
@@ -333,7 +334,7 @@ async fn start_session(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|u| u.trim().eq_ignore_ascii_case("websocket"));
     // What the client will be told; on HTTP/2 only once the upstream's accept checks out.
-    let answer = match relay_answer::accepted(
+    let answer = match answer::accepted(
         relayed.client_stream.form,
         relayed.sent_key.as_ref(),
         std::mem::take(resp.headers_mut()),
@@ -398,7 +399,7 @@ struct UpstreamSocket(PeerHangup);
 
 /// Dials the upstream (`--upstream-dial-timeout`) and sends the request; its answer's head
 /// must arrive within `--handshake-timeout`.
-pub(super) async fn ask_upstream(
+pub(in crate::proxy::sessions) async fn ask_upstream(
     state: &ProxyState,
     req: Request<Full<Bytes>>,
 ) -> Result<Response<hyper::body::Incoming>, RelayError> {
@@ -424,7 +425,7 @@ pub(super) async fn ask_upstream(
 
 /// The request for the upstream: the client's headers minus hop-by-hop ones (but keeping the
 /// upgrade), the upstream's Host, `X-Forwarded-For` and what the auth mode says.
-pub(super) fn upstream_request(
+pub(in crate::proxy::sessions) fn upstream_request(
     state: &ProxyState,
     req: &UpgradeRequest,
     stream: &StreamRequest,

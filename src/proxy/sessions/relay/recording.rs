@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::relay_ending::{recording_failed, EndFrames, Ending};
-use super::relay_frames::FrameCursor;
+use super::ending::{recording_failed, EndFrames, Ending};
+use super::frames::FrameCursor;
 use crate::audit::recording::{Recordable, Recorded, Recorder};
 use crate::translate::observe::{Direction, ErrorStream, Observed, Observer, RemoteCommandStreams};
 
@@ -355,8 +355,8 @@ mod tests {
     use super::*;
     use crate::activity_clock::ActivityClock;
     use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
-    use crate::proxy::sessions::relay_ending::{recording_failed, Ending};
-    use crate::proxy::sessions::relay_pump::{admit_down, pump, RelayCounters, RelayHooks};
+    use crate::proxy::sessions::relay::ending::{recording_failed, Ending};
+    use crate::proxy::sessions::relay::pump::{admit_down, pump, RelayCounters, RelayHooks};
     use crate::spdy::codec::FrameEncoder;
     use crate::spdy::frame::{Data, Frame, HeaderBlock, StreamId, SynStream};
 

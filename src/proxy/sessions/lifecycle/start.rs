@@ -8,14 +8,14 @@
 
 use http::Response;
 
-use super::session_audit;
-use super::session_end::Running;
-use super::session_recording::{unrecordable_response, OpenedRecording};
-use super::state::ProxyState;
+use super::audit;
+use super::end::Running;
+use super::recording::{unrecordable_response, OpenedRecording};
 use crate::audit::ProtocolPath;
 use crate::proxy::client::upgrade_request::UpgradeRequest;
 use crate::proxy::observability::metrics::SessionOutcome;
 use crate::proxy::route::stream_request::StreamRequest;
+use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 
@@ -45,15 +45,13 @@ pub async fn begin(
     path: ProtocolPath,
     protocol: Option<String>,
 ) -> OpenedRecording {
-    let credentials =
-        session_audit::outbound_credentials(state, &stream.caller, &req.parts.headers);
-    let identity = session_audit::identify(state, &stream.caller, credentials).await;
+    let credentials = audit::outbound_credentials(state, &stream.caller, &req.parts.headers);
+    let identity = audit::identify(state, &stream.caller, credentials).await;
     let recording = match stream.target.is_remote_command() {
         true => OpenedRecording::open(state, running.session_id(), stream).await,
         false => OpenedRecording::default(),
     };
-    let mut info =
-        session_audit::stream_info(running.session_id(), stream, identity, path, protocol);
+    let mut info = audit::stream_info(running.session_id(), stream, identity, path, protocol);
     recording.name_in(&mut info);
     running.start_audit(state, info);
     recording
@@ -80,7 +78,7 @@ pub fn end_held(running: Running, recording: OpenedRecording, held: Held) -> Res
             let refusal = unrecordable_response(&why);
             running.unstarted(
                 SessionOutcome::RecordingFailed,
-                session_audit::REFUSED_UNRECORDABLE,
+                audit::REFUSED_UNRECORDABLE,
                 recording.finish(),
             );
             refusal
@@ -88,7 +86,7 @@ pub fn end_held(running: Running, recording: OpenedRecording, held: Held) -> Res
         Held::ClientGone => {
             running.unstarted(
                 SessionOutcome::ClientGone,
-                session_audit::CLIENT_GONE_BEFORE_UPSTREAM,
+                audit::CLIENT_GONE_BEFORE_UPSTREAM,
                 recording.finish(),
             );
             failure(

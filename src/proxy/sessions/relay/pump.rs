@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::relay_frames::{Followed, FrameCursor, Framing};
-use super::relay_pings::PingInjector;
-use super::relay_recording::RelayTap;
+use super::frames::{Followed, FrameCursor, Framing};
+use super::pings::PingInjector;
+use super::recording::RelayTap;
 use crate::activity_clock::ActivityClock;
 use crate::peer_hangup::PeerHangup;
 use crate::translate::observe::{Direction, PortForwardWatch};

@@ -16,7 +16,7 @@
 
 use base64::Engine;
 
-use super::relay_frames::{FrameCursor, Framing};
+use super::frames::{FrameCursor, Framing};
 use crate::spdy::frame::FLAG_FIN;
 use crate::translate::channel::Channel;
 use crate::translate::observe::{RemoteCommandStreams, WebSocketFraming};
