@@ -595,7 +595,7 @@ async fn open_session(
         .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
     let kind = session.first_kind(state.upstream_streaming);
     let (running, hangup) = task::admit(&state, slot, form, kind);
-    let setup = run_session(state, req, stream, session, running);
+    let setup = Box::pin(run_session(state, req, stream, session, running));
     Ok(task::answer(setup, hangup).await)
 }
 
@@ -783,7 +783,8 @@ async fn kubelet_run(
         peer: conn.peer,
         audit_id,
     };
-    task::answer(kubelet_run::run(state.clone(), req, running), hangup).await
+    let setup = Box::pin(kubelet_run::run(state.clone(), req, running));
+    task::answer(setup, hangup).await
 }
 
 /// The form `body` a kubelet reads `cmd` from before the query, if the request has one; a form

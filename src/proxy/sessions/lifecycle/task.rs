@@ -10,6 +10,7 @@
 //! its `unstarted` ends, counted and audited.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use http::Response;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -22,6 +23,9 @@ use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::client_stream::HandshakeForm;
 use crate::proxy::wire::status_response::failure;
+
+/// A session's setup, boxed where it is made ([`answer`]).
+pub type SessionSetup = Pin<Box<dyn Future<Output = Response<ProxyBody>> + Send>>;
 
 /// Whether a session's client is still waiting for its answer: told by the drop of the
 /// request's future ([`Hangup`]).
@@ -65,15 +69,14 @@ pub fn admit(
 /// for its answer to the client. Dropped before the answer came (the client is gone), it tells
 /// the session through `hangup`; the session goes on to its end regardless. A setup that
 /// panicked panics here too, so that the request's panic layer answers and counts it.
-pub async fn answer<F>(setup: F, hangup: Hangup) -> Response<ProxyBody>
-where
-    F: Future<Output = Response<ProxyBody>> + Send + 'static,
-{
+///
+/// `setup` comes boxed (a session's setup is the largest state a request has, tens of KB):
+/// taken by value, it would be copied into this future, into a box, and it would grow every
+/// future that awaits this one; boxed where it is made, it is copied once.
+pub async fn answer(setup: SessionSetup, hangup: Hangup) -> Response<ProxyBody> {
     // Created before the first await: a drop at any await below tells the session.
     let on_drop: DropGuard = hangup.0.drop_guard();
-    // Boxed: the task moves a pointer, not the session's setup, each time tokio moves it (a
-    // session's setup is the largest state a request has).
-    let task = tokio::spawn(Box::pin(setup).in_current_span());
+    let task = tokio::spawn(setup.in_current_span());
     let answered = task.await;
     on_drop.disarm();
     match answered {
@@ -112,7 +115,7 @@ mod tests {
             let _ = seen_tx.send(presence.is_gone());
             ok()
         };
-        let waiting = tokio::spawn(answer(setup, hangup));
+        let waiting = tokio::spawn(answer(Box::pin(setup), hangup));
         tokio::time::sleep(Duration::from_millis(20)).await;
         // The client goes: hyper drops the request's future.
         waiting.abort();
@@ -129,7 +132,7 @@ mod tests {
     async fn an_answered_client_is_not_gone() {
         let (presence, hangup) = ClientPresence::new();
         let check = presence.clone();
-        let resp = answer(async { ok() }, hangup).await;
+        let resp = answer(Box::pin(async { ok() }), hangup).await;
         assert_eq!(resp.status(), http::StatusCode::OK);
         assert!(!check.is_gone());
     }
@@ -137,7 +140,7 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_setup_panics_in_the_request() {
         let (_presence, hangup) = ClientPresence::new();
-        let request = tokio::spawn(answer(async { panic!("setup failed") }, hangup));
+        let request = tokio::spawn(answer(Box::pin(async { panic!("setup failed") }), hangup));
         let e = request.await.unwrap_err();
         assert!(e.is_panic());
     }

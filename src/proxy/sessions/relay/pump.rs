@@ -219,12 +219,14 @@ impl Side<'_> {
         match self.direction {
             Direction::UpstreamToClient => {
                 let frames = self.frames.as_mut().map(|f| &mut f.cursor);
-                let cut = async {
+                // Pinned here and passed down as a pointer: each layer of the tap would
+                // otherwise move it again, on every read.
+                let cut = std::pin::pin!(async {
                     match self.hangup {
                         Some(hangup) => hangup.seen().await,
                         None => std::future::pending().await,
                     }
-                };
+                });
                 admit_down(bytes, frames, self.tap, self.held, cut).await
             }
             Direction::ClientToUpstream => match self.tap {
@@ -330,8 +332,12 @@ pub(super) async fn admit_down(
     let Some(tap) = tap else {
         return Some(followed);
     };
-    let pass_down = tap.pass_down(&bytes[..followed.pass], frames.as_deref(), cut);
-    if held_meanwhile(held, pass_down).await {
+    let passed = {
+        let pass_down =
+            std::pin::pin!(tap.pass_down(&bytes[..followed.pass], frames.as_deref(), cut));
+        held_meanwhile(held, pass_down).await
+    };
+    if passed {
         return Some(followed);
     }
     if let (Some(cursor), Some(sent)) = (frames, sent) {
