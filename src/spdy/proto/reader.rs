@@ -197,7 +197,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             let frame = buffered + missing;
             if frame > lane.limits().floor {
                 if frame > charge.len() {
-                    charge.grow_to(frame).await?;
+                    watching(&self.shared, self.hangup, charge.grow_to(frame)).await?;
                     self.last_heard = Instant::now();
                 }
                 return Ok(want);
@@ -211,7 +211,8 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         let more = match lane.try_room(need - charge.len()) {
             Some(room) => room,
             None => {
-                let room = lane.take_room(need - charge.len()).await;
+                let wanted = need - charge.len();
+                let room = watching(&self.shared, self.hangup, lane.take_room(wanted)).await;
                 self.last_heard = Instant::now();
                 room
             }
@@ -392,26 +393,36 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     }
 }
 
-/// Waits for room in `inbox` for `payload`, watching the socket meanwhile for the peer's
-/// hang-up (once seen, it is not looked for again).
+/// Waits for room in `inbox` for `payload`, watching the socket meanwhile ([`watching`]).
 async fn park(
     shared: &Shared,
     hangup: Option<PeerHangup>,
     inbox: &InboxSender,
     payload: bytes::Bytes,
 ) {
-    let delivered = inbox.deliver(payload);
+    let _ = watching(shared, hangup, inbox.deliver(payload)).await;
+}
+
+/// Waits for `fut` (room in an inbox, room in the session's memory lane), watching the socket
+/// meanwhile for the peer's hang-up (once seen, it is not looked for again): while the reader
+/// waits, the peer's FIN or reset waits in the kernel behind what it sent, and once it is seen
+/// what the streams still hold can no longer grow, so a recorded session drains it through the
+/// cut lane instead of at its turn, and the memory it waits for comes back sooner.
+async fn watching<F: std::future::Future>(
+    shared: &Shared,
+    hangup: Option<PeerHangup>,
+    fut: F,
+) -> F::Output {
     let Some(hangup) = hangup.filter(|_| !shared.peer_hung_up()) else {
-        delivered.await;
-        return;
+        return fut.await;
     };
-    tokio::pin!(delivered);
+    tokio::pin!(fut);
     tokio::select! {
         biased;
-        _ = &mut delivered => return,
+        out = &mut fut => return out,
         () = hangup.hung_up() => shared.note_hangup(),
     }
-    delivered.await;
+    fut.await
 }
 
 /// Resolves when the silence timer fires (never without one).
