@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
-use super::tests::{headers, quiet, RawPeer};
+use super::tests::{headers, quiet, watched_tcp, RawPeer};
 use super::*;
 use crate::session_memory::{LaneLimits, Limit, MemoryBudget};
 use crate::spdy::codec::FrameEncoder;
@@ -149,4 +149,35 @@ async fn reading_waits_for_room_while_the_payloads_are_held() {
     drop(second);
     assert_eq!(recv(&mut rx).await, Bytes::from(vec![3u8; 400]));
     assert!(client.end_reason().is_none());
+}
+
+/// A reader waiting for room in its memory lane (the payloads it passed on still held) watches
+/// its socket meanwhile, as it does parked on a full inbox: the peer's hang-up behind data not
+/// yet read tells the stream it is cut at once, and every byte sent before it still arrives.
+#[tokio::test]
+async fn a_reader_waiting_for_room_sees_the_peer_hang_up() {
+    const FRAMES: usize = 20;
+    let config = Config {
+        memory: Some(budget(0)),
+        ..quiet()
+    };
+    let (client, mut peer) = watched_tcp(config).await;
+    let opening = tokio::spawn(async move { client.open_stream(headers("stdout")).await });
+    let id = peer.accept().await;
+    let (_tx, mut rx) = opening.await.unwrap().unwrap().split();
+    for i in 0..FRAMES {
+        peer.write(data(id, vec![i as u8; 400])).await;
+    }
+    // Two payloads held fill the lane's floor: the reader waits for room.
+    let held = [recv(&mut rx).await, recv(&mut rx).await];
+    peer.io.shutdown().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), rx.cut())
+        .await
+        .expect("the hang-up is seen while the reader waits for room");
+    let mut got = held.iter().map(Bytes::len).sum::<usize>();
+    drop(held);
+    while let Some(Ok(chunk)) = rx.recv().await {
+        got += chunk.len();
+    }
+    assert_eq!(got, FRAMES * 400);
 }

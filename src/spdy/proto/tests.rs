@@ -865,7 +865,7 @@ async fn a_stream_the_peer_opens_after_every_handle_dropped_is_refused() {
 
 /// A connection over real TCP whose reader watches its socket: the proxy's end, with room in
 /// the kernel for all a peer sends, and the peer's end.
-async fn watched_tcp(config: Config) -> (Connection, RawPeer<tokio::net::TcpStream>) {
+pub(super) async fn watched_tcp(config: Config) -> (Connection, RawPeer<tokio::net::TcpStream>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4 << 20).unwrap();
