@@ -407,10 +407,15 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// Whether everything has settled. A scrape reads the metric families one after another
+    /// (`active` first), so a session admitted during it can show as admitted and not yet
+    /// active: a scrape in which the counts do not add up is not taken as settled (a real loss
+    /// still fails, at the deadline).
     fn is_quiet(&self) -> bool {
         self.cluster.open_sessions == 0
             && self.cluster.open_processes == 0
             && self.counts.active == 0
+            && self.counts.add_up()
             && self.unended.is_empty()
     }
 
