@@ -26,10 +26,12 @@
 mod budget;
 mod charged;
 mod lane;
+mod read_room;
 
 pub use budget::{LaneLimits, Limit, MemoryBudget};
 pub use charged::charged;
 pub use lane::{Held, MemoryLane, Refused};
+pub use read_room::ReadRoom;
 
 #[cfg(test)]
 mod tests;

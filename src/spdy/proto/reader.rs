@@ -34,7 +34,7 @@ use super::shared::{Control, RecvEnd, Shared, StreamEntry, StreamFlags};
 use super::stream::IncomingStream;
 use crate::peer_hangup::PeerHangup;
 use crate::read_sizer::ReadSizer;
-use crate::session_memory::{charged, Held};
+use crate::session_memory::{charged, Held, ReadRoom};
 use crate::spdy::codec::{FrameDecoder, COPY_UP_TO};
 use crate::spdy::frame::{Data, Frame, GoAway, Ping, RstStatus, RstStream, SynReply, SynStream};
 
@@ -192,33 +192,20 @@ impl<R: AsyncRead + Unpin> Reader<R> {
             return Ok(want);
         };
         let buffered = self.buf.len();
-        let lane = charge.lane().clone();
-        if let Some(missing) = missing {
-            let frame = buffered + missing;
-            if frame > lane.limits().floor {
-                if frame > charge.len() {
-                    watching(&self.shared, self.hangup, charge.grow_to(frame)).await?;
-                    self.last_heard = Instant::now();
-                }
-                return Ok(want);
+        let room = match charge.plan_read(buffered, want, missing) {
+            ReadRoom::Now(n) => return Ok(n),
+            ReadRoom::WholeFrame(frame) => {
+                watching(&self.shared, self.hangup, charge.grow_to(frame)).await?;
+                want
             }
-        }
-        let need = buffered + want;
-        if need <= charge.len() {
-            charge.shrink_to(need);
-            return Ok(want);
-        }
-        let more = match lane.try_room(need - charge.len()) {
-            Some(room) => room,
-            None => {
-                let wanted = need - charge.len();
-                let room = watching(&self.shared, self.hangup, lane.take_room(wanted)).await;
-                self.last_heard = Instant::now();
-                room
+            ReadRoom::Wait(more) => {
+                let lane = charge.lane().clone();
+                charge.absorb(watching(&self.shared, self.hangup, lane.take_room(more)).await);
+                charge.len() - buffered
             }
         };
-        charge.absorb(more);
-        Ok(charge.len() - buffered)
+        self.last_heard = Instant::now();
+        Ok(room)
     }
 
     async fn dispatch(&mut self, frame: Frame) -> Result<(), SessionEnd> {

@@ -17,7 +17,7 @@ use super::keepalive::Liveness;
 use super::mask::apply_mask;
 use super::Error;
 use crate::read_sizer::ReadSizer;
-use crate::session_memory::{charged, Held, MemoryLane};
+use crate::session_memory::{charged, Held, MemoryLane, ReadRoom};
 
 /// Room kept beyond a busy read, so the message the read ends inside is completed in the same
 /// buffer (kubectl sends at most 32 KiB and a channel byte per message) instead of being moved.
@@ -284,31 +284,20 @@ impl<R: AsyncRead + Unpin> WsReader<R> {
             return Ok(want);
         };
         let buffered = self.buf.len();
-        let lane = charge.lane().clone();
-        if let Some(missing) = missing {
-            let frame = buffered + missing;
-            if frame > lane.limits().floor {
-                if frame > charge.len() {
-                    let _held = self.liveness.hold();
-                    charge.grow_to(frame).await?;
-                }
-                return Ok(want);
-            }
-        }
-        let need = buffered + want;
-        if need <= charge.len() {
-            charge.shrink_to(need);
-            return Ok(want);
-        }
-        let more = match lane.try_room(need - charge.len()) {
-            Some(room) => room,
-            None => {
+        match charge.plan_read(buffered, want, missing) {
+            ReadRoom::Now(n) => Ok(n),
+            ReadRoom::WholeFrame(frame) => {
                 let _held = self.liveness.hold();
-                lane.take_room(need - charge.len()).await
+                charge.grow_to(frame).await?;
+                Ok(want)
             }
-        };
-        charge.absorb(more);
-        Ok(charge.len() - buffered)
+            ReadRoom::Wait(more) => {
+                let _held = self.liveness.hold();
+                let lane = charge.lane().clone();
+                charge.absorb(lane.take_room(more).await);
+                Ok(charge.len() - buffered)
+            }
+        }
     }
 }
 
