@@ -776,15 +776,7 @@ mod tests {
         let mut syn = BytesMut::new();
         FrameEncoder::new()
             .encode(
-                &Frame::SynStream(SynStream {
-                    stream_id: StreamId::new(1),
-                    associated_stream_id: StreamId::ZERO,
-                    priority: 0,
-                    slot: 0,
-                    fin: false,
-                    unidirectional: false,
-                    headers,
-                }),
+                &Frame::SynStream(SynStream::new(StreamId::new(1), headers)),
                 &mut syn,
             )
             .unwrap();
