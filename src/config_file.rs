@@ -1,7 +1,8 @@
 //! `--config file.yaml`: every flag of the proxy, set from a YAML file.
 //!
 //! Keys are the long flag names (`upstream-ca-file: /etc/ca.pem`); a list sets a repeated
-//! flag, `true` sets a switch. Precedence, highest first: the command line, the environment
+//! flag, `true` sets a switch; `clusters:` is a list of clusters, each a map of the upstream and
+//! auth flags' names for that cluster alone ([`ClusterEntry`]). Precedence, highest first: the command line, the environment
 //! (`KUBE_WS_PROXY_*`), the config file, the built-in defaults. A file value that conflicts
 //! with a flag given on the command line or in the environment (say `upstream:` in the file and
 //! `--kubeconfig` on the command line) gives way to it. Unknown keys are an error, so a typo
@@ -15,7 +16,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use serde::Deserialize;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, ClusterEntry};
 
 /// Why the command line and config file cannot be combined.
 #[derive(Debug, thiserror::Error)]
@@ -86,10 +87,32 @@ where
         path: config.clone(),
         source,
     })?;
-    let extra = file_args(&config, &text, &matches)?;
+    let file = read_file(&config, &text)?;
+    let extra = file_args(&config, file.flags, &matches)?;
     let mut all = argv;
     all.extend(extra);
-    Ok(Cli::try_parse_from(all)?)
+    let mut cli = Cli::try_parse_from(all)?;
+    cli.serve.upstream.file_clusters = file.clusters;
+    Ok(cli)
+}
+
+/// The file: the clusters (`clusters:`, a list of maps) and every other key, a flag.
+#[derive(Debug, Default, Deserialize)]
+struct File {
+    #[serde(default)]
+    clusters: Vec<ClusterEntry>,
+    #[serde(flatten)]
+    flags: BTreeMap<String, Value>,
+}
+
+fn read_file(path: &Path, text: &str) -> Result<File, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(File::default());
+    }
+    serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
 }
 
 /// Whether an argument was set where the file must give way.
@@ -102,15 +125,11 @@ fn set_above_file(matches: &ArgMatches, id: &str) -> bool {
 
 /// The flags the file contributes: only those not set on the command line or in the
 /// environment, and not in conflict with one that is.
-fn file_args(path: &Path, text: &str, matches: &ArgMatches) -> Result<Vec<OsString>, ConfigError> {
-    let values: BTreeMap<String, Value> = if text.trim().is_empty() {
-        BTreeMap::new()
-    } else {
-        serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?
-    };
+fn file_args(
+    path: &Path,
+    values: BTreeMap<String, Value>,
+    matches: &ArgMatches,
+) -> Result<Vec<OsString>, ConfigError> {
     let cmd = Cli::command();
     let mut out = Vec::new();
     for (key, value) in values {
@@ -179,6 +198,35 @@ mod tests {
         ];
         argv.extend(args.iter().map(|s| s.to_string()));
         parse_args(argv)
+    }
+
+    #[test]
+    fn clusters_are_a_list_of_maps_of_flag_names() {
+        let yaml = "cluster: [old=http://127.0.0.1:1]\nclusters:\n- name: prod-eu\n  \
+                    upstream: https://10.0.0.1:6443\n  upstream-token-file: /t\n  \
+                    auth-mode: impersonate\n  upstream-streaming: spdy\n- name: dev\n  \
+                    kubeconfig: /k\n  context: dev\n";
+        let cli = with_file(yaml, &["--cluster", "new=http://127.0.0.1:2"]).unwrap();
+        let u = cli.serve.upstream;
+        // The command line wins over the file's `cluster:` as for any flag.
+        assert_eq!(u.clusters.len(), 1);
+        assert_eq!(u.clusters[0].name, "new");
+        assert_eq!(u.file_clusters.len(), 2);
+        let prod = &u.file_clusters[0];
+        assert_eq!(prod.name, "prod-eu");
+        assert_eq!(prod.upstream.as_deref(), Some("https://10.0.0.1:6443"));
+        assert_eq!(prod.auth_mode, Some(AuthMode::Impersonate));
+        assert_eq!(
+            prod.upstream_streaming,
+            Some(crate::cli::UpstreamStreaming::Spdy)
+        );
+        assert_eq!(u.file_clusters[1].context.as_deref(), Some("dev"));
+        // A typo in an entry is an error, never a silent default.
+        let typo = "clusters:\n- name: a\n  upstream: http://x\n  upstream-tokn-file: /t\n";
+        assert!(matches!(
+            with_file(typo, &[]),
+            Err(ConfigError::Parse { .. })
+        ));
     }
 
     #[test]
@@ -287,6 +335,7 @@ mod tests {
             "context" => "other".into(),
             "audit-log" => "-".into(),
             "max-sessions" => "7".into(),
+            "cluster" => "a=http://127.0.0.1:2".into(),
             _ => panic!("give --{long} a sample value for the config-file test"),
         }
     }
@@ -341,7 +390,9 @@ mod tests {
             let none = Cli::command()
                 .try_get_matches_from(["kube-ws-proxy"])
                 .unwrap();
-            let extra = file_args(path, &yaml, &none).unwrap_or_else(|e| panic!("{id}: {e}"));
+            let extra = read_file(path, &yaml)
+                .and_then(|file| file_args(path, file.flags, &none))
+                .unwrap_or_else(|e| panic!("{id}: {e}"));
             let argv = std::iter::once(OsString::from("kube-ws-proxy")).chain(extra);
             let matches = Cli::command()
                 .try_get_matches_from(argv)

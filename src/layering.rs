@@ -46,7 +46,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     ("client", &["observability", "wire"]),
     ("upstream", &["observability", "wire"]),
     ("auth", &["upstream", "observability", "wire"]),
-    ("route", &["auth", "upstream", "wire"]),
+    ("route", &["auth", "upstream", "observability", "wire"]),
     (
         "sessions",
         &[

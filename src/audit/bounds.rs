@@ -364,6 +364,7 @@ mod tests {
 
     fn info() -> SessionInfo {
         SessionInfo {
+            cluster: None,
             session_id: "0a1b2c3d-7".into(),
             verb: Verb::Exec,
             namespace: "default".into(),
@@ -598,6 +599,8 @@ mod tests {
                     recording: Some(recording),
                     audit_id: Some(audit_id),
                     session_id: "ffffffff-18446744073709551615".into(),
+                    // The longest cluster name (a DNS label).
+                    cluster: Some("c".repeat(63)),
                     ..info()
                 }
             })

@@ -106,6 +106,10 @@ impl From<http::Version> for HttpVersion {
 pub struct SessionInfo {
     /// Unique across replicas and restarts: `<instance>-<n>`.
     pub session_id: String,
+    /// The named cluster the session went to (`/clusters/NAME/`); absent for the unnamed
+    /// upstream of `--upstream`, `--kubeconfig` or `--in-cluster`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     pub verb: Verb,
     pub namespace: String,
     pub pod: String,
@@ -241,6 +245,7 @@ mod tests {
 
     pub(crate) fn info() -> SessionInfo {
         SessionInfo {
+            cluster: None,
             session_id: "0a1b2c3d-7".into(),
             verb: Verb::PortForward,
             namespace: "default".into(),

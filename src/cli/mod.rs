@@ -12,6 +12,7 @@
 
 mod audit;
 mod auth;
+mod clusters;
 mod keepalive;
 mod limits;
 mod listeners;
@@ -27,6 +28,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use self::audit::AuditArgs;
 pub use self::auth::AuthArgs;
+pub use self::clusters::{ClusterEntry, ClusterFlag};
 pub use self::keepalive::KeepaliveArgs;
 pub use self::limits::LimitArgs;
 pub use self::listeners::ListenerArgs;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::clusters::{parse_cluster_flag, ClusterEntry, ClusterFlag};
 use crate::proxy::upstream::source::UpstreamFlags;
 
 /// Upstream.
@@ -12,7 +13,7 @@ use crate::proxy::upstream::source::UpstreamFlags;
 pub struct UpstreamArgs {
     /// URL of the upstream API server (or kubelet), e.g. https://10.0.0.1:6443.
     ///
-    /// One of `--upstream`, `--kubeconfig` and `--in-cluster` is required.
+    /// One of `--upstream`, `--kubeconfig`, `--in-cluster` and `--cluster` is required.
     #[arg(
         long,
         env = "KUBE_WS_PROXY_UPSTREAM",
@@ -94,6 +95,26 @@ pub struct UpstreamArgs {
         value_name = "FILE"
     )]
     pub upstream_client_key_file: Option<PathBuf>,
+
+    /// A cluster served under `/clusters/NAME/` (repeatable): `NAME=URL`.
+    ///
+    /// NAME is a DNS label. Such a cluster is verified with `--upstream-ca-file` (or
+    /// `--upstream-insecure-skip-tls-verify`) and takes `--auth-mode` and
+    /// `--upstream-streaming`, but no credentials of the proxy's: give those per cluster in
+    /// `clusters:` of the `--config` file. With `--upstream` (or `--kubeconfig`,
+    /// `--in-cluster`) too, that upstream serves the requests without a prefix.
+    #[arg(
+        long = "cluster",
+        env = "KUBE_WS_PROXY_CLUSTERS",
+        value_delimiter = ',',
+        value_parser = parse_cluster_flag,
+        value_name = "NAME=URL"
+    )]
+    pub clusters: Vec<ClusterFlag>,
+
+    /// The `clusters:` of the `--config` file.
+    #[arg(skip)]
+    pub file_clusters: Vec<ClusterEntry>,
 }
 
 impl UpstreamArgs {

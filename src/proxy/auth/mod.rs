@@ -40,7 +40,17 @@ use crate::proxy::wire::status_response::failure;
 use crate::translate::subprotocol::BearerToken;
 
 /// How the proxy treats the caller's identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum AuthMode {
     /// Forward the caller's own credentials; the proxy adds none.
@@ -289,21 +299,6 @@ impl Authenticator {
         }
     }
 
-    /// Logs that a connection's client certificate was refused (each of its requests then
-    /// gets 401). Anyone with such a certificate can open connection after connection, so the
-    /// warning is aggregated as the other refusals a caller can cause are.
-    pub fn log_refused_certificate(&self, why: &dyn std::fmt::Display, peer: SocketAddr) {
-        if let Verdict::Log { suppressed } = self.rejection_log.check("refused_client_certificate")
-        {
-            tracing::warn!(
-                %peer,
-                error = %why,
-                suppressed,
-                "client certificate refused: its requests get 401"
-            );
-        }
-    }
-
     /// Rewrites upstream request headers for `caller`.
     pub fn apply(&self, caller: &Caller, headers: &mut HeaderMap) {
         self.outbound.apply(caller, headers);
@@ -316,6 +311,20 @@ fn bearer_from_authorization(headers: &HeaderMap) -> Option<&str> {
     let (scheme, token) = value.trim().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Logs that a connection's client certificate was refused (each of its requests then gets
+/// 401). Anyone with such a certificate can open connection after connection, so the warning is
+/// aggregated (`log`) as the other refusals a caller can cause are.
+pub fn log_refused_certificate(log: &LogThrottle, why: &dyn std::fmt::Display, peer: SocketAddr) {
+    if let Verdict::Log { suppressed } = log.check("refused_client_certificate") {
+        tracing::warn!(
+            %peer,
+            error = %why,
+            suppressed,
+            "client certificate refused: its requests get 401"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -29,11 +29,13 @@ use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use super::front_door::FrontDoor;
 use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody};
 use crate::proxy::client::waiting_connections::{WaitingConnections, WaitingGuard};
 use crate::proxy::observability::metrics::ConnectionShed;
-use crate::proxy::observability::readiness::{Readiness, Verdict, READY_CACHE};
-use crate::proxy::sessions::state::ProxyState;
+use crate::proxy::observability::readiness::Verdict;
+use crate::proxy::route::cluster::Cluster;
+use crate::proxy::sessions::state::Shared;
 use crate::proxy::upstream::error::reported;
 
 /// Connections the admin listener serves at once by default (`--admin-max-connections`):
@@ -68,16 +70,16 @@ struct Connections {
 /// (Prometheus text format).
 pub async fn serve(
     listener: TcpListener,
-    state: Arc<ProxyState>,
+    front: Arc<FrontDoor>,
     limits: AdminLimits,
 ) -> std::io::Result<()> {
+    let state = front.shared().clone();
     let connections = Arc::new(Connections {
         slots: Arc::new(Semaphore::new(limits.max_connections)),
         // Idle ones hold a slot each and each one waiting for a slot made one leave, so at most
         // twice the cap wait; the registry's own cap is only a backstop.
         idle: WaitingConnections::new(limits.max_connections.saturating_mul(2)),
     });
-    let readiness = Readiness::new(READY_CACHE);
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(conn) => conn,
@@ -106,13 +108,7 @@ pub async fn serve(
             // Waits for a request head from the accept (and for its slot, if it has none yet).
             waiting: connections.idle.join(),
         };
-        tokio::spawn(serve_connection(
-            tcp,
-            client,
-            slot,
-            state.clone(),
-            readiness.clone(),
-        ));
+        tokio::spawn(serve_connection(tcp, client, slot, front.clone()));
     }
 }
 
@@ -160,13 +156,8 @@ struct Client {
 /// One admin connection (HTTP/1.1), from its slot (`slot`, or the one the connection it
 /// displaced leaves) to its end, within the main listener's clocks; shed whenever it has waited
 /// longest for a request head and a newer connection needs room.
-async fn serve_connection(
-    tcp: TcpStream,
-    client: Client,
-    slot: Slot,
-    state: Arc<ProxyState>,
-    readiness: Arc<Readiness>,
-) {
+async fn serve_connection(tcp: TcpStream, client: Client, slot: Slot, front: Arc<FrontDoor>) {
+    let state = front.shared().clone();
     let waiter = client.waiting.waiter();
     let Some(_slot) = (match slot {
         Slot::Free(slot) => Some(slot),
@@ -178,13 +169,11 @@ async fn serve_connection(
     let activity = Activity::counted(waiter.clone());
     let service = {
         let activity = activity.clone();
-        let state = state.clone();
         service_fn(move |req: Request<Incoming>| {
             let in_flight = activity.request_started();
-            let state = state.clone();
-            let readiness = readiness.clone();
+            let front = front.clone();
             async move {
-                let resp = answer(&state, &readiness, req.uri().path()).await;
+                let resp = answer(&front, req.uri()).await;
                 Ok::<_, Infallible>(resp.map(|body| InFlightBody::new(body, in_flight)))
             }
         })
@@ -220,7 +209,7 @@ async fn serve_connection(
 async fn wait_for_slot(
     queued: Queued,
     client: &Client,
-    state: &ProxyState,
+    state: &Shared,
 ) -> Option<OwnedSemaphorePermit> {
     let waiter = client.waiting.waiter();
     tokio::select! {
@@ -242,17 +231,14 @@ async fn wait_for_slot(
 
 /// Counts a connection shed because it had waited longest for a request head while a newer one
 /// needed room; it is closed (dropped) by returning.
-fn shed_idle(state: &ProxyState, peer: SocketAddr) {
+fn shed_idle(state: &Shared, peer: SocketAddr) {
     debug!(%peer, "admin connection closed: it had waited longest while --admin-max-connections were open");
     state.metrics.connection_shed(ConnectionShed::AdminIdleShed);
 }
 
-async fn answer(
-    state: &Arc<ProxyState>,
-    readiness: &Arc<Readiness>,
-    path: &str,
-) -> Response<Full<Bytes>> {
-    match path {
+async fn answer(front: &FrontDoor, uri: &http::Uri) -> Response<Full<Bytes>> {
+    let state = front.shared();
+    match uri.path() {
         "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
         "/metrics" => {
             let mut resp = Response::new(Full::new(Bytes::from(state.metrics.render())));
@@ -266,25 +252,101 @@ async fn answer(
             if state.sessions.is_draining() {
                 return text(StatusCode::SERVICE_UNAVAILABLE, "draining");
             }
-            let state = state.clone();
-            match readiness.check(|| dial_upstream(state)).await {
-                Ok(()) => text(StatusCode::OK, "ok"),
-                Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, &why),
-            }
+            ready(front, asked_cluster(uri).as_deref()).await
         }
+        "/clusters" => clusters_page(front).await,
         _ => text(StatusCode::NOT_FOUND, "not found"),
     }
 }
 
-/// Whether the upstream accepts a connection (TCP, and TLS when it is https) within 2 s. The
-/// answer, which anyone who reaches the admin port reads, says only which step failed; the log
-/// gets the cause (the upstream's address, what TLS said).
-async fn dial_upstream(state: Arc<ProxyState>) -> Verdict {
-    match tokio::time::timeout(READY_DIAL, state.upstream.connect_raw()).await {
+/// The `cluster` a `/readyz?cluster=NAME` asks about, if any.
+fn asked_cluster(uri: &http::Uri) -> Option<String> {
+    url::form_urlencoded::parse(uri.query()?.as_bytes())
+        .find(|(k, _)| k == "cluster")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// `/readyz`: ready when every cluster is (or the one `only` names); the body names the
+/// clusters that are not, each with the step that failed.
+async fn ready(front: &FrontDoor, only: Option<&str>) -> Response<Full<Bytes>> {
+    let fleet = front.fleet();
+    let clusters: Vec<Arc<Cluster>> = match only {
+        Some(name) => match fleet.get(name) {
+            Some(cluster) => vec![cluster.clone()],
+            None => return text(StatusCode::NOT_FOUND, "no such cluster"),
+        },
+        None => fleet.clusters().cloned().collect(),
+    };
+    let verdicts = futures_util::future::join_all(clusters.iter().map(check_cluster)).await;
+    let named = fleet.is_named();
+    let failed: Vec<String> = clusters
+        .iter()
+        .zip(verdicts)
+        .filter_map(|(cluster, verdict)| {
+            let why = verdict.err()?;
+            Some(if named {
+                format!("cluster {}: {why}", cluster.label())
+            } else {
+                why
+            })
+        })
+        .collect();
+    if failed.is_empty() {
+        text(StatusCode::OK, "ok")
+    } else {
+        text(StatusCode::SERVICE_UNAVAILABLE, &failed.join("\n"))
+    }
+}
+
+/// `cluster`'s readiness: one check shared by every probe for [`READY_CACHE`](crate::proxy::observability::readiness::READY_CACHE).
+async fn check_cluster(cluster: &Arc<Cluster>) -> Verdict {
+    let dialled = cluster.clone();
+    cluster
+        .readiness
+        .check(|| async move { dial_upstream(&dialled).await })
+        .await
+}
+
+/// `/clusters`: every cluster with its upstream, streaming mode, readiness and running
+/// sessions, as JSON.
+async fn clusters_page(front: &FrontDoor) -> Response<Full<Bytes>> {
+    let fleet = front.fleet();
+    let clusters: Vec<&Arc<Cluster>> = fleet.clusters().collect();
+    let verdicts = futures_util::future::join_all(clusters.iter().map(|c| check_cluster(c))).await;
+    let rows: Vec<serde_json::Value> = clusters
+        .iter()
+        .zip(verdicts)
+        .map(|(cluster, verdict)| {
+            serde_json::json!({
+                "name": cluster.label(),
+                "upstream": cluster.upstream.to_string(),
+                "authMode": cluster.auth.mode(),
+                "upstreamStreaming": cluster.upstream_streaming,
+                "ready": verdict.is_ok(),
+                "notReadyBecause": verdict.err(),
+                "sessions": cluster.active_sessions(),
+            })
+        })
+        .collect();
+    let body =
+        serde_json::to_vec_pretty(&serde_json::json!({ "clusters": rows })).unwrap_or_default();
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Whether `cluster`'s upstream accepts a connection (TCP, and TLS when it is https) within
+/// 2 s. The answer, which anyone who reaches the admin port reads, says only which step
+/// failed; the log gets the cause (the upstream's address, what TLS said).
+async fn dial_upstream(cluster: &Cluster) -> Verdict {
+    match tokio::time::timeout(READY_DIAL, cluster.upstream.connect_raw()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(reported(&e)),
         Err(_) => {
-            warn!(timeout = ?READY_DIAL, "readiness check: the upstream API server did not accept a connection in time");
+            warn!(cluster = cluster.label(), timeout = ?READY_DIAL, "readiness check: the upstream API server did not accept a connection in time");
             Err("timed out connecting to the upstream API server".into())
         }
     }

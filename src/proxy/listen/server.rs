@@ -21,6 +21,7 @@ use tracing::debug;
 use std::time::Instant;
 
 use super::extended_connect;
+use super::front_door::FrontDoor;
 use crate::audit::ProtocolPath;
 use crate::proxy::auth::{Caller, PeerCertificate};
 use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody, RequestInFlight};
@@ -33,6 +34,7 @@ use crate::proxy::client::write_timeout::{Responses, Stalled, WatchedBody};
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::{HandshakeRejection, SessionKind};
 use crate::proxy::route::classify::{classify, Class};
+use crate::proxy::route::fleet::Unrouted;
 use crate::proxy::route::kubelet::{kubelet_call, KubeletRun};
 use crate::proxy::route::stream_request::{is_followed_log, StreamRequest, StreamTarget};
 use crate::proxy::sessions::admission::{Admissible, Requested};
@@ -46,7 +48,7 @@ use crate::proxy::sessions::registry::{next_session_id, Refusal};
 use crate::proxy::sessions::relay::run::relay;
 use crate::proxy::sessions::reverse_handler;
 use crate::proxy::sessions::spdy_auto;
-use crate::proxy::sessions::state::ProxyState;
+use crate::proxy::sessions::state::{ProxyState, Shared};
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::client_stream::{ConnectionId, HandshakeForm};
 use crate::proxy::wire::headers::caller_address;
@@ -75,9 +77,10 @@ pub const H2_CONNECTION_WINDOW: u32 = H2_STREAM_WINDOW * H2_MAX_STREAMS;
 /// Serves `listener` until `shutdown` turns true; running connections finish on their own.
 pub async fn serve(
     listener: TcpListener,
-    state: Arc<ProxyState>,
+    front: Arc<FrontDoor>,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let state = front.shared().clone();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -96,7 +99,7 @@ pub async fn serve(
         if let Some(idle) = state.tcp_keepalive {
             crate::proxy::wire::tcp_keepalive::enable(&tcp, idle);
         }
-        tokio::spawn(serve_connection(tcp, peer, state.clone(), shutdown.clone()));
+        tokio::spawn(serve_connection(tcp, peer, front.clone(), shutdown.clone()));
     }
 }
 
@@ -107,9 +110,10 @@ pub async fn serve(
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
-    state: Arc<ProxyState>,
+    front: Arc<FrontDoor>,
     shutdown: watch::Receiver<bool>,
 ) {
+    let state = front.shared();
     // The request-header clock starts at the accept: the TLS handshake counts against it, and
     // the connection waits for a head (`--max-pending-connections`) from here.
     let first_request_by = tokio::time::Instant::now() + state.request_header_timeout;
@@ -118,7 +122,7 @@ async fn serve_connection(
         first_request_by,
         waiter: waiting.waiter(),
     };
-    let Some((io, certificate)) = handshake(tcp, peer, &state, &clocks).await else {
+    let Some((io, certificate)) = handshake(tcp, peer, state, &clocks).await else {
         return;
     };
     let conn = Arc::new(Connection {
@@ -128,7 +132,7 @@ async fn serve_connection(
         activity: Activity::counted(clocks.waiter.clone()),
         responses: state.response_write_timeout.map(Responses::new),
     });
-    serve_http(io, conn, state, shutdown, &clocks).await;
+    serve_http(io, conn, front, shutdown, &clocks).await;
 }
 
 /// The clocks a connection runs on from its accept: its first request head is due by
@@ -145,7 +149,7 @@ struct Clocks {
 async fn handshake(
     tcp: TcpStream,
     peer: SocketAddr,
-    state: &ProxyState,
+    state: &Shared,
     clocks: &Clocks,
 ) -> Option<(ClientIo, PeerCertificate)> {
     let Some(acceptor) = &state.tls else {
@@ -187,23 +191,23 @@ async fn handshake(
 async fn serve_http(
     io: ClientIo,
     conn: Arc<Connection>,
-    state: Arc<ProxyState>,
+    front: Arc<FrontDoor>,
     mut shutdown: watch::Receiver<bool>,
     clocks: &Clocks,
 ) {
     let (peer, activity) = (conn.peer, conn.activity.clone());
     let responses = conn.responses.clone();
+    let state = front.shared().clone();
     let service = {
-        let state = state.clone();
         let metrics = state.metrics.clone();
         TowerToHyperService::new(request_layers::wrap(
             service_fn(move |req: Request<Incoming>| {
                 let in_flight = conn.activity.request_started();
                 let http1 = req.version() < http::Version::HTTP_2;
-                let state = state.clone();
+                let front = front.clone();
                 let conn = conn.clone();
                 async move {
-                    let resp = route(state, req, &conn).await;
+                    let resp = route(&front, req, &conn).await;
                     let responses = conn.responses.as_deref();
                     Ok::<_, Infallible>(outgoing(resp, in_flight, http1, responses))
                 }
@@ -327,7 +331,7 @@ async fn stalled(responses: Option<&Responses>) -> Stalled {
 
 /// hyper's settings for a client connection: the request head's time and size limits, and
 /// HTTP/2's windows and stream limit (with WebSockets over HTTP/2 when enabled).
-fn http_builder(state: &ProxyState) -> auto::Builder<TokioExecutor> {
+fn http_builder(state: &Shared) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -352,7 +356,7 @@ fn http_builder(state: &ProxyState) -> auto::Builder<TokioExecutor> {
 /// The end of a connection hyper served to its end or to an error; an error is logged, and
 /// counted when it is hyper's own request-header timer that ran out.
 fn connection_ended(
-    state: &ProxyState,
+    state: &Shared,
     peer: SocketAddr,
     result: Result<(), Box<dyn std::error::Error + Send + Sync>>,
 ) {
@@ -372,7 +376,7 @@ fn connection_ended(
 
 /// Counts (and logs) a connection whose first request head or idle period ran out; the caller
 /// then drops it or asks it to close.
-fn shed_expired(state: &ProxyState, peer: SocketAddr, expiry: Expiry) {
+fn shed_expired(state: &Shared, peer: SocketAddr, expiry: Expiry) {
     debug!(%peer, reason = expiry.label(), "closing the client connection");
     state.metrics.connection_shed(match expiry {
         Expiry::FirstRequest => ConnectionShed::RequestHeaderTimeout,
@@ -382,7 +386,7 @@ fn shed_expired(state: &ProxyState, peer: SocketAddr, expiry: Expiry) {
 
 /// Counts a connection shed because it had waited longest for a request head while more than
 /// `--max-pending-connections` waited; the caller then closes it (gracefully where it can).
-fn shed_waiting(state: &ProxyState, peer: SocketAddr) {
+fn shed_waiting(state: &Shared, peer: SocketAddr) {
     debug!(%peer, "closing the client connection: --max-pending-connections reached, it had waited longest");
     state
         .metrics
@@ -412,7 +416,7 @@ pub struct Connection {
 fn peer_certificate(
     stream: &tokio_rustls::server::TlsStream<TcpStream>,
     peer: SocketAddr,
-    state: &ProxyState,
+    state: &Shared,
 ) -> PeerCertificate {
     let Some(leaf) = stream
         .get_ref()
@@ -424,7 +428,7 @@ fn peer_certificate(
     };
     let certificate = PeerCertificate::from_leaf(leaf);
     if let PeerCertificate::Refused(why) = &certificate {
-        state.auth.log_refused_certificate(why, peer);
+        crate::proxy::auth::log_refused_certificate(&state.refused_certificate_log, why, peer);
     }
     certificate
 }
@@ -433,36 +437,77 @@ fn peer_certificate(
 /// Streaming sessions are admitted first (`--max-sessions`, draining); plain requests are
 /// counted with their latency.
 pub async fn route(
-    state: Arc<ProxyState>,
-    req: Request<Incoming>,
+    front: &FrontDoor,
+    mut req: Request<Incoming>,
     conn: &Connection,
 ) -> Response<ProxyBody> {
+    let shared = front.shared();
+    // An HTTP/2 WebSocket (extended CONNECT) takes the HTTP/1.1 upgrade's form here, so that
+    // everything below is one code path for both.
+    if let Err(refusal) = extended_connect::normalize(&mut req) {
+        shared
+            .metrics
+            .handshake_rejected(HandshakeRejection::BadRequest);
+        let (code, reason) = refusal.status();
+        return failure(code, reason, refusal.to_string());
+    }
+    let (state, target) = match to_cluster(front, &mut req) {
+        Ok(routed) => routed,
+        Err(answer) => return *answer,
+    };
     // `Err` is an answer too: a refusal by authentication.
-    route_authenticated(state, req, conn)
+    route_authenticated(state, req, conn, target)
         .await
         .unwrap_or_else(|refusal| refusal)
 }
 
+/// The one reading of the request's target, as kube-apiserver will act on it, and the cluster
+/// it goes to: everything after this (classification, audit, recording, what goes upstream)
+/// uses that reading, without the cluster prefix, which is also taken off the request itself.
+/// `Err`: the answer to a target that is refused (400) or names no cluster (404), boxed: it is
+/// the rare case.
+fn to_cluster<B>(
+    front: &FrontDoor,
+    req: &mut Request<B>,
+) -> Result<(Arc<ProxyState>, RequestTarget), Box<Response<ProxyBody>>> {
+    let shared = front.shared();
+    let (path, query) = (req.uri().path(), req.uri().query());
+    let routed = RequestTarget::parse(path, query)
+        .map_err(Unrouted::from)
+        .and_then(|target| front.fleet().route(path, query, target));
+    let routed = match routed {
+        Ok(routed) => routed,
+        Err(e @ (Unrouted::UnknownCluster | Unrouted::NoCluster)) => {
+            shared
+                .metrics
+                .handshake_rejected(HandshakeRejection::UnknownCluster);
+            return Err(Box::new(failure(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                e.to_string(),
+            )));
+        }
+        Err(e) => return Err(Box::new(bad_request(shared, e.to_string()))),
+    };
+    if let Some(rewritten) = &routed.rewritten {
+        let mut parts = req.uri().clone().into_parts();
+        parts.path_and_query = Some(
+            rewritten
+                .parse()
+                .expect("a part of a valid path and query is one"),
+        );
+        *req.uri_mut() = http::Uri::from_parts(parts).expect("only the path and query changed");
+    }
+    let state = Arc::new(ProxyState::new(shared.clone(), routed.cluster));
+    Ok((state, routed.target))
+}
+
 async fn route_authenticated(
     state: Arc<ProxyState>,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     conn: &Connection,
+    target: RequestTarget,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
-    // An HTTP/2 WebSocket (extended CONNECT) takes the HTTP/1.1 upgrade's form here, so that
-    // everything below is one code path for both.
-    if let Err(refusal) = extended_connect::normalize(&mut req) {
-        state
-            .metrics
-            .handshake_rejected(HandshakeRejection::BadRequest);
-        let (code, reason) = refusal.status();
-        return Ok(failure(code, reason, refusal.to_string()));
-    }
-    // The one reading of the target, as kube-apiserver will act on it: everything below
-    // (classification, audit, recording, what goes upstream) uses it.
-    let target = match RequestTarget::parse(req.uri().path(), req.uri().query()) {
-        Ok(target) => target,
-        Err(e) => return Ok(bad_request(&state, e.to_string())),
-    };
     let upgrade = match classify(req.method(), &target, req.headers()) {
         Class::BadRequest(reason) => return Ok(bad_request(&state, reason)),
         Class::Forward => return forward_request(&state, req, conn, &target).await,
@@ -489,7 +534,7 @@ async fn route_authenticated(
 
 /// Counts a request refused as malformed before anything was done for it, and answers it
 /// with 400 and a Kubernetes Status.
-fn bad_request(state: &ProxyState, why: impl Into<String>) -> Response<ProxyBody> {
+fn bad_request(state: &Shared, why: impl Into<String>) -> Response<ProxyBody> {
     state
         .metrics
         .handshake_rejected(HandshakeRejection::BadRequest);
@@ -592,8 +637,9 @@ async fn open_session(
     // An HTTP/1.1 upgrade takes its connection away from hyper; an HTTP/2 one is a stream the
     // connection must stay open for: it is busy (never idle-closed) until the session ends.
     let slot = slot
+        .of_cluster(&state.cluster)
         .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
-    let kind = session.first_kind(state.upstream_streaming);
+    let kind = session.first_kind(state.cluster.upstream_streaming);
     let (running, hangup) = task::admit(&state, slot, form, kind);
     let setup = Box::pin(run_session(state, req, stream, session, running));
     Ok(task::answer(setup, hangup).await)
@@ -765,7 +811,7 @@ async fn kubelet_run(
         return bad_request(state, "not a kubelet run");
     };
     let slot = match state.sessions.admit() {
-        Ok(slot) => slot,
+        Ok(slot) => slot.of_cluster(&state.cluster),
         Err(refusal) => return refuse(state, refusal),
     };
     let form = match parts.version {
@@ -812,6 +858,7 @@ async fn authenticate(
     conn: &Connection,
 ) -> Result<Caller, Response<ProxyBody>> {
     state
+        .cluster
         .auth
         .authenticate(
             headers,
@@ -822,7 +869,7 @@ async fn authenticate(
         .await
         .map_err(|rejection| {
             state.metrics.auth_rejected(rejection.label());
-            state.auth.log_rejection(&rejection, conn.peer);
+            state.cluster.auth.log_rejection(&rejection, conn.peer);
             rejection.response()
         })
 }

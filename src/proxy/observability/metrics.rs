@@ -96,6 +96,9 @@ pub enum HandshakeRejection {
     /// A kubelet session through `nodes/{node}/proxy` under `--node-proxy-sessions=refuse`
     /// (403).
     NodeProxySession,
+    /// A request naming no configured cluster (`/clusters/NAME/` with an unknown name, or no
+    /// prefix where every cluster is named): 404.
+    UnknownCluster,
 }
 
 impl HandshakeRejection {
@@ -108,6 +111,7 @@ impl HandshakeRejection {
             HandshakeRejection::Busy => "busy",
             HandshakeRejection::RefusedSessions => "refused_sessions",
             HandshakeRejection::NodeProxySession => "node_proxy_session",
+            HandshakeRejection::UnknownCluster => "unknown_cluster",
         }
     }
 }
@@ -802,6 +806,7 @@ mod tests {
             HandshakeRejection::Busy,
             HandshakeRejection::RefusedSessions,
             HandshakeRejection::NodeProxySession,
+            HandshakeRejection::UnknownCluster,
         ] {
             m.handshake_rejected(reason);
         }
@@ -848,6 +853,7 @@ mod tests {
             "busy",
             "refused_sessions",
             "node_proxy_session",
+            "unknown_cluster",
             "request_header_timeout",
             "idle_timeout",
             "tls_handshake_failed",

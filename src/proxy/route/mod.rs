@@ -6,11 +6,16 @@
 //!   caller, client, audit id), which the front door hands to its session.
 //! - [`kubelet`]: kubelet calls through `nodes/{node}/proxy` and what is done with them.
 //!
-//! One proxy in front of many clusters picks the upstream here too: the route names the
-//! upstream (with its credentials, auth mode and streaming mode) a request goes to.
-//! Decisions only: route never runs a session. May use `auth`, `upstream` and `wire`; used by
+//! - [`cluster`]: one cluster behind the proxy (its upstream, credentials, auth and streaming
+//!   mode, what `auto` learned), and its name.
+//! - [`fleet`]: the configured clusters and the pick per request (`/clusters/NAME/...`).
+//!
+//! Decisions only: route never runs a session. May use `auth`, `upstream`, `observability` (a
+//! cluster's readiness check) and `wire`; used by
 //! `sessions` and `listen`.
 
 pub mod classify;
+pub mod cluster;
+pub mod fleet;
 pub mod kubelet;
 pub mod stream_request;

@@ -103,7 +103,7 @@ impl Admissible {
         target: &StreamTarget,
         requested: Requested,
     ) -> Result<Admissible, NotAdmissible> {
-        let setting = state.upstream_streaming;
+        let setting = state.cluster.upstream_streaming;
         match requested {
             Requested::RemoteCommand(subresource) => {
                 let answer = client_answer(req)?;

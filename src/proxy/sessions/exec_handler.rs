@@ -281,7 +281,7 @@ async fn dial_streams(
         .map(|v| v.name().to_owned())
         .collect();
     let upgraded = match dial_spdy(
-        &state.upstream,
+        &state.cluster.upstream,
         path_and_query,
         headers,
         offered,

@@ -31,8 +31,8 @@ pub async fn forward_body(
     peer: SocketAddr,
     caller: &Caller,
 ) -> Response<ProxyBody> {
-    let upstream = &state.upstream;
-    let client = state.client.get();
+    let upstream = &state.cluster.upstream;
+    let client = state.cluster.client.get();
     let (mut parts, body) = req.into_parts();
     let pq = parts
         .uri
@@ -47,7 +47,7 @@ pub async fn forward_body(
     parts.version = http::Version::HTTP_11;
     remove_hop_by_hop(&mut parts.headers);
     set_forwarding_headers(&mut parts.headers, peer.ip(), state.trust_forwarded_for);
-    state.auth.apply(caller, &mut parts.headers);
+    state.cluster.auth.apply(caller, &mut parts.headers);
     if let Ok(host) = HeaderValue::from_str(&upstream.authority()) {
         parts.headers.insert(header::HOST, host);
     }

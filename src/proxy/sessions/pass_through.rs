@@ -172,7 +172,7 @@ pub async fn handle(
     answer: ClientAnswer,
     mut running: Running,
 ) -> Response<ProxyBody> {
-    let setting = state.upstream_streaming;
+    let setting = state.cluster.upstream_streaming;
     if setting == UpstreamStreaming::Spdy {
         return match streamed {
             Streamed::RemoteCommand(_) => {
@@ -183,8 +183,8 @@ pub async fn handle(
             }
         };
     }
-    let remembered = state.streaming_memory.recall(
-        &state.upstream.authority(),
+    let remembered = state.cluster.streaming_memory.recall(
+        &state.cluster.upstream.authority(),
         streamed.family(),
         ClientProtocol::WebSocket,
         Instant::now(),
@@ -349,9 +349,10 @@ impl PassThrough {
             AfterFirst::Deliver => return self.translate(dialled).await,
             AfterFirst::TryOther { .. } => {}
         }
-        let upstream = self.state.upstream.authority();
+        let upstream = self.state.cluster.upstream.authority();
         if self
             .state
+            .cluster
             .streaming_memory
             .forget(&upstream, family, UpstreamPath::Spdy)
         {
@@ -479,8 +480,9 @@ impl PassThrough {
 
 /// Notes (under `auto`) that `path`'s upstream answered 101; logs a change of mind once.
 fn learn(state: &ProxyState, family: StreamFamily, path: UpstreamPath) {
-    let upstream = state.upstream.authority();
+    let upstream = state.cluster.upstream.authority();
     if state
+        .cluster
         .streaming_memory
         .learn(&upstream, family, path, Instant::now())
     {

@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::proxy::client::connection_deadline::RequestInFlight;
+use crate::proxy::route::cluster::Cluster;
 
 /// Session ids for log lines, unique within one process.
 static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
@@ -68,6 +69,7 @@ impl Sessions {
                     return Ok(SessionSlot {
                         sessions: self.clone(),
                         connection_hold: None,
+                        cluster_sessions: None,
                     })
                 }
                 Err(now) => current = now,
@@ -114,6 +116,8 @@ pub struct SessionSlot {
     /// An HTTP/2 session is a stream of a connection that stays open for it: the connection
     /// counts it as a request in flight (its idle clock stopped) for as long as it runs.
     connection_hold: Option<RequestInFlight>,
+    /// The running sessions of the session's cluster, which count it while it runs.
+    cluster_sessions: Option<Arc<AtomicUsize>>,
 }
 
 impl SessionSlot {
@@ -121,6 +125,14 @@ impl SessionSlot {
     /// drops.
     pub fn holding(mut self, hold: Option<RequestInFlight>) -> SessionSlot {
         self.connection_hold = hold;
+        self
+    }
+
+    /// The slot, counted among `cluster`'s running sessions until it drops.
+    pub fn of_cluster(mut self, cluster: &Cluster) -> SessionSlot {
+        let count = cluster.session_count();
+        count.fetch_add(1, Ordering::AcqRel);
+        self.cluster_sessions = Some(count);
         self
     }
 
@@ -132,6 +144,9 @@ impl SessionSlot {
 
 impl Drop for SessionSlot {
     fn drop(&mut self) {
+        if let Some(count) = &self.cluster_sessions {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
         if self.sessions.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.sessions.idle.notify_waiters();
         }

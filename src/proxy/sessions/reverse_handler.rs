@@ -114,7 +114,7 @@ async fn dial_upstream(
     let protocol = upstream_protocol(port_forward);
     let offer = [protocol.as_str()];
     let dialed = dial_websocket(
-        &state.upstream,
+        &state.cluster.upstream,
         path_and_query,
         headers,
         &offer,

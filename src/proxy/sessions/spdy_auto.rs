@@ -98,11 +98,13 @@ pub async fn handle(
         Subresource::PortForward => StreamFamily::PortForward,
         _ => StreamFamily::RemoteCommand,
     };
-    let upstream = state.upstream.authority();
-    let remembered =
-        state
-            .streaming_memory
-            .recall(&upstream, family, ClientProtocol::Spdy, Instant::now());
+    let upstream = state.cluster.upstream.authority();
+    let remembered = state.cluster.streaming_memory.recall(
+        &upstream,
+        family,
+        ClientProtocol::Spdy,
+        Instant::now(),
+    );
     // The `started` event says `auto`; the `ended` event names the path taken.
     let path = ProtocolPath::Auto;
     let recording = start::begin(&state, &req, &stream, &mut running, path, None).await;
@@ -171,12 +173,12 @@ impl SpdyAuto {
             AfterFirst::Serve => learn(&self.state, family, UpstreamPath::Reverse),
             AfterFirst::Deliver => {}
             AfterFirst::TryOther { .. } => {
-                let upstream = self.state.upstream.authority();
-                if self
-                    .state
-                    .streaming_memory
-                    .forget(&upstream, family, UpstreamPath::Reverse)
-                {
+                let upstream = self.state.cluster.upstream.authority();
+                if self.state.cluster.streaming_memory.forget(
+                    &upstream,
+                    family,
+                    UpstreamPath::Reverse,
+                ) {
                     log_forgotten(&upstream, family, UpstreamPath::Reverse);
                 }
                 if self.begun.running.client_gone() {
@@ -258,8 +260,9 @@ impl SpdyAuto {
 
 /// Notes that `path`'s upstream answered 101; logs a change of mind once.
 fn learn(state: &ProxyState, family: StreamFamily, path: UpstreamPath) {
-    let upstream = state.upstream.authority();
+    let upstream = state.cluster.upstream.authority();
     if state
+        .cluster
         .streaming_memory
         .learn(&upstream, family, path, Instant::now())
     {

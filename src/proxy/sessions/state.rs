@@ -1,5 +1,7 @@
-//! What every request handler shares: the upstream, the pooled client and the limits.
+//! What every request handler shares: the limits, the sessions, the audit log and recordings
+//! ([`Shared`]), with the cluster its request goes to ([`ProxyState`]).
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,17 +10,15 @@ use http::HeaderMap;
 use super::registry::Sessions;
 use crate::audit::recording::Recordings;
 use crate::audit::AuditLog;
-use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
-use crate::proxy::auth::Authenticator;
 use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
 use crate::proxy::client::waiting_connections::{WaitingConnections, DEFAULT_MAX_PENDING};
 use crate::proxy::client::websocket::{upgraded, ClientSocket, ClientUpgradeError};
+use crate::proxy::observability::log_throttle::LogThrottle;
 use crate::proxy::observability::metrics::Metrics;
+use crate::proxy::route::cluster::Cluster;
 use crate::proxy::route::kubelet::NodeProxySessions;
 use crate::proxy::route::stream_request::StreamRequest;
-use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
 use crate::proxy::upstream::spdy_dial::upstream_headers;
-use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
 use crate::session_memory::{LaneLimits, MemoryBudget};
 use crate::translate::remote_command::SessionLimits;
 use crate::translate::ws::{Config, Keepalive};
@@ -49,11 +49,36 @@ pub fn session_lane_limits(max_message_size: usize) -> LaneLimits {
     }
 }
 
-/// Shared, read-only proxy state.
+/// What a request handler sees: the state every request shares, and the cluster this one is
+/// routed to (`state.metrics` is shared, `state.cluster.upstream` the request's own).
 pub struct ProxyState {
-    pub upstream: Upstream,
-    /// Pooled client for plain (non-upgrade) requests.
-    pub client: PooledClient,
+    shared: Arc<Shared>,
+    /// The cluster the request goes to.
+    pub cluster: Arc<Cluster>,
+}
+
+impl ProxyState {
+    /// The state of a request routed to `cluster`.
+    pub fn new(shared: Arc<Shared>, cluster: Arc<Cluster>) -> ProxyState {
+        ProxyState { shared, cluster }
+    }
+
+    /// The state every request shares.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Deref for ProxyState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// Read-only state every request shares, whichever cluster it goes to.
+pub struct Shared {
     pub session_limits: SessionLimits,
     /// Largest WebSocket message accepted from a client.
     pub max_message_size: usize,
@@ -102,36 +127,26 @@ pub struct ProxyState {
     pub metrics: Metrics,
     /// Running streaming sessions: admission (`--max-sessions`) and drain signals.
     pub sessions: Arc<Sessions>,
-    /// Who callers are and what the upstream is told (`--auth-mode`).
-    pub auth: Authenticator,
     /// Where session audit events go (`--audit-log`); `None`: no audit.
     pub audit: Option<Arc<AuditLog>>,
     /// Recordings of exec and attach sessions (`--record`); `None`: off.
     pub recordings: Option<Arc<Recordings>>,
-    /// Passthrough callers' identities, for audit events.
-    pub self_reviews: SelfSubjectReviews,
-    /// Whether v5 exec/attach and the tunnel are translated to SPDY or passed through
-    /// (`--upstream-streaming`).
-    pub upstream_streaming: UpstreamStreaming,
-    /// What `auto` learned about the upstream.
-    pub streaming_memory: StreamingMemory,
+    /// Client certificates refused at the handshake are logged a few times, not each time.
+    pub refused_certificate_log: LogThrottle,
     /// Kubelet sessions through `nodes/{node}/proxy` (`--node-proxy-sessions`).
     pub node_proxy_sessions: NodeProxySessions,
 }
 
-impl ProxyState {
-    /// State with default limits for `upstream`.
-    pub fn new(upstream: Upstream) -> Self {
-        let client = upstream.pooled_client();
+impl Default for Shared {
+    /// State with default limits.
+    fn default() -> Self {
         let metrics = Metrics::new();
         let session_memory = MemoryBudget::new(
             DEFAULT_SESSION_MEMORY_BUDGET,
             session_lane_limits(32 * 1024 * 1024),
         );
         metrics.watch_session_memory(session_memory.clone());
-        ProxyState {
-            upstream,
-            client,
+        Shared {
             session_limits: SessionLimits::default(),
             max_message_size: 32 * 1024 * 1024,
             session_memory,
@@ -157,12 +172,9 @@ impl ProxyState {
             tls: None,
             metrics,
             sessions: Sessions::new(None),
-            auth: Authenticator::passthrough(),
             audit: None,
             recordings: None,
-            self_reviews: SelfSubjectReviews::default(),
-            upstream_streaming: UpstreamStreaming::default(),
-            streaming_memory: StreamingMemory::default(),
+            refused_certificate_log: LogThrottle::default(),
             node_proxy_sessions: NodeProxySessions::default(),
         }
     }
@@ -174,10 +186,12 @@ impl ProxyState {
     /// caller (the auth mode's).
     pub fn upstream_headers(&self, client: &HeaderMap, stream: &StreamRequest) -> HeaderMap {
         let mut headers = upstream_headers(client, stream.peer, self.trust_forwarded_for);
-        self.auth.apply(&stream.caller, &mut headers);
+        self.cluster.auth.apply(&stream.caller, &mut headers);
         headers
     }
+}
 
+impl Shared {
     /// The client's WebSocket, once its upgrade completes (within `--handshake-timeout`), with
     /// the client settings ([`client_socket_config`](Self::client_socket_config)).
     pub async fn client_websocket(
@@ -205,7 +219,15 @@ impl ProxyState {
 impl std::fmt::Debug for ProxyState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProxyState")
-            .field("upstream", &self.upstream)
+            .field("cluster", &self.cluster)
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
             .field("tls", &self.tls.is_some())
             .field("sessions", &self.sessions)
             .finish_non_exhaustive()

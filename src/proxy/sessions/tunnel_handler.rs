@@ -42,7 +42,7 @@ pub async fn dial(
     let headers = state.upstream_headers(&req.parts.headers, stream);
     let timeout = state.handshake_timeout;
     dial_spdy(
-        &state.upstream,
+        &state.cluster.upstream,
         &req.path_and_query(),
         headers,
         protocols,

@@ -23,7 +23,17 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The `--upstream-streaming` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpstreamStreaming {
     /// WebSocket upstream where the cluster serves it, else SPDY translation (remembered).

@@ -67,8 +67,14 @@ async fn caller_identity(
         Caller::Passthrough { .. } if state.audit.is_some() => {
             let timeout = state.handshake_timeout.min(REVIEW_TIMEOUT);
             match state
+                .cluster
                 .self_reviews
-                .who(&state.client, &state.upstream, credentials, timeout)
+                .who(
+                    &state.cluster.client,
+                    &state.cluster.upstream,
+                    credentials,
+                    timeout,
+                )
                 .await
             {
                 Some(reviewed) => AuditIdentity {
@@ -95,7 +101,7 @@ pub fn outbound_credentials(
     if let Some(a) = headers.get(header::AUTHORIZATION) {
         outbound.insert(header::AUTHORIZATION, a.clone());
     }
-    state.auth.apply(caller, &mut outbound);
+    state.cluster.auth.apply(caller, &mut outbound);
     outbound.remove(header::AUTHORIZATION)
 }
 
@@ -176,6 +182,7 @@ pub fn session_info(
         recording: None,
         audit_id,
         charged_to: Some(client.charged_to),
+        cluster: None,
     })
 }
 
@@ -235,7 +242,10 @@ pub const CLIENT_UPGRADE_FAILED: &str = crate::audit::CLIENT_UPGRADE_FAILED;
 /// Starts the trail of a session (its `started` event); `None` when there is nothing to audit.
 pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAudit> {
     let log = state.audit.clone()?;
-    Some(SessionAudit::start(log, info?))
+    let mut info = info?;
+    // Every event of a session says which of the proxy's named clusters it went to.
+    info.cluster = state.cluster.name.as_ref().map(ToString::to_string);
+    Some(SessionAudit::start(log, info))
 }
 
 /// A followed log's response body: counts what it carries and ends the trail when the log

@@ -79,7 +79,7 @@ async fn refuse_unauthenticated(
     caller: &Caller,
     headers: &HeaderMap,
 ) -> Option<Response<ProxyBody>> {
-    if state.audit.is_none() || state.auth.mode() != AuthMode::Passthrough {
+    if state.audit.is_none() || state.cluster.auth.mode() != AuthMode::Passthrough {
         return None;
     }
     // Asked anonymously when the session would carry no credentials.
@@ -87,8 +87,14 @@ async fn refuse_unauthenticated(
         outbound_credentials(state, caller, headers).unwrap_or(HeaderValue::from_static(""));
     let timeout = state.handshake_timeout.min(REVIEW_TIMEOUT);
     let review = state
+        .cluster
         .self_reviews
-        .review(&state.client, &state.upstream, credentials, timeout)
+        .review(
+            &state.cluster.client,
+            &state.cluster.upstream,
+            credentials,
+            timeout,
+        )
         .await;
     (review == SelfReview::Unauthenticated).then(|| {
         state.metrics.auth_rejected("upstream_unauthenticated");

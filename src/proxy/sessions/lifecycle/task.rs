@@ -147,12 +147,23 @@ mod tests {
 
     #[tokio::test]
     async fn admission_counts_the_session_at_once() {
+        use crate::proxy::auth::Authenticator;
+        use crate::proxy::route::cluster::Cluster;
+        use crate::proxy::sessions::state::Shared;
         use crate::proxy::upstream::endpoint::{Upstream, UpstreamTls};
         let upstream = Upstream::from_url("http://127.0.0.1:1", UpstreamTls::default()).unwrap();
-        let mut state = ProxyState::new(upstream);
-        state.metrics = Metrics::new();
-        state.sessions = Sessions::new(Some(1));
-        let state = Arc::new(state);
+        let cluster = Cluster::new(
+            None,
+            upstream,
+            Authenticator::passthrough(),
+            Default::default(),
+        );
+        let shared = Shared {
+            metrics: Metrics::new(),
+            sessions: Sessions::new(Some(1)),
+            ..Shared::default()
+        };
+        let state = Arc::new(ProxyState::new(Arc::new(shared), Arc::new(cluster)));
         let slot = state.sessions.admit().unwrap();
         let (running, _hangup) =
             admit(&state, slot, HandshakeForm::Http1Upgrade, SessionKind::Exec);

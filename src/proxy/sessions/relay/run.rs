@@ -403,7 +403,7 @@ pub(in crate::proxy::sessions) async fn ask_upstream(
     state: &ProxyState,
     req: Request<Full<Bytes>>,
 ) -> Result<Response<hyper::body::Incoming>, RelayError> {
-    let io = state.upstream.connect_raw().await?;
+    let io = state.cluster.upstream.connect_raw().await?;
     let socket = UpstreamSocket(PeerHangup::of(io.tcp()));
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     // Drives the connection: the response body (if it is not a 101) or the upgrade hand-over.
@@ -431,7 +431,7 @@ pub(in crate::proxy::sessions) fn upstream_request(
     stream: &StreamRequest,
 ) -> Result<Request<Full<Bytes>>, RelayError> {
     let (parts, body) = (&req.parts, req.body.clone());
-    let upstream = &state.upstream;
+    let upstream = &state.cluster.upstream;
     let pq = parts
         .uri
         .path_and_query()
@@ -446,7 +446,7 @@ pub(in crate::proxy::sessions) fn upstream_request(
     headers.remove(header::CONTENT_LENGTH);
     remove_hop_by_hop(&mut headers);
     set_forwarding_headers(&mut headers, stream.peer.ip(), state.trust_forwarded_for);
-    state.auth.apply(&stream.caller, &mut headers);
+    state.cluster.auth.apply(&stream.caller, &mut headers);
     let host = HeaderValue::from_str(&upstream.authority())
         .map_err(|e| RelayError::Request(e.to_string()))?;
     headers.insert(header::HOST, host);

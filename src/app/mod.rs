@@ -1,4 +1,7 @@
-//! Starting the proxy: binding the listeners, wiring the shared state, stopping on a signal.
+//! Starting the proxy: binding the listeners, wiring the shared state and the clusters
+//! ([`clusters`]), stopping on a signal.
+
+mod clusters;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,18 +14,16 @@ use crate::audit::log_file::REFUSAL_REPORT_INTERVAL;
 use crate::audit::recording::{RecordPolicy, RecordingConfig, Recordings};
 use crate::audit::{AuditLog, AuditLogConfig, AuditTarget, RefusalLimits};
 use crate::cli::{nonzero, ServeArgs};
-use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
 use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
+use crate::proxy::listen::front_door::FrontDoor;
 use crate::proxy::listen::{admin, server};
-use crate::proxy::sessions::state::ProxyState;
-use crate::proxy::upstream::endpoint::{Pem, Upstream, UpstreamTls};
-use crate::proxy::upstream::source;
+use crate::proxy::sessions::state::Shared;
 use crate::translate::ws::Keepalive;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("one of --upstream, --kubeconfig or --in-cluster is required")]
+    #[error("one of --upstream, --kubeconfig, --in-cluster or --cluster is required")]
     NoUpstream,
     #[error("invalid authentication setup: {0}")]
     Auth(String),
@@ -53,7 +54,7 @@ pub struct RunningProxy {
     pub admin_addr: SocketAddr,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
-    state: Arc<ProxyState>,
+    state: Arc<Shared>,
     drain_timeout: std::time::Duration,
     /// Stops with the proxy (its drop ends the timer).
     _memory_trim: crate::memory_trim::MemoryTrim,
@@ -98,133 +99,20 @@ impl RunningProxy {
     }
 }
 
-/// The upstream connections for proxied traffic and the caller authentication, from the flags.
-///
-/// Proxied requests carry the proxy's own client certificate only in impersonate mode, and the
-/// front-proxy certificate in front-proxy mode; in passthrough mode the proxy adds nothing.
-/// TokenReviews always use the proxy's own credentials.
-pub fn upstream_from_args(args: &ServeArgs) -> Result<(Upstream, Authenticator), StartError> {
-    let source = source::resolve(&args.upstream_flags()).map_err(|e| match e {
-        source::SourceError::Missing => StartError::NoUpstream,
-        other => StartError::Upstream(other.to_string()),
-    })?;
-    let mode = args.auth.auth_mode;
-    in_cluster_credentials(args, &source)?;
-    let build = |client_cert: Option<(Pem, Pem)>| {
-        let tls = UpstreamTls {
-            client_cert,
-            ..source.tls.clone()
-        };
-        Upstream::from_url(&source.url, tls)
-            .map(|u| {
-                u.with_dial_timeout(args.limits.upstream_dial_timeout)
-                    .with_tcp_keepalive(nonzero(args.keepalive.tcp_keepalive))
-            })
-            .map_err(|e| StartError::Upstream(e.to_string()))
-    };
-    let proxied_cert = match mode {
-        AuthMode::Passthrough => {
-            if source.has_credentials() {
-                info!("auth mode passthrough: the proxy's own credentials are not sent with callers' requests");
-            }
-            None
-        }
-        AuthMode::Impersonate => {
-            if !source.has_credentials() {
-                return Err(StartError::Auth(
-                    "impersonate mode needs the proxy's own credentials: a token or client certificate \
-                     from --kubeconfig, --in-cluster, --upstream-token-file or --upstream-client-cert-file"
-                        .into(),
-                ));
-            }
-            source.client_cert.clone()
-        }
-        AuthMode::FrontProxy => {
-            let (Some(cert), Some(key)) = (
-                &args.auth.front_proxy_client_cert_file,
-                &args.auth.front_proxy_client_key_file,
-            ) else {
-                return Err(StartError::Auth(
-                    "front-proxy mode needs --front-proxy-client-cert-file and --front-proxy-client-key-file".into(),
-                ));
-            };
-            Some((Pem::File(cert.clone()), Pem::File(key.clone())))
-        }
-    };
-    let upstream = build(proxied_cert)?;
-    if !upstream.is_tls() {
-        if mode == AuthMode::Passthrough {
-            warn!("the upstream is plain HTTP: callers' bearer tokens travel to it in the clear");
-        } else {
-            warn!(
-                "the upstream is plain HTTP: identities asserted by kube-ws-proxy travel unprotected"
-            );
-        }
-    }
-    let auth = match mode {
-        AuthMode::Passthrough => Authenticator::passthrough(),
-        _ => {
-            let reviewer = if source.has_credentials() {
-                Some(TokenReviewer::new(
-                    build(source.client_cert.clone())?,
-                    source.token.clone(),
-                    args.auth.authentication_cache_ttl,
-                    args.limits.handshake_timeout,
-                    ReviewLimits {
-                        per_second: args.auth.token_review_rate,
-                        burst: args.auth.token_review_burst,
-                        in_flight: args.auth.token_review_max_in_flight,
-                    },
-                ))
-            } else {
-                warn!("no credentials of the proxy's own: bearer tokens cannot be reviewed, only client certificates authenticate callers");
-                None
-            };
-            let front_proxy = FrontProxyHeaders {
-                user: args.auth.front_proxy_username_header.clone(),
-                group: args.auth.front_proxy_group_header.clone(),
-                extra_prefix: args
-                    .auth
-                    .front_proxy_extra_header_prefix
-                    .as_str()
-                    .to_owned(),
-            };
-            Authenticator::new(mode, reviewer, source.token.clone(), front_proxy)
-        }
-    };
-    Ok((upstream, auth))
-}
-
-/// `--in-cluster` without a mounted service-account token leaves the proxy no credentials of
-/// its own: enough for passthrough, which sends none (the manifests mount the token only where
-/// a mode needs it). A pod of an identity mode without it lost its mount: it does not start.
-fn in_cluster_credentials(
-    args: &ServeArgs,
-    source: &source::UpstreamSource,
-) -> Result<(), StartError> {
-    if args.auth.auth_mode == AuthMode::Passthrough
-        || !args.upstream.in_cluster
-        || source.has_credentials()
-    {
-        return Ok(());
-    }
-    Err(StartError::Auth(format!(
-        "impersonate and front-proxy modes with --in-cluster need the service-account token \
-         (or --upstream-token-file, --upstream-client-cert-file): {} is not there",
-        args.upstream.service_account_dir.join("token").display()
-    )))
-}
-
 /// Binds both listeners and serves in the background.
 pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
-    let (upstream, auth) = upstream_from_args(args)?;
-    let mut state = ProxyState::new(upstream);
-    state.auth = auth;
+    let fleet = clusters::fleet_from_args(args)?;
+    let mut state = Shared::default();
     configure_sessions(&mut state, args);
     configure_connections(&mut state, args)?;
     open_audit_log(&mut state, args)?;
     start_recordings(&mut state, args)?;
     let state = Arc::new(state);
+    let clusters: Vec<String> = fleet
+        .clusters()
+        .map(|c| format!("{}={}", c.label(), c.upstream))
+        .collect();
+    let front = Arc::new(FrontDoor::new(state.clone(), fleet));
 
     let (main, addr) = bind(args.listeners.listen).await?;
     let (admin_listener, admin_addr) = bind(args.listeners.admin_listen).await?;
@@ -233,14 +121,11 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     let admin_limits = admin::AdminLimits {
         max_connections: usize::try_from(args.limits.admin_max_connections).unwrap_or(usize::MAX),
     };
-    tokio::spawn(admin::serve(admin_listener, state.clone(), admin_limits));
-    let task = tokio::spawn({
-        let state = state.clone();
-        async move {
-            let _ = server::serve(main, state, stop_rx).await;
-        }
+    tokio::spawn(admin::serve(admin_listener, front.clone(), admin_limits));
+    let task = tokio::spawn(async move {
+        let _ = server::serve(main, front, stop_rx).await;
     });
-    info!(%addr, %admin_addr, upstream = %state.upstream, auth_mode = ?args.auth.auth_mode, upstream_streaming = ?args.streaming.upstream_streaming, "kube-ws-proxy ready");
+    info!(%addr, %admin_addr, clusters = %clusters.join(","), auth_mode = ?args.auth.auth_mode, upstream_streaming = ?args.streaming.upstream_streaming, "kube-ws-proxy ready");
     Ok(RunningProxy {
         addr,
         admin_addr,
@@ -255,8 +140,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
 }
 
 /// The sessions' settings: streaming, keepalives, timeouts and the session limit.
-fn configure_sessions(state: &mut ProxyState, args: &ServeArgs) {
-    state.upstream_streaming = args.streaming.upstream_streaming;
+fn configure_sessions(state: &mut Shared, args: &ServeArgs) {
     state.node_proxy_sessions = args.audit.node_proxy_sessions;
     state.max_message_size = args.streaming.max_message_size;
     state.session_memory = crate::session_memory::MemoryBudget::new(
@@ -281,7 +165,7 @@ fn configure_sessions(state: &mut ProxyState, args: &ServeArgs) {
 }
 
 /// The client connections' settings: the listener's TLS, timeouts and budgets.
-fn configure_connections(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartError> {
+fn configure_connections(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
     if let (Some(cert), Some(key)) = (
         &args.listeners.tls_cert_file,
         &args.listeners.tls_private_key_file,
@@ -319,7 +203,7 @@ fn configure_connections(state: &mut ProxyState, args: &ServeArgs) -> Result<(),
 }
 
 /// Opens the audit log, if `--audit-log` asks for one.
-fn open_audit_log(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartError> {
+fn open_audit_log(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
     let Some(path) = &args.audit.audit_log else {
         return Ok(());
     };
@@ -347,7 +231,7 @@ fn open_audit_log(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartE
 }
 
 /// Starts the session recordings, if `--record` asks for them.
-fn start_recordings(state: &mut ProxyState, args: &ServeArgs) -> Result<(), StartError> {
+fn start_recordings(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
     match (args.audit.record, &args.audit.record_dir) {
         (RecordPolicy::Off, _) => {}
         (_, None) => return Err(StartError::Recording("--record needs --record-dir".into())),

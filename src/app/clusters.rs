@@ -1,0 +1,326 @@
+//! The clusters behind the proxy, from the flags and the config file: the unnamed upstream of
+//! `--upstream`/`--kubeconfig`/`--in-cluster`, each `--cluster NAME=URL` and each entry of
+//! `clusters:`, each with its own upstream, credentials, auth mode and streaming mode.
+//!
+//! Credentials never cross from one cluster to another: the `--upstream-token-file` and
+//! `--upstream-client-*` flags (and `--front-proxy-client-*`) belong to the unnamed upstream
+//! only, a `--cluster` has none, and an entry of `clusters:` has exactly those it names.
+
+use std::path::PathBuf;
+
+use tracing::{info, warn};
+
+use super::StartError;
+use crate::cli::{nonzero, ClusterEntry, ClusterFlag, ServeArgs};
+use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
+use crate::proxy::route::cluster::{Cluster, ClusterName};
+use crate::proxy::route::fleet::Fleet;
+use crate::proxy::upstream::endpoint::{Pem, Upstream, UpstreamTls};
+use crate::proxy::upstream::source::{self, UpstreamFlags, UpstreamSource};
+use crate::proxy::upstream::streaming::UpstreamStreaming;
+
+/// What one cluster is made from.
+struct ClusterSetup<'a> {
+    name: Option<ClusterName>,
+    flags: UpstreamFlags,
+    mode: AuthMode,
+    /// The front-proxy client certificate and key, for `front-proxy` mode.
+    front_proxy: (Option<PathBuf>, Option<PathBuf>),
+    streaming: UpstreamStreaming,
+    /// Everything else (timeouts, review limits, header names) is the proxy's.
+    args: &'a ServeArgs,
+}
+
+/// Every configured cluster.
+pub fn fleet_from_args(args: &ServeArgs) -> Result<Fleet, StartError> {
+    let flags = args.upstream_flags();
+    let named_only = flags.upstream.is_none() && flags.kubeconfig.is_none() && !flags.in_cluster;
+    let default = if named_only {
+        refuse_stray_credentials(args)?;
+        None
+    } else {
+        Some(build(ClusterSetup {
+            name: None,
+            flags,
+            mode: args.auth.auth_mode,
+            front_proxy: (
+                args.auth.front_proxy_client_cert_file.clone(),
+                args.auth.front_proxy_client_key_file.clone(),
+            ),
+            streaming: args.streaming.upstream_streaming,
+            args,
+        })?)
+    };
+    let mut named = Vec::new();
+    for flag in &args.upstream.clusters {
+        named.push(build(from_flag(flag, args)?)?);
+    }
+    for entry in &args.upstream.file_clusters {
+        named.push(build(from_entry(entry, args)?)?);
+    }
+    if default.is_none() && named.is_empty() {
+        return Err(StartError::NoUpstream);
+    }
+    Fleet::new(default, named).map_err(|e| StartError::Upstream(e.to_string()))
+}
+
+/// Without an unnamed upstream, the flags that give it credentials have nothing to apply to;
+/// sending them to every named cluster would hand one cluster's secret to all.
+fn refuse_stray_credentials(args: &ServeArgs) -> Result<(), StartError> {
+    let u = &args.upstream;
+    let stray = [
+        ("--upstream-token-file", u.upstream_token_file.is_some()),
+        (
+            "--upstream-client-cert-file",
+            u.upstream_client_cert_file.is_some(),
+        ),
+        (
+            "--front-proxy-client-cert-file",
+            args.auth.front_proxy_client_cert_file.is_some(),
+        ),
+        ("--context", u.context.is_some()),
+    ];
+    match stray.iter().find(|(_, set)| *set) {
+        Some((flag, _)) => Err(StartError::Upstream(format!(
+            "{flag} applies to the upstream of --upstream, --kubeconfig or --in-cluster, and \
+             there is none: give a named cluster's credentials in its entry of `clusters:` in \
+             the --config file"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn cluster_name(name: &str) -> Result<ClusterName, StartError> {
+    ClusterName::parse(name).map_err(|e| StartError::Upstream(e.to_string()))
+}
+
+/// A `--cluster NAME=URL`: verified as the flags say, no credentials of the proxy's.
+fn from_flag<'a>(flag: &ClusterFlag, args: &'a ServeArgs) -> Result<ClusterSetup<'a>, StartError> {
+    Ok(ClusterSetup {
+        name: Some(cluster_name(&flag.name)?),
+        flags: UpstreamFlags {
+            upstream: Some(flag.url.clone()),
+            upstream_ca_file: args.upstream.upstream_ca_file.clone(),
+            upstream_insecure_skip_tls_verify: args.upstream.upstream_insecure_skip_tls_verify,
+            service_account_dir: args.upstream.service_account_dir.clone(),
+            ..UpstreamFlags::default()
+        },
+        mode: args.auth.auth_mode,
+        front_proxy: (None, None),
+        streaming: args.streaming.upstream_streaming,
+        args,
+    })
+}
+
+/// An entry of `clusters:`: exactly what it says, the auth and streaming modes defaulting to
+/// the proxy's.
+fn from_entry<'a>(
+    entry: &ClusterEntry,
+    args: &'a ServeArgs,
+) -> Result<ClusterSetup<'a>, StartError> {
+    let name = cluster_name(&entry.name)?;
+    let sources = [
+        entry.upstream.is_some(),
+        entry.kubeconfig.is_some(),
+        entry.in_cluster,
+    ];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        return Err(StartError::Upstream(format!(
+            "cluster {name}: give exactly one of upstream, kubeconfig and in-cluster"
+        )));
+    }
+    Ok(ClusterSetup {
+        name: Some(name),
+        flags: UpstreamFlags {
+            upstream: entry.upstream.clone(),
+            kubeconfig: entry.kubeconfig.clone(),
+            context: entry.context.clone(),
+            in_cluster: entry.in_cluster,
+            service_account_dir: entry
+                .service_account_dir
+                .clone()
+                .unwrap_or_else(|| args.upstream.service_account_dir.clone()),
+            upstream_ca_file: entry.upstream_ca_file.clone(),
+            upstream_insecure_skip_tls_verify: entry.upstream_insecure_skip_tls_verify,
+            upstream_token_file: entry.upstream_token_file.clone(),
+            upstream_client_cert_file: entry.upstream_client_cert_file.clone(),
+            upstream_client_key_file: entry.upstream_client_key_file.clone(),
+        },
+        mode: entry.auth_mode.unwrap_or(args.auth.auth_mode),
+        front_proxy: (
+            entry.front_proxy_client_cert_file.clone(),
+            entry.front_proxy_client_key_file.clone(),
+        ),
+        streaming: entry
+            .upstream_streaming
+            .unwrap_or(args.streaming.upstream_streaming),
+        args,
+    })
+}
+
+/// One cluster: its upstream for proxied traffic and its caller authentication.
+///
+/// Proxied requests carry the proxy's own client certificate only in impersonate mode, and the
+/// front-proxy certificate in front-proxy mode; in passthrough mode the proxy adds nothing.
+/// TokenReviews always use the proxy's own credentials.
+fn build(setup: ClusterSetup<'_>) -> Result<Cluster, StartError> {
+    let named = |e: StartError| match &setup.name {
+        None => e,
+        Some(name) => match e {
+            StartError::Auth(why) => StartError::Auth(format!("cluster {name}: {why}")),
+            StartError::Upstream(why) => StartError::Upstream(format!("cluster {name}: {why}")),
+            other => other,
+        },
+    };
+    let source = source::resolve(&setup.flags).map_err(|e| match e {
+        source::SourceError::Missing => StartError::NoUpstream,
+        other => StartError::Upstream(other.to_string()),
+    });
+    let source = source.map_err(named)?;
+    in_cluster_credentials(&setup, &source).map_err(named)?;
+    let upstream = endpoint(
+        &setup,
+        &source,
+        proxied_cert(&setup, &source).map_err(named)?,
+    )
+    .map_err(named)?;
+    warn_plain_http(&setup, &upstream);
+    let auth = authenticator(&setup, &source).map_err(named)?;
+    Ok(Cluster::new(setup.name, upstream, auth, setup.streaming))
+}
+
+/// The upstream reached with `client_cert` (if any) presented.
+fn endpoint(
+    setup: &ClusterSetup<'_>,
+    source: &UpstreamSource,
+    client_cert: Option<(Pem, Pem)>,
+) -> Result<Upstream, StartError> {
+    let tls = UpstreamTls {
+        client_cert,
+        ..source.tls.clone()
+    };
+    Upstream::from_url(&source.url, tls)
+        .map(|u| {
+            u.with_dial_timeout(setup.args.limits.upstream_dial_timeout)
+                .with_tcp_keepalive(nonzero(setup.args.keepalive.tcp_keepalive))
+        })
+        .map_err(|e| StartError::Upstream(e.to_string()))
+}
+
+/// The client certificate proxied requests present: the proxy's own in impersonate mode, the
+/// front-proxy one in front-proxy mode, none in passthrough.
+fn proxied_cert(
+    setup: &ClusterSetup<'_>,
+    source: &UpstreamSource,
+) -> Result<Option<(Pem, Pem)>, StartError> {
+    match setup.mode {
+        AuthMode::Passthrough => {
+            if source.has_credentials() {
+                info!(cluster = label(setup), "auth mode passthrough: the proxy's own credentials are not sent with callers' requests");
+            }
+            Ok(None)
+        }
+        AuthMode::Impersonate => {
+            if !source.has_credentials() {
+                return Err(StartError::Auth(
+                    "impersonate mode needs the proxy's own credentials: a token or client certificate \
+                     from --kubeconfig, --in-cluster, --upstream-token-file or --upstream-client-cert-file"
+                        .into(),
+                ));
+            }
+            Ok(source.client_cert.clone())
+        }
+        AuthMode::FrontProxy => {
+            let (Some(cert), Some(key)) = &setup.front_proxy else {
+                return Err(StartError::Auth(
+                    "front-proxy mode needs --front-proxy-client-cert-file and --front-proxy-client-key-file".into(),
+                ));
+            };
+            Ok(Some((Pem::File(cert.clone()), Pem::File(key.clone()))))
+        }
+    }
+}
+
+fn warn_plain_http(setup: &ClusterSetup<'_>, upstream: &Upstream) {
+    if upstream.is_tls() {
+        return;
+    }
+    if setup.mode == AuthMode::Passthrough {
+        warn!(
+            cluster = label(setup),
+            "the upstream is plain HTTP: callers' bearer tokens travel to it in the clear"
+        );
+    } else {
+        warn!(
+            cluster = label(setup),
+            "the upstream is plain HTTP: identities asserted by kube-ws-proxy travel unprotected"
+        );
+    }
+}
+
+/// Who the cluster's callers are: none checked in passthrough; reviewed at this cluster with
+/// the proxy's own credentials for it otherwise.
+fn authenticator(
+    setup: &ClusterSetup<'_>,
+    source: &UpstreamSource,
+) -> Result<Authenticator, StartError> {
+    let args = setup.args;
+    if setup.mode == AuthMode::Passthrough {
+        return Ok(Authenticator::passthrough());
+    }
+    let reviewer = if source.has_credentials() {
+        Some(TokenReviewer::new(
+            endpoint(setup, source, source.client_cert.clone())?,
+            source.token.clone(),
+            args.auth.authentication_cache_ttl,
+            args.limits.handshake_timeout,
+            ReviewLimits {
+                per_second: args.auth.token_review_rate,
+                burst: args.auth.token_review_burst,
+                in_flight: args.auth.token_review_max_in_flight,
+            },
+        ))
+    } else {
+        warn!(cluster = label(setup), "no credentials of the proxy's own: bearer tokens cannot be reviewed, only client certificates authenticate callers");
+        None
+    };
+    let front_proxy = FrontProxyHeaders {
+        user: args.auth.front_proxy_username_header.clone(),
+        group: args.auth.front_proxy_group_header.clone(),
+        extra_prefix: args
+            .auth
+            .front_proxy_extra_header_prefix
+            .as_str()
+            .to_owned(),
+    };
+    Ok(Authenticator::new(
+        setup.mode,
+        reviewer,
+        source.token.clone(),
+        front_proxy,
+    ))
+}
+
+fn label<'a>(setup: &'a ClusterSetup<'_>) -> &'a str {
+    setup.name.as_ref().map_or(
+        crate::proxy::route::cluster::DEFAULT_CLUSTER,
+        ClusterName::as_str,
+    )
+}
+
+/// `--in-cluster` without a mounted service-account token leaves the proxy no credentials of
+/// its own: enough for passthrough, which sends none (the manifests mount the token only where
+/// a mode needs it). A pod of an identity mode without it lost its mount: it does not start.
+fn in_cluster_credentials(
+    setup: &ClusterSetup<'_>,
+    source: &UpstreamSource,
+) -> Result<(), StartError> {
+    if setup.mode == AuthMode::Passthrough || !setup.flags.in_cluster || source.has_credentials() {
+        return Ok(());
+    }
+    Err(StartError::Auth(format!(
+        "impersonate and front-proxy modes with --in-cluster need the service-account token \
+         (or --upstream-token-file, --upstream-client-cert-file): {} is not there",
+        setup.flags.service_account_dir.join("token").display()
+    )))
+}

@@ -1,0 +1,39 @@
+//! What the listeners serve from: the state every request shares, and the clusters behind the
+//! proxy (one generation of the configuration, replaced whole when it changes, so that a
+//! request routes on one consistent set and running sessions keep the cluster they started on).
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::proxy::route::fleet::Fleet;
+use crate::proxy::sessions::state::Shared;
+
+/// The shared state and the current clusters.
+#[derive(Debug)]
+pub struct FrontDoor {
+    shared: Arc<Shared>,
+    /// Read once per request (the lock is held for a pointer copy, never across an await).
+    fleet: RwLock<Arc<Fleet>>,
+}
+
+impl FrontDoor {
+    /// Serves `fleet` with `shared`.
+    pub fn new(shared: Arc<Shared>, fleet: Fleet) -> FrontDoor {
+        FrontDoor {
+            shared,
+            fleet: RwLock::new(Arc::new(fleet)),
+        }
+    }
+
+    /// The state every request shares.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The clusters new requests are routed among.
+    pub fn fleet(&self) -> Arc<Fleet> {
+        self.fleet
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}

@@ -1,0 +1,162 @@
+//! One cluster behind the proxy: its name, its upstream with the pooled client for plain
+//! requests, the proxy's credentials and auth mode for it, and its streaming mode with what
+//! `auto` learned about it. A request is routed to exactly one; nothing here is shared between
+//! clusters, so credentials, review answers and auto-detection memory never cross over.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
+use crate::proxy::auth::Authenticator;
+use crate::proxy::observability::readiness::{Readiness, READY_CACHE};
+use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
+use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
+
+/// A cluster's name: a DNS label (RFC 1123: at most 63 lower-case letters, digits and `-`,
+/// starting and ending with a letter or digit), as it appears in `/clusters/NAME/`, a host
+/// name, a metric label, a kubeconfig context and a recordings folder.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterName(String);
+
+/// Why a cluster name is not a DNS label.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cluster name {name:?} is not a DNS label (1-63 of a-z, 0-9 and '-', starting and ending with a letter or digit)")]
+pub struct BadClusterName {
+    /// The name as given.
+    pub name: String,
+}
+
+impl ClusterName {
+    /// `name`, if it is a DNS label.
+    pub fn parse(name: &str) -> Result<ClusterName, BadClusterName> {
+        let b = name.as_bytes();
+        let label = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        let ok = (1..=63).contains(&b.len())
+            && b.iter().all(|c| label(c) || *c == b'-')
+            && label(&b[0])
+            && label(&b[b.len() - 1]);
+        if ok {
+            Ok(ClusterName(name.to_owned()))
+        } else {
+            Err(BadClusterName {
+                name: name.to_owned(),
+            })
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ClusterName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The label value, audit field and log field of the one upstream of a proxy configured with
+/// `--upstream`, `--kubeconfig` or `--in-cluster` (it has no name of its own).
+pub const DEFAULT_CLUSTER: &str = "default";
+
+/// One cluster and everything the proxy keeps for it.
+pub struct Cluster {
+    /// Its name; `None` for the upstream of `--upstream`, `--kubeconfig` or `--in-cluster`,
+    /// which serves requests without a `/clusters/NAME/` prefix.
+    pub name: Option<ClusterName>,
+    /// Where it is and how to reach it.
+    pub upstream: Upstream,
+    /// Pooled client for its plain (non-upgrade) requests.
+    pub client: PooledClient,
+    /// Who its callers are and what its upstream is told (its `auth-mode`).
+    pub auth: Authenticator,
+    /// Passthrough callers' identities at this cluster, for audit events.
+    pub self_reviews: SelfSubjectReviews,
+    /// Whether v5 exec/attach and the tunnel are translated to SPDY or passed through
+    /// (its `upstream-streaming`).
+    pub upstream_streaming: UpstreamStreaming,
+    /// What `auto` learned about this cluster.
+    pub streaming_memory: StreamingMemory,
+    /// Its `/readyz` check, shared by every probe for a second.
+    pub readiness: Arc<Readiness>,
+    /// Its running sessions.
+    sessions: Arc<AtomicUsize>,
+}
+
+impl Cluster {
+    /// A cluster reached at `upstream` with the given auth and streaming mode.
+    pub fn new(
+        name: Option<ClusterName>,
+        upstream: Upstream,
+        auth: Authenticator,
+        upstream_streaming: UpstreamStreaming,
+    ) -> Cluster {
+        Cluster {
+            name,
+            client: upstream.pooled_client(),
+            upstream,
+            auth,
+            self_reviews: SelfSubjectReviews::default(),
+            upstream_streaming,
+            streaming_memory: StreamingMemory::default(),
+            readiness: Readiness::new(READY_CACHE),
+            sessions: Arc::default(),
+        }
+    }
+
+    /// The counter of its running sessions (a session's slot holds it while it runs).
+    pub fn session_count(&self) -> Arc<AtomicUsize> {
+        self.sessions.clone()
+    }
+
+    /// How many of its sessions run now.
+    pub fn active_sessions(&self) -> usize {
+        self.sessions.load(Ordering::Acquire)
+    }
+
+    /// Its name as logs, metrics and audit events show it ([`DEFAULT_CLUSTER`] for the unnamed
+    /// one).
+    pub fn label(&self) -> &str {
+        self.name
+            .as_ref()
+            .map_or(DEFAULT_CLUSTER, ClusterName::as_str)
+    }
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.label())
+            .field("upstream", &self.upstream)
+            .field("auth", &self.auth.mode())
+            .field("upstream_streaming", &self.upstream_streaming)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_labels() {
+        for good in ["a", "prod-eu", "0", "a-1-b", &"x".repeat(63)] {
+            assert_eq!(ClusterName::parse(good).unwrap().as_str(), good);
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "Prod",
+            "a_b",
+            "a.b",
+            "a/b",
+            "é",
+            &"x".repeat(64),
+        ] {
+            assert!(ClusterName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

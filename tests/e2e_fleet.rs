@@ -1,0 +1,362 @@
+//! One proxy in front of three simulated clusters of different kinds (an old SPDY-only one, a
+//! new one, a WebSocket-only one), each under `/clusters/NAME/`: real kubectls (1.33 through the
+//! SPDY-dropping gateway, 1.28 straight to the proxy in SPDY) exec, port-forward and get on
+//! every cluster, and no cluster sees another's sessions or the prefix; with a token per
+//! cluster (sent as a browser sends it, in the WebSocket subprotocol, and as a header: kubectl
+//! sends a kubeconfig token only over TLS), no cluster ever sees another's; unknown names and
+//! path tricks reach no cluster; readiness is per cluster.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::bearer;
+use common::clients::{require_kubectl, write_kubeconfig};
+use common::forward::{self, Forward};
+use common::harness::{run, stderr, stdout};
+use common::middlebox::Middlebox;
+use common::pod_server::PodServer;
+use common::proxy_process::ProxyProcess;
+use common::ws_client;
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent, SimStreaming};
+
+const T: Duration = Duration::from_secs(120);
+
+/// The clusters: name, kind, token.
+const CLUSTERS: [(&str, SimStreaming, &str); 3] = [
+    ("old", SimStreaming::SpdyOnly, "token-of-old"),
+    ("new", SimStreaming::New, "token-of-new"),
+    ("ws-only", SimStreaming::WebSocketOnly, "token-of-ws-only"),
+];
+
+struct Fleet {
+    sims: Vec<SimCluster>,
+    proxy: ProxyProcess,
+    middlebox: Middlebox,
+    dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// The three clusters behind one proxy; each requires its own token when `tokens`.
+    async fn start(tokens: bool) -> Fleet {
+        let mut sims = Vec::new();
+        for (_, streaming, token) in CLUSTERS {
+            let sim = SimCluster::start(SimConfig {
+                streaming,
+                require_bearer_token: tokens.then(|| token.to_owned()),
+                ..SimConfig::default()
+            })
+            .await
+            .expect("start sim cluster");
+            sims.push(sim);
+        }
+        let flags: Vec<String> = CLUSTERS
+            .iter()
+            .zip(&sims)
+            .map(|((name, _, _), sim)| format!("{name}={}", sim.url()))
+            .collect();
+        let mut args = Vec::new();
+        for flag in &flags {
+            args.extend(["--cluster", flag.as_str()]);
+        }
+        let proxy = ProxyProcess::launch(&args, &[]);
+        let middlebox = Middlebox::start(proxy.addr).await;
+        Fleet {
+            sims,
+            proxy,
+            middlebox,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// A kubeconfig for cluster `i`, through the gateway (WebSocket only) or straight to the
+    /// proxy.
+    fn kubeconfig(&self, i: usize, via_gateway: bool) -> PathBuf {
+        let name = CLUSTERS[i].0;
+        let entry = if via_gateway {
+            format!("http://{}", self.middlebox.addr)
+        } else {
+            self.proxy.url()
+        };
+        let dir = self.dir.path().join(format!("{name}-{via_gateway}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_kubeconfig(&dir, &format!("{entry}/clusters/{name}"), None)
+    }
+
+    fn kubectl(&self, bin: &Path, kubeconfig: &Path) -> Command {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .env_remove("KUBECTL_REMOTE_COMMAND_WEBSOCKETS")
+            .env_remove("KUBECTL_PORT_FORWARD_WEBSOCKETS")
+            .env_remove("KUBECONFIG")
+            .env("HOME", self.dir.path());
+        cmd
+    }
+
+    /// Streaming sessions cluster `i` served.
+    fn sessions(&self, i: usize) -> usize {
+        self.sims[i]
+            .events()
+            .iter()
+            .filter(|e| matches!(e, SimEvent::SessionStarted { .. }))
+            .count()
+    }
+}
+
+/// exec (output, stdin, exit code), get and port-forward on cluster `i`; what each cluster
+/// served is counted by the caller.
+async fn exercise(f: &Fleet, i: usize, kubectl: &Path, kubeconfig: &Path) {
+    let name = CLUSTERS[i].0;
+    let k = || f.kubectl(kubectl, kubeconfig);
+    let mut c = k();
+    c.args(["exec", "web", "--", "echo", name]);
+    let o = run(c, None, T).await;
+    assert!(o.status.success(), "{name}: exec failed: {}", stderr(&o));
+    assert_eq!(stdout(&o), format!("{name}\n"));
+
+    let mut c = k();
+    c.args(["exec", "-i", "web", "--", "sh", "-c", "cat; exit 3"]);
+    let o = run(c, Some(b"in\n".to_vec()), T).await;
+    assert_eq!(o.status.code(), Some(3), "{name}: {}", stderr(&o));
+    assert_eq!(stdout(&o), "in\n");
+
+    let mut c = k();
+    c.args(["get", "pod", "web", "-o", "name"]);
+    let o = run(c, None, T).await;
+    assert!(o.status.success(), "{name}: get failed: {}", stderr(&o));
+    assert_eq!(stdout(&o), "pod/web\n");
+
+    let pod = PodServer::commands().await;
+    let fwd = Forward::start(k(), "web", &[pod.port]).await;
+    assert!(
+        fwd.ready(),
+        "{name}: port-forward did not start: {}",
+        fwd.stderr()
+    );
+    forward::echo(fwd.port(pod.port), 1 << 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_33_streams_to_each_cluster_through_the_gateway() {
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let f = Fleet::start(false).await;
+    for (i, (name, _, _)) in CLUSTERS.iter().enumerate() {
+        let before: Vec<usize> = (0..CLUSTERS.len()).map(|j| f.sessions(j)).collect();
+        exercise(&f, i, &k, &f.kubeconfig(i, true)).await;
+        // Its sessions reached it, and no other cluster.
+        for (j, was) in before.iter().enumerate() {
+            let now = f.sessions(j);
+            if j == i {
+                assert!(now >= was + 3, "{name}: {was} -> {now}");
+            } else {
+                assert_eq!(now, *was, "{} served {name}'s session", CLUSTERS[j].0);
+            }
+        }
+    }
+    assert!(f.middlebox.websockets() > 0);
+    assert_eq!(f.middlebox.dropped(), 0, "kubectl fell back to SPDY");
+    assert_no_prefix(&f);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_28_speaks_spdy_to_each_cluster() {
+    let Some(k) = require_kubectl("1.28") else {
+        return;
+    };
+    let f = Fleet::start(false).await;
+    for i in 0..CLUSTERS.len() {
+        let before = f.sessions(i);
+        exercise(&f, i, &k, &f.kubeconfig(i, false)).await;
+        assert!(f.sessions(i) >= before + 3);
+    }
+    assert_no_prefix(&f);
+}
+
+/// No request a cluster saw carried the cluster prefix.
+fn assert_no_prefix(f: &Fleet) {
+    for (i, sim) in f.sims.iter().enumerate() {
+        for r in sim.requests() {
+            assert!(
+                !r.path.starts_with("/clusters"),
+                "{}: {}",
+                CLUSTERS[i].0,
+                r.path
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cluster_sees_only_its_own_token() {
+    let f = Fleet::start(true).await;
+    for (i, (name, _, token)) in CLUSTERS.iter().enumerate() {
+        // A plain call with the token as a header.
+        let (code, body) = get(f.proxy.addr, &format!("/clusters/{name}/version"), token);
+        assert_eq!(code, 200, "{name}: {body}");
+        // A v5 exec with the token in the subprotocol, as a browser sends it.
+        let path = format!(
+            "/clusters/{name}{}",
+            ws_client::exec_path("web", &["echo", name], false, true, true)
+        );
+        let protocols = format!("v5.channel.k8s.io, {}", bearer::entry(token));
+        let (mut ws, _) = ws_client::connect(f.proxy.addr, &path, &protocols)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = ws_client::read_to_close(&mut ws).await;
+        assert_eq!(t.stdout, format!("{name}\n").as_bytes(), "{name}: {t:?}");
+        assert!(f.sessions(i) >= 1, "{name} served no session");
+        // Another cluster's token is refused there, by that cluster.
+        let other = CLUSTERS[(i + 1) % CLUSTERS.len()].2;
+        let (code, _) = get(f.proxy.addr, &format!("/clusters/{name}/version"), other);
+        assert_eq!(code, 401, "{name} accepted another cluster's token");
+    }
+    assert_isolated(&f);
+}
+
+/// Every request a cluster saw carried its own token (or, the one refusal each test makes,
+/// the next cluster's, which the test sent there itself), and no cluster prefix.
+fn assert_isolated(f: &Fleet) {
+    for (i, sim) in f.sims.iter().enumerate() {
+        let (name, _, token) = CLUSTERS[i];
+        let sent_here = CLUSTERS[(i + 1) % CLUSTERS.len()].2;
+        let requests = sim.requests();
+        assert!(!requests.is_empty(), "{name} saw nothing");
+        for r in requests {
+            let seen = r.header("authorization").unwrap_or("");
+            let own = seen == format!("Bearer {token}");
+            let probe = seen == format!("Bearer {sent_here}") && r.path == "/version";
+            assert!(own || probe, "{name} saw {seen:?} on {}", r.path);
+            // No token of a third cluster, ever.
+            for (other, _, t) in CLUSTERS {
+                if t != token && t != sent_here {
+                    assert!(!seen.contains(t), "{name} saw {other}'s token");
+                }
+            }
+            assert!(
+                !r.path.starts_with("/clusters"),
+                "{name} saw the prefix: {}",
+                r.path
+            );
+        }
+    }
+}
+
+/// The status line and body of a raw HTTP/1.1 GET of `target` (sent byte for byte).
+fn get(addr: SocketAddr, target: &str, token: &str) -> (u16, String) {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    write!(
+        tcp,
+        "GET {target} HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let code = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_names_and_path_tricks_reach_no_cluster() {
+    let f = Fleet::start(true).await;
+    let addr = f.proxy.addr;
+    // A plain request by prefix works, with the prefix taken off.
+    let (code, body) = get(addr, "/clusters/new/version", "token-of-new");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("gitVersion"), "{body}");
+    let seen: Vec<usize> = f.sims.iter().map(|s| s.requests().len()).collect();
+    for (target, want) in [
+        ("/clusters/nope/api", 404),
+        ("/clusters/OLD/api", 404),
+        ("/clusters/", 404),
+        ("/api/v1/namespaces/default/pods/web", 404),
+        ("/clusters/old/../new/api", 400),
+        ("/clusters/old%2F..%2Fnew/api", 400),
+        ("/clusters/%6Fld/api", 400),
+        ("/%63lusters/old/api", 400),
+        ("/clusters/old%2Fapi", 400),
+        ("//clusters/old/api", 400),
+        (
+            "/clusters/new/api/v1/namespaces/default/pods/web/%2E%2E/exec?command=id",
+            400,
+        ),
+    ] {
+        let (code, body) = get(addr, target, "token-of-old");
+        assert_eq!(code, want, "{target}: {body}");
+        let status: serde_json::Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{target}: not a Status ({e}): {body}"));
+        assert_eq!(status["kind"], "Status", "{target}");
+        // The answer names no cluster.
+        for (name, _, _) in CLUSTERS {
+            assert!(
+                !body.contains(&format!("\"{name}\"")) && !body.contains(&format!(" {name} ")),
+                "{target} named {name}: {body}"
+            );
+        }
+    }
+    let after: Vec<usize> = f.sims.iter().map(|s| s.requests().len()).collect();
+    assert_eq!(seen, after, "a refused request reached a cluster");
+}
+
+/// A GET on the admin listener.
+fn admin(f: &Fleet, target: &str) -> (u16, String) {
+    get(f.proxy.admin_addr, target, "")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_is_per_cluster_and_the_clusters_page_lists_them() {
+    let f = Fleet::start(false).await;
+    assert_eq!(admin(&f, "/readyz").0, 200);
+    assert_eq!(admin(&f, "/readyz?cluster=ws-only").0, 200);
+    assert_eq!(admin(&f, "/readyz?cluster=nope").0, 404);
+    let (code, body) = admin(&f, "/clusters");
+    assert_eq!(code, 200);
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = page["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["new", "old", "ws-only"]);
+    assert!(page["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["ready"] == true));
+    // One cluster gone: only it is unready, and /readyz says which.
+    let Fleet {
+        mut sims,
+        proxy,
+        middlebox: _middlebox,
+        dir: _dir,
+    } = f;
+    sims.remove(1).shutdown().await;
+    let f = |target: &str| get(proxy.admin_addr, target, "");
+    // The last verdict answers for a second.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (code, body) = f("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("cluster new:"), "{body}");
+    assert!(
+        !body.contains("cluster old") && !body.contains("ws-only"),
+        "{body}"
+    );
+    assert_eq!(f("/readyz?cluster=old").0, 200);
+    assert_eq!(f("/readyz?cluster=new").0, 503);
+}
