@@ -2,7 +2,8 @@
 # Installs what the test suite needs on a fresh machine: the Go toolchain and spdystream (the
 # foreign SPDY/3.1 peer), the Python Kubernetes client, headless Chromium (the browser test),
 # the JavaScript Kubernetes client (tests/node), and umoci, podman and runc (the container
-# image), asciinema (replays session recordings). kubectl 1.27–1.33 and Node.js 20 come with the machine image. Also
+# image), asciinema (replays session recordings), Prometheus (promtool and the server, for the
+# alerting rules and the dashboard). kubectl 1.27–1.33 and Node.js 20 come with the machine image. Also
 # kubernetes-validate for the deployment manifests. Safe to run repeatedly.
 set -euo pipefail
 
@@ -21,6 +22,9 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v umoci >/dev/null 2>&1 || need_apt+=(umoci)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+# deploy/prometheus and deploy/grafana (tests/monitoring_files.rs): promtool checks and unit-tests
+# the alerting rules, and the server scrapes a real proxy to evaluate them and every panel's query.
+{ command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -43,6 +43,7 @@ mod e2e_spdy_headers;
 mod e2e_tls;
 mod e2e_upstream_streaming;
 mod go_url_differential;
+mod monitoring_files;
 mod sim_cluster;
 mod sim_identity;
 mod sim_streaming_modes;
