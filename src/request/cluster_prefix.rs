@@ -3,8 +3,9 @@
 //!
 //! The name is taken from the decoded reading (what the upstream acts on), and must be there
 //! literally in the target as sent: a prefix that is there only once decoded (`/%63lusters/a/`,
-//! `/clusters/a%2Fb/`) or only in the raw form is refused, as is any dot segment (`.` or `..`)
-//! anywhere in the decoded path and an empty first segment (`//clusters/...`). Such a target
+//! `/clusters/a%2Fb/`) or only in the raw form is refused, as is any dot segment (`.` or `..`,
+//! also with `;parameters`, which some fronts drop) anywhere in the decoded path and an empty
+//! first segment (`//clusters/...`). Such a target
 //! could name one cluster to the proxy and another to a gateway or an upstream that normalizes
 //! paths (an upstream URL with a base path such as `https://gw/k8s/clusters/a` turns
 //! `/clusters/a/../b/api` into `/k8s/clusters/b/api`), so it is never routed at all.
@@ -29,7 +30,7 @@ pub enum ClusterPrefix<'a> {
 /// Why a target's cluster prefix is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PrefixRefusal {
-    /// The decoded path has a `.` or `..` segment.
+    /// The decoded path has a `.` or `..` segment (also with `;parameters`).
     #[error("the request path has a '.' or '..' segment")]
     DotSegment,
     /// The decoded path starts with an empty segment (`//`).
@@ -47,7 +48,9 @@ pub fn read<'a>(raw_path: &'a str, target: &RequestTarget) -> ClusterPrefix<'a> 
     if decoded.starts_with("//") {
         return ClusterPrefix::Refused(PrefixRefusal::EmptySegment);
     }
-    if decoded.split('/').any(|s| s == "." || s == "..") {
+    // A front that drops `;parameters` from segments (as Tomcat does) reads `..;x` as `..`.
+    let dot = |s: &str| matches!(s.split(';').next(), Some("." | ".."));
+    if decoded.split('/').any(dot) {
         return ClusterPrefix::Refused(PrefixRefusal::DotSegment);
     }
     let Some(after) = strip_segment(decoded, PREFIX) else {
@@ -149,6 +152,9 @@ mod tests {
             ("/clusters/a/%2E%2E/b/api", DotSegment),
             ("/clusters/./a/api", DotSegment),
             ("/clusters/a/api/./v1", DotSegment),
+            ("/clusters/a/..;/b/api", DotSegment),
+            ("/clusters/a/..;x=1/b/api", DotSegment),
+            ("/clusters/a/.;/api", DotSegment),
             ("/%63lusters/a/api", EncodedPrefix),
             ("/clusters/%61/api", EncodedPrefix),
             ("/clusters/a%2Fb/api", EncodedPrefix),
