@@ -5,7 +5,8 @@
 //! refuses, and produce a canonical form Go reads exactly as it read the original; and a
 //! `nodes/{node}/proxy` request must reach the same kubelet call (node, pod, container, command,
 //! streams) as Go's reading of kube-apiserver's node proxy and the kubelet's routes (go_front
-//! emulates them with Go's own `net/url`, `strings` and `path.Join`).
+//! emulates them with Go's own `net/url`, `strings` and `path.Join`). [`cluster_prefix`] checks
+//! the cluster a `/clusters/NAME/...` target is routed to against the same readings.
 //!
 //! Without `go` the test is skipped with a note, unless `CI` is set, where that is a failure.
 
