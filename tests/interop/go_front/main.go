@@ -31,6 +31,8 @@ type reading struct {
 	// PathHex is URL.Path, hex-encoded (it may hold any byte).
 	PathHex string `json:"path_hex"`
 	Path    string `json:"path"`
+	// What fronts that normalize the path would act on in place of Path.
+	Fronts fronts `json:"fronts"`
 	// Query is every key Go kept, sorted, with its values in order, hex-encoded.
 	Query [][2]interface{} `json:"query"`
 	// The options kube-apiserver reads as PodExecOptions / PodLogOptions: first value wins.
@@ -42,6 +44,18 @@ type reading struct {
 	Upgrade   string   `json:"upgrade"`
 	// The kubelet call a nodes/{node}/proxy request reaches, if it reaches one.
 	Kubelet *kubeletCall `json:"kubelet"`
+}
+
+// fronts is what fronts that normalize the path see, hex-encoded. Clean is Go's path.Clean
+// of the decoded path, as ServeMux and gateways that decode then clean do. RawClean is
+// path.Clean of the path as sent, as fronts that clean without decoding do. ParamsClean drops
+// every segment's ";parameters" from the path as sent, then decodes and cleans, as fronts that
+// honour RFC 2396 path parameters (Tomcat) do. The last two depend on the bytes as sent, not
+// only on Go's reading.
+type fronts struct {
+	CleanHex       string `json:"clean_hex"`
+	RawCleanHex    string `json:"raw_clean_hex"`
+	ParamsCleanHex string `json:"params_clean_hex"`
 }
 
 // kubeletCall is what kube-apiserver's node proxy and the kubelet make of a request
@@ -157,6 +171,26 @@ func sliceToBool(values []string) bool {
 	return !(v == "0" || strings.EqualFold(v, "false"))
 }
 
+// rawPath is the path of the request target as sent.
+func rawPath(r *http.Request) string {
+	p, _, _ := strings.Cut(r.RequestURI, "?")
+	return p
+}
+
+// paramsClean reads raw as a front that honours path parameters does: each segment's
+// ";..." dropped, then decoded and cleaned. Empty when what is left does not decode.
+func paramsClean(raw string) string {
+	segs := strings.Split(raw, "/")
+	for i, s := range segs {
+		segs[i], _, _ = strings.Cut(s, ";")
+	}
+	decoded, err := url.PathUnescape(strings.Join(segs, "/"))
+	if err != nil {
+		return ""
+	}
+	return path.Clean(decoded)
+}
+
 func read(r *http.Request) reading {
 	q := r.URL.Query()
 	keys := make([]string, 0, len(q))
@@ -173,9 +207,14 @@ func read(r *http.Request) reading {
 		pairs = append(pairs, [2]interface{}{hex.EncodeToString([]byte(k)), values})
 	}
 	return reading{
-		Method:    r.Method,
-		PathHex:   hex.EncodeToString([]byte(r.URL.Path)),
-		Path:      r.URL.Path,
+		Method:  r.Method,
+		PathHex: hex.EncodeToString([]byte(r.URL.Path)),
+		Path:    r.URL.Path,
+		Fronts: fronts{
+			CleanHex:       hex.EncodeToString([]byte(path.Clean(r.URL.Path))),
+			RawCleanHex:    hex.EncodeToString([]byte(path.Clean(rawPath(r)))),
+			ParamsCleanHex: hex.EncodeToString([]byte(paramsClean(rawPath(r)))),
+		},
 		Query:     pairs,
 		Container: q.Get("container"),
 		Command:   q["command"],
