@@ -4,12 +4,15 @@
 //! The name is taken from the decoded reading (what the upstream acts on), and must be there
 //! literally in the target as sent: a prefix that is there only once decoded (`/%63lusters/a/`,
 //! `/clusters/a%2Fb/`) or only in the raw form is refused, as is any dot segment (`.` or `..`,
-//! also with `;parameters`, which some fronts drop) anywhere in the decoded path and an empty
-//! first segment (`//clusters/...`). Such a target
+//! also with `;parameters`, which some fronts drop, or between `\\`, which some take for `/`)
+//! anywhere in the decoded path, an empty first segment (`//clusters/...`), and a first segment
+//! that a front dropping `;parameters`, taking `\\` for `/`, decoding twice or ignoring case
+//! would read as `clusters` (`/clusters;x/b/`, `/%2563lusters/b/`, `/Clusters/b/`). Such a target
 //! could name one cluster to the proxy and another to a gateway or an upstream that normalizes
 //! paths (an upstream URL with a base path such as `https://gw/k8s/clusters/a` turns
 //! `/clusters/a/../b/api` into `/k8s/clusters/b/api`), so it is never routed at all.
 
+use super::go_url::unescape_path;
 use super::target::RequestTarget;
 
 /// The first segment that names a cluster.
@@ -48,10 +51,24 @@ pub fn read<'a>(raw_path: &'a str, target: &RequestTarget) -> ClusterPrefix<'a> 
     if decoded.starts_with("//") {
         return ClusterPrefix::Refused(PrefixRefusal::EmptySegment);
     }
-    // A front that drops `;parameters` from segments (as Tomcat does) reads `..;x` as `..`.
-    let dot = |s: &str| matches!(s.split(';').next(), Some("." | ".."));
-    if decoded.split('/').any(dot) {
+    // A front that drops `;parameters` from segments (as Tomcat does) reads `..;x` as `..`,
+    // one that takes `\` for `/` reads `a\..` as two segments, one that decodes twice reads
+    // `%2E%2E` as `..`.
+    let dot = |s: &str| {
+        let base = s.split(';').next().unwrap_or("");
+        matches!(base, "." | "..")
+            || unescape_path(base).is_ok_and(|b| matches!(b.as_slice(), b"." | b".."))
+    };
+    if decoded.split(['/', '\\']).any(dot) {
         return ClusterPrefix::Refused(PrefixRefusal::DotSegment);
+    }
+    let first = decoded
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or("");
+    if first != "clusters" && disguised_prefix(first) {
+        return ClusterPrefix::Refused(PrefixRefusal::EncodedPrefix);
     }
     let Some(after) = strip_segment(decoded, PREFIX) else {
         return ClusterPrefix::Unprefixed;
@@ -74,6 +91,15 @@ pub fn read<'a>(raw_path: &'a str, target: &RequestTarget) -> ClusterPrefix<'a> 
         Some((name, rest)) => ClusterPrefix::Named { name, rest },
         None => ClusterPrefix::Refused(PrefixRefusal::EncodedPrefix),
     }
+}
+
+/// Whether a first segment that is not `clusters` reads as `clusters` to a front that drops
+/// `;parameters`, takes `\\` for `/`, decodes once more or ignores case (`clusters;x`,
+/// `clusters\\b`, `%63lusters` after one decoding, `Clusters`).
+fn disguised_prefix(first: &str) -> bool {
+    let base = first.split([';', '\\']).next().unwrap_or("");
+    let again = unescape_path(base).map(|b| String::from_utf8_lossy(&b).into_owned());
+    base.eq_ignore_ascii_case("clusters") || again.is_ok_and(|a| a.eq_ignore_ascii_case("clusters"))
 }
 
 /// `path` without its start `segment` (`/clusters`, or a name), when the path ends there or
@@ -160,6 +186,13 @@ mod tests {
             ("/clusters/a%2Fb/api", EncodedPrefix),
             ("/clusters%2Fa/api", EncodedPrefix),
             ("//clusters/a/api", EmptySegment),
+            ("/clusters;x/b/api", EncodedPrefix),
+            ("/clusters%5Cb/api", EncodedPrefix),
+            ("/%2563lusters/b/api", EncodedPrefix),
+            ("/Clusters/b/api", EncodedPrefix),
+            ("/CLUSTERS/b/api", EncodedPrefix),
+            ("/clusters/a%5C..%5Cb/api", DotSegment),
+            ("/clusters/a/%252E%252E/b/api", DotSegment),
         ] {
             assert_eq!(prefix(raw), ClusterPrefix::Refused(why), "{raw}");
         }

@@ -79,13 +79,43 @@ fn is_dns_label(name: &str) -> bool {
 /// (but a last one, a trailing slash). Judged from the bytes and Go's reading, not from ours.
 fn plain_name<'a>(raw_path: &'a str, seen: &GoView) -> Option<&'a str> {
     let name = raw_path.strip_prefix("/clusters/")?.split('/').next()?;
-    let segments: Vec<&[u8]> = seen.path[1..].split(|&b| b == b'/').collect();
+    // Segments as fronts may see them: `\` taken for `/`, `;parameters` dropped, decoded once
+    // more.
+    let segments: Vec<&[u8]> = seen.path[1..].split(|&b| b == b'/' || b == b'\\').collect();
     let last = segments.len() - 1;
     let plain = segments.iter().enumerate().all(|(i, s)| {
         let before_parameters = s.split(|&b| b == b';').next().unwrap_or_default();
-        !matches!(before_parameters, b"." | b"..") && (!s.is_empty() || i == last)
+        let again = decode_once(before_parameters);
+        !matches!(before_parameters, b"." | b"..")
+            && !matches!(again.as_slice(), b"." | b"..")
+            && (!s.is_empty() || i == last)
     });
     (is_dns_label(name) && plain).then_some(name)
+}
+
+/// `bytes` with each `%XX` decoded (what a front that decodes a second time reads).
+fn decode_once(bytes: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let pair = bytes
+            .get(i + 1)
+            .copied()
+            .and_then(hex)
+            .zip(bytes.get(i + 2).copied().and_then(hex));
+        match (bytes[i], pair) {
+            (b'%', Some((h, l))) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// How one probe came out.
@@ -306,15 +336,17 @@ fn tricks() -> Vec<(&'static str, Outcome)> {
         // A prefix only in the raw form: the decoded path leaves it (or never had it).
         ("/clusters/a/%2E%2E/%2E%2E/api/v1/pods", Outcome::Refused),
         ("/clusters%2F..%2Fapi/v1/pods", Outcome::Refused),
-        // Double encodings: Go decodes once, and so reads no prefix.
-        ("/%2563lusters/b/api", Outcome::Unprefixed),
+        // Double encodings: Go decodes once and reads no prefix (or no dot segment), but a
+        // front that decodes twice would: refused.
+        ("/%2563lusters/b/api", Outcome::Refused),
         ("/clusters/a%252F..%252Fb/api", Outcome::Refused),
-        ("/clusters/a/%252E%252E/b/api", named("a")),
-        // Look-alikes name no cluster.
-        ("/Clusters/b/api", Outcome::Unprefixed),
-        ("/CLUSTERS/b", Outcome::Unprefixed),
+        ("/clusters/a/%252E%252E/b/api", Outcome::Refused),
+        // Look-alikes a front ignoring case or dropping `;parameters` would read as the
+        // prefix are refused; others name no cluster.
+        ("/Clusters/b/api", Outcome::Refused),
+        ("/CLUSTERS/b", Outcome::Refused),
         ("/clustersb/api", Outcome::Unprefixed),
-        ("/clusters;x/b/api", Outcome::Unprefixed),
+        ("/clusters;x/b/api", Outcome::Refused),
         ("/api/v1/clusters/b", Outcome::Unprefixed),
         ("/", Outcome::Unprefixed),
         // Names no cluster can have: 404 by the router.
