@@ -144,7 +144,7 @@ async fn unauthenticated_refusals_cannot_rotate_an_accepted_sessions_events_out(
     assert!(a
         .proxy
         .metrics()
-        .contains(r#"kube_ws_proxy_auth_rejections_total{reason="upstream_unauthenticated"} 20"#));
+        .contains(r#"kube_ws_proxy_auth_rejections_total{cluster="default",reason="upstream_unauthenticated"} 20"#));
     assert!(
         !kept_events(&a.audit_log)
             .iter()
@@ -195,7 +195,7 @@ async fn forbidden_refusals_are_bounded_then_refused_by_the_proxy_and_counted() 
     assert!(a
         .proxy
         .metrics()
-        .contains(r#"kube_ws_proxy_handshake_rejections_total{reason="refused_sessions"} 35"#));
+        .contains(r#"kube_ws_proxy_handshake_rejections_total{cluster="default",reason="refused_sessions"} 35"#));
     // The five refused sessions' events name tina, and their commands show their beginning.
     let refused: Vec<Value> = kept_events(&a.audit_log)
         .into_iter()

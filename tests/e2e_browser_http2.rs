@@ -94,7 +94,9 @@ async fn chromium_multiplexes_exec_sessions_and_a_log_on_one_http2_connection() 
     );
     let metrics = proxy.metrics();
     assert!(
-        metrics.contains(r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 4"#),
+        metrics.contains(
+            r#"kube_ws_proxy_sessions_admitted_total{cluster="default",http_version="2"} 4"#
+        ),
         "{metrics}"
     );
     // Upstream every request carried the token as Authorization (from the subprotocol entry).

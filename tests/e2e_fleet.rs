@@ -4,7 +4,9 @@
 //! every cluster, and no cluster sees another's sessions or the prefix; with a token per
 //! cluster (sent as a browser sends it, in the WebSocket subprotocol, and as a header: kubectl
 //! sends a kubeconfig token only over TLS), no cluster ever sees another's; unknown names and
-//! path tricks reach no cluster; readiness is per cluster.
+//! path tricks reach no cluster and make no metric series; readiness is per cluster, on
+//! `/readyz` and in `kube_ws_proxy_upstream_ready`; audit events, recordings (a folder per
+//! cluster) and the log lines of sessions and upstream failures name their cluster.
 
 use crate::common;
 
@@ -15,14 +17,16 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::bearer;
-use common::clients::{require_kubectl, write_kubeconfig};
+use common::clients::{require_asciinema, require_kubectl, write_kubeconfig};
 use common::forward::{self, Forward};
 use common::harness::{run, stderr, stdout};
 use common::middlebox::Middlebox;
 use common::pod_server::PodServer;
 use common::proxy_process::ProxyProcess;
+use common::replay::replay;
 use common::ws_client;
 use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent, SimStreaming};
+use serde_json::Value;
 
 const T: Duration = Duration::from_secs(120);
 
@@ -43,6 +47,12 @@ struct Fleet {
 impl Fleet {
     /// The three clusters behind one proxy; each requires its own token when `tokens`.
     async fn start(tokens: bool) -> Fleet {
+        Fleet::start_with(tokens, |_| Vec::new()).await
+    }
+
+    /// [`Fleet::start`], with the proxy's further flags from `extra` (given the test's folder).
+    async fn start_with(tokens: bool, extra: impl FnOnce(&Path) -> Vec<String>) -> Fleet {
+        let dir = tempfile::tempdir().unwrap();
         let mut sims = Vec::new();
         for (_, streaming, token) in CLUSTERS {
             let sim = SimCluster::start(SimConfig {
@@ -63,13 +73,15 @@ impl Fleet {
         for flag in &flags {
             args.extend(["--cluster", flag.as_str()]);
         }
+        let extra = extra(dir.path());
+        args.extend(extra.iter().map(String::as_str));
         let proxy = ProxyProcess::launch(&args, &[]);
         let middlebox = Middlebox::start(proxy.addr).await;
         Fleet {
             sims,
             proxy,
             middlebox,
-            dir: tempfile::tempdir().unwrap(),
+            dir,
         }
     }
 
@@ -311,6 +323,34 @@ async fn unknown_names_and_path_tricks_reach_no_cluster() {
     }
     let after: Vec<usize> = f.sims.iter().map(|s| s.requests().len()).collect();
     assert_eq!(seen, after, "a refused request reached a cluster");
+    // No name a request carried became a metric label: the refusals count without a cluster.
+    let metrics = f.proxy.metrics();
+    let mut clusters = cluster_labels(&metrics);
+    assert!(
+        clusters.remove(""),
+        "unrouted refusals not counted: {metrics}"
+    );
+    assert_eq!(
+        clusters,
+        ["new", "old", "ws-only"].map(String::from).into(),
+        "{metrics}"
+    );
+    for (reason, count) in [("unknown_cluster", 4), ("bad_request", 7)] {
+        let series = format!(
+            "kube_ws_proxy_handshake_rejections_total{{cluster=\"\",reason=\"{reason}\"}} {count}"
+        );
+        assert!(metrics.contains(&series), "no {series} in {metrics}");
+    }
+}
+
+/// Every value of the `cluster` label on a `/metrics` answer.
+fn cluster_labels(metrics: &str) -> std::collections::BTreeSet<String> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once("cluster=\"")?.1.split_once('"'))
+        .map(|(value, _)| value.to_owned())
+        .collect()
 }
 
 /// A GET on the admin listener.
@@ -339,6 +379,10 @@ async fn readiness_is_per_cluster_and_the_clusters_page_lists_them() {
         .unwrap()
         .iter()
         .all(|c| c["ready"] == true));
+    for (name, _, _) in CLUSTERS {
+        let ready = format!("kube_ws_proxy_upstream_ready{{cluster=\"{name}\"}} 1");
+        assert!(f.proxy.metrics().contains(&ready), "no {ready}");
+    }
     // One cluster gone: only it is unready, and /readyz says which.
     let Fleet {
         mut sims,
@@ -347,6 +391,18 @@ async fn readiness_is_per_cluster_and_the_clusters_page_lists_them() {
         dir: _dir,
     } = f;
     sims.remove(1).shutdown().await;
+    // The gauge follows without any probe: the proxy checks every cluster every 10 s.
+    let gone = r#"kube_ws_proxy_upstream_ready{cluster="new"} 0"#;
+    let deadline = std::time::Instant::now() + Duration::from_secs(25);
+    while !proxy.metrics().contains(gone) {
+        assert!(std::time::Instant::now() < deadline, "never {gone}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let metrics = proxy.metrics();
+    for name in ["old", "ws-only"] {
+        let ready = format!("kube_ws_proxy_upstream_ready{{cluster=\"{name}\"}} 1");
+        assert!(metrics.contains(&ready), "no {ready} in {metrics}");
+    }
     let f = |target: &str| get(proxy.admin_addr, target, "");
     // The last verdict answers for a second.
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -359,4 +415,151 @@ async fn readiness_is_per_cluster_and_the_clusters_page_lists_them() {
     );
     assert_eq!(f("/readyz?cluster=old").0, 200);
     assert_eq!(f("/readyz?cluster=new").0, 503);
+}
+
+/// Every JSON line of the proxy's log.
+fn json_lines(proxy: &ProxyProcess) -> Vec<Value> {
+    proxy
+        .log_lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The cluster a JSON log line names, in its span or the spans it is in.
+fn line_cluster(line: &Value) -> Option<&str> {
+    let spans = line["spans"].as_array().into_iter().flatten();
+    std::iter::once(&line["span"])
+        .chain(spans)
+        .find_map(|span| span["cluster"].as_str())
+}
+
+/// The audit log's events, once `ended` events number `ended`.
+async fn audit_events(path: &Path, ended: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let events: Vec<Value> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if events.iter().filter(|e| e["stage"] == "ended").count() >= ended {
+            return events;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{events:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_events_recordings_and_log_lines_name_their_cluster() {
+    let Some(asciinema) = require_asciinema() else {
+        return;
+    };
+    let f = Fleet::start_with(false, |dir| {
+        let (records, audit) = (dir.join("recordings"), dir.join("audit.log"));
+        std::fs::create_dir(&records).unwrap();
+        // A fourth cluster, whose API server is gone: nothing listens at its address.
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let gone = format!("gone=http://{}", gone.local_addr().unwrap());
+        let flags = [
+            "--cluster",
+            &gone,
+            "--audit-log",
+            audit.to_str().unwrap(),
+            "--record",
+            "best-effort",
+            "--record-dir",
+            records.to_str().unwrap(),
+        ];
+        flags.map(String::from).to_vec()
+    })
+    .await;
+    // An exec on each cluster: translated to SPDY for the old one, passed through to the others.
+    for (name, _, _) in CLUSTERS {
+        let path = format!(
+            "/clusters/{name}{}",
+            ws_client::exec_path("web", &["echo", name], false, true, true)
+        );
+        let (mut ws, _) = ws_client::connect(f.proxy.addr, &path, "v5.channel.k8s.io")
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = ws_client::read_to_close(&mut ws).await;
+        assert_eq!(t.stdout, format!("{name}\n").as_bytes(), "{name}: {t:?}");
+    }
+    let events = audit_events(&f.dir.path().join("audit.log"), CLUSTERS.len()).await;
+    let records = f.dir.path().join("recordings");
+    // Each session's log id, by the cluster its events name.
+    let mut session_cluster = std::collections::BTreeMap::new();
+    for (name, _, _) in CLUSTERS {
+        let of_cluster: Vec<&Value> = events.iter().filter(|e| e["cluster"] == name).collect();
+        let stages: Vec<&str> = of_cluster
+            .iter()
+            .map(|e| e["stage"].as_str().unwrap())
+            .collect();
+        assert_eq!(stages, ["started", "ended"], "{name}: {events:#?}");
+        let ended = of_cluster[1];
+        assert_eq!(ended["recording_error"], Value::Null, "{ended}");
+        // Its recording: in the cluster's folder, titled with it, replaying what was shown.
+        let recording = PathBuf::from(ended["recording"].as_str().expect("a recording"));
+        assert_eq!(
+            recording.parent(),
+            Some(records.join(name).as_path()),
+            "{ended}"
+        );
+        let text = std::fs::read_to_string(&recording).unwrap();
+        let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let title = header["title"].as_str().unwrap();
+        assert!(title.ends_with(&format!(" in cluster {name}")), "{title}");
+        let asciinema = asciinema.clone();
+        let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
+            .await
+            .unwrap();
+        assert_eq!(replayed, format!("{name}\n"), "{name}");
+        let id = ended["session_id"].as_str().unwrap();
+        let number: u64 = id.rsplit('-').next().unwrap().parse().unwrap();
+        session_cluster.insert(number, name);
+    }
+    // Nothing is left at the top of --record-dir: the unnamed upstream's place.
+    let top: Vec<_> = std::fs::read_dir(&records)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    assert!(top.is_empty(), "{top:?}");
+    // Every line of a session names the session's cluster; each cluster's sessions logged some.
+    let lines = json_lines(&f.proxy);
+    let mut logged = std::collections::BTreeSet::new();
+    for line in lines.iter().filter(|l| l["fields"]["session"].is_u64()) {
+        let session = line["fields"]["session"].as_u64().unwrap();
+        let Some(cluster) = session_cluster.get(&session) else {
+            continue;
+        };
+        assert_eq!(line_cluster(line), Some(*cluster), "{line}");
+        logged.insert(*cluster);
+    }
+    let all: std::collections::BTreeSet<&str> = CLUSTERS.iter().map(|c| c.0).collect();
+    assert_eq!(logged, all, "{lines:#?}");
+    // An upstream failure names the cluster it came from: a plain call to the cluster whose
+    // API server is gone answers 502, and the failure is logged (by it, or by the readiness
+    // check if that came first: such lines are logged once per 10 s).
+    let (code, body) = get(f.proxy.addr, "/clusters/gone/version", "");
+    assert_eq!(code, 502, "{body}");
+    let failures = || -> Vec<Value> {
+        json_lines(&f.proxy)
+            .into_iter()
+            .filter(|l| l["fields"]["message"] == "upstream API server failure")
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while failures().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no upstream failure logged"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for line in &failures() {
+        assert_eq!(line_cluster(line), Some("gone"), "{line}");
+    }
 }

@@ -242,7 +242,7 @@ async fn port_forward_echo(k: &Path, kubeconfig: &Path, cwd: &Path, port: u16) {
 
 /// Finished sessions of `kind`, whatever their outcome.
 fn sessions(metrics: &str, kind: &str) -> u64 {
-    let prefix = format!("kube_ws_proxy_sessions_total{{kind=\"{kind}\",");
+    let prefix = format!("kube_ws_proxy_sessions_total{{cluster=\"default\",kind=\"{kind}\",");
     metrics
         .lines()
         .filter(|l| l.starts_with(&prefix))
@@ -309,7 +309,7 @@ async fn passthrough_tls_both_legs_exec_cp_port_forward_with_the_callers_token()
     // close its side before the final status arrives), so count them whatever their outcome.
     assert!(sessions(&m, "exec") >= 3, "{m}");
     assert!(
-        m.contains(r#"kube_ws_proxy_sessions_total{kind="portforward_tunnel""#),
+        m.contains(r#"kube_ws_proxy_sessions_total{cluster="default",kind="portforward_tunnel""#),
         "{m}"
     );
     // Every request the cluster saw carried tina's own token and nothing added by the proxy.
@@ -500,11 +500,13 @@ async fn impersonate_mode_client_certificates_and_reviewed_tokens() {
     assert!(new.is_empty(), "refused requests were forwarded: {new:#?}");
     let m = proxy.metrics();
     assert!(
-        m.contains(r#"kube_ws_proxy_auth_rejections_total{reason="impersonation_headers"} 1"#),
+        m.contains(r#"kube_ws_proxy_auth_rejections_total{cluster="default",reason="impersonation_headers"} 1"#),
         "{m}"
     );
     assert!(
-        m.contains(r#"kube_ws_proxy_auth_rejections_total{reason="unauthenticated"} 2"#),
+        m.contains(
+            r#"kube_ws_proxy_auth_rejections_total{cluster="default",reason="unauthenticated"} 2"#
+        ),
         "{m}"
     );
     // No token or certificate in the proxy's log.
@@ -1031,5 +1033,5 @@ async fn a_token_review_the_proxy_cannot_make_is_a_503_not_a_pass() {
         .is_some());
     assert!(proxy
         .metrics()
-        .contains(r#"kube_ws_proxy_auth_rejections_total{reason="authentication_unavailable"} 1"#));
+        .contains(r#"kube_ws_proxy_auth_rejections_total{cluster="default",reason="authentication_unavailable"} 1"#));
 }

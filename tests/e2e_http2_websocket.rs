@@ -269,7 +269,9 @@ async fn exec_sessions_log_and_tunnel_share_one_http2_connection() {
     );
     let metrics = s.proxy.metrics();
     assert!(
-        metrics.contains(r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 5"#),
+        metrics.contains(
+            r#"kube_ws_proxy_sessions_admitted_total{cluster="default",http_version="2"} 5"#
+        ),
         "{metrics}"
     );
     // Upstream, the relayed log was an ordinary HTTP/1.1 WebSocket upgrade.
@@ -339,7 +341,9 @@ async fn handshake_edge_cases_are_refused_clearly() {
     // and the wrong version (a handshake is checked before a slot is taken, as on HTTP/1.1).
     let metrics = s.proxy.metrics();
     assert!(
-        metrics.contains(r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 1"#),
+        metrics.contains(
+            r#"kube_ws_proxy_sessions_admitted_total{cluster="default",http_version="2"} 1"#
+        ),
         "{metrics}"
     );
 }
@@ -697,9 +701,8 @@ async fn sim_session(sim: &SimCluster, marker: &str) -> u64 {
 /// connection that keeps reading answers its pings and goes on working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
-    const EXEC_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{kind="exec"}"#;
-    const UNRESPONSIVE: &str =
-        r#"kube_ws_proxy_sessions_total{kind="exec",outcome="client_unresponsive"}"#;
+    const EXEC_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{cluster="default",kind="exec"}"#;
+    const UNRESPONSIVE: &str = r#"kube_ws_proxy_sessions_total{cluster="default",kind="exec",outcome="client_unresponsive"}"#;
     // Interval + timeout is 3 s; a generous bound for it to be noticed.
     const DETECT: Duration = Duration::from_secs(15);
     let dir = tempfile::tempdir().unwrap();
@@ -818,7 +821,8 @@ async fn a_client_stream_that_stops_answering_pings_ends_only_its_session() {
 /// rather than holding them until the idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_whose_client_never_ends_its_stream_ends_after_the_drain_timeout() {
-    const PASSED_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{kind="websocket_pass_through"}"#;
+    const PASSED_ACTIVE: &str =
+        r#"kube_ws_proxy_sessions_active{cluster="default",kind="websocket_pass_through"}"#;
     let sim = SimConfig {
         streaming: SimStreaming::New,
         ..SimConfig::default()

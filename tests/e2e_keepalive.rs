@@ -41,11 +41,14 @@ const T: Duration = Duration::from_secs(60);
 /// Generous bound for a dead peer to be noticed with an interval + timeout of 3 s.
 const DETECT: Duration = Duration::from_secs(15);
 
-const EXEC_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{kind="exec"}"#;
-const TUNNEL_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{kind="portforward_tunnel"}"#;
+const EXEC_ACTIVE: &str = r#"kube_ws_proxy_sessions_active{cluster="default",kind="exec"}"#;
+const TUNNEL_ACTIVE: &str =
+    r#"kube_ws_proxy_sessions_active{cluster="default",kind="portforward_tunnel"}"#;
 
 fn total(kind: &str, outcome: &str) -> String {
-    format!(r#"kube_ws_proxy_sessions_total{{kind="{kind}",outcome="{outcome}"}}"#)
+    format!(
+        r#"kube_ws_proxy_sessions_total{{cluster="default",kind="{kind}",outcome="{outcome}"}}"#
+    )
 }
 
 /// Client → idle-cutting SPDY-dropping gateway → proxy → freezable relay → simulated cluster.
@@ -512,7 +515,7 @@ const TRANSLATED: Kind = Kind {
 };
 
 const PASSED_THROUGH: Kind = Kind {
-    active: r#"kube_ws_proxy_sessions_active{kind="websocket_pass_through"}"#,
+    active: r#"kube_ws_proxy_sessions_active{cluster="default",kind="websocket_pass_through"}"#,
     label: "websocket_pass_through",
     finished: "relayed upgrade finished",
     unresponsive: "client_unresponsive",
@@ -820,7 +823,7 @@ async fn relayed_spdy_exec_without_data_ends_after_the_idle_timeout() {
         .kill_on_drop(true);
     let child = c.spawn().expect("spawn kubectl 1.28");
     let pid = wait_pid(&pidfile).await;
-    let relay_active = r#"kube_ws_proxy_sessions_active{kind="spdy_relay"}"#;
+    let relay_active = r#"kube_ws_proxy_sessions_active{cluster="default",kind="spdy_relay"}"#;
     s.wait_metric(relay_active, 1.0, T).await;
     let took = s.wait_metric(relay_active, 0.0, DETECT).await;
     assert!(took >= Duration::from_secs(1), "ended after {took:?}");
@@ -855,7 +858,7 @@ async fn a_quiet_relayed_websocket_exec_is_closed_but_a_quiet_followed_log_is_no
     let (mut log_ws, _) = common::ws_client::connect(s.proxy.addr, log, "binary.k8s.io")
         .await
         .expect("followed log");
-    let relay_active = r#"kube_ws_proxy_sessions_active{kind="websocket_relay"}"#;
+    let relay_active = r#"kube_ws_proxy_sessions_active{cluster="default",kind="websocket_relay"}"#;
     s.wait_metric(relay_active, 2.0, T).await;
     // The followed log goes quiet while the upstream is frozen, well past the idle timeout.
     let first = tokio::time::timeout(T, log_ws.next()).await.unwrap();

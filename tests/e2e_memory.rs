@@ -202,7 +202,7 @@ async fn huge_unfinished_messages_end_their_sessions_past_the_budget() {
     let metrics = h.proxy.metrics();
     assert!(
         metrics.contains(&format!(
-            "kube_ws_proxy_sessions_ended_by_memory_total{{limit=\"budget\"}} {refused}"
+            "kube_ws_proxy_sessions_ended_by_memory_total{{cluster=\"default\",limit=\"budget\"}} {refused}"
         )),
         "{metrics}"
     );

@@ -190,7 +190,7 @@ async fn kubelet_sessions_are_refused_by_default_before_anything_goes_upstream()
     assert!(n
         .proxy
         .metrics()
-        .contains(r#"kube_ws_proxy_handshake_rejections_total{reason="node_proxy_session"} 2"#));
+        .contains(r#"kube_ws_proxy_handshake_rejections_total{cluster="default",reason="node_proxy_session"} 2"#));
     // The node proxy's other paths (metrics, stats, logs) go on as before.
     let mut tcp = std::net::TcpStream::connect(n.proxy.addr).unwrap();
     write!(

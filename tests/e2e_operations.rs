@@ -156,42 +156,52 @@ async fn metrics_move_by_the_right_amounts() {
     let after = scrape(admin);
     let delta = |k: &str| get(&after, k) - get(&before, k);
     assert_eq!(
-        delta(r#"kube_ws_proxy_sessions_total{kind="exec",outcome="success"}"#),
+        delta(r#"kube_ws_proxy_sessions_total{cluster="default",kind="exec",outcome="success"}"#),
         1.0
     );
     assert_eq!(
-        delta(r#"kube_ws_proxy_session_bytes_total{direction="up",kind="exec"}"#),
+        delta(r#"kube_ws_proxy_session_bytes_total{cluster="default",direction="up",kind="exec"}"#),
         3.0
     );
     assert_eq!(
-        delta(r#"kube_ws_proxy_session_bytes_total{direction="down",kind="exec"}"#),
+        delta(
+            r#"kube_ws_proxy_session_bytes_total{cluster="default",direction="down",kind="exec"}"#
+        ),
         8.0
     );
     assert_eq!(
-        delta(r#"kube_ws_proxy_sessions_total{kind="exec",outcome="upstream_error"}"#),
+        delta(
+            r#"kube_ws_proxy_sessions_total{cluster="default",kind="exec",outcome="upstream_error"}"#
+        ),
         1.0
     );
     assert_eq!(
-        delta(r#"kube_ws_proxy_upstream_upgrade_failures_total{code="403"}"#),
+        delta(r#"kube_ws_proxy_upstream_upgrade_failures_total{cluster="default",code="403"}"#),
         1.0
     );
     assert_eq!(
-        delta(r#"kube_ws_proxy_session_duration_seconds_count{kind="exec"}"#),
+        delta(r#"kube_ws_proxy_session_duration_seconds_count{cluster="default",kind="exec"}"#),
         2.0
     );
     let tunnels: f64 = after
         .iter()
-        .filter(|(k, _)| k.starts_with(r#"kube_ws_proxy_sessions_total{kind="portforward_tunnel""#))
+        .filter(|(k, _)| {
+            k.starts_with(
+                r#"kube_ws_proxy_sessions_total{cluster="default",kind="portforward_tunnel""#,
+            )
+        })
         .map(|(_, v)| v)
         .sum();
     assert_eq!(tunnels, 1.0, "{after:?}");
     assert!(
-        delta(r#"kube_ws_proxy_session_bytes_total{direction="up",kind="portforward_tunnel"}"#)
-            > 1000.0
+        delta(
+            r#"kube_ws_proxy_session_bytes_total{cluster="default",direction="up",kind="portforward_tunnel"}"#
+        ) > 1000.0
     );
     assert!(
-        delta(r#"kube_ws_proxy_session_bytes_total{direction="down",kind="portforward_tunnel"}"#)
-            > 1000.0
+        delta(
+            r#"kube_ws_proxy_session_bytes_total{cluster="default",direction="down",kind="portforward_tunnel"}"#
+        ) > 1000.0
     );
     // Plain requests are counted too (this scrape goes to the admin port, not counted).
     let (code, _) = http_get(h.proxy.addr, "/api/v1/namespaces/default/pods/web");
@@ -200,10 +210,10 @@ async fn metrics_move_by_the_right_amounts() {
     assert_eq!(
         get(
             &last,
-            r#"kube_ws_proxy_http_requests_total{code="200",method="GET"}"#
+            r#"kube_ws_proxy_http_requests_total{cluster="default",code="200",method="GET"}"#
         ) - get(
             &after,
-            r#"kube_ws_proxy_http_requests_total{code="200",method="GET"}"#
+            r#"kube_ws_proxy_http_requests_total{cluster="default",code="200",method="GET"}"#
         ),
         1.0
     );
@@ -315,7 +325,7 @@ async fn max_sessions_refuses_the_third_with_429() {
     assert_eq!(
         get(
             &m,
-            r#"kube_ws_proxy_handshake_rejections_total{reason="too_many_sessions"}"#
+            r#"kube_ws_proxy_handshake_rejections_total{cluster="default",reason="too_many_sessions"}"#
         ),
         1.0
     );

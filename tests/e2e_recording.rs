@@ -169,7 +169,7 @@ async fn an_exec_replays_to_exactly_what_kubectl_printed() {
     assert_eq!(header["command"], "sh -c printf 'first line\\n'; sleep 0.2; printf 'to stderr\\n' >&2; sleep 0.2; printf '\\342\\202\\254 and \\360\\237\\230\\200 done\\n'");
     let metrics = r.proxy.metrics();
     assert!(
-        metrics.contains("kube_ws_proxy_recording_failures_total 0"),
+        metrics.contains(r#"kube_ws_proxy_recording_failures_total{cluster="default"} 0"#),
         "{metrics}"
     );
 }
@@ -309,7 +309,7 @@ async fn required_recordings_refuse_what_cannot_be_recorded() {
     assert_eq!(recorded, "recorded\n");
     let metrics = r.proxy.metrics();
     assert!(
-        metrics.contains("kube_ws_proxy_recording_failures_total 2"),
+        metrics.contains(r#"kube_ws_proxy_recording_failures_total{cluster="default"} 2"#),
         "{metrics}"
     );
     // Both refusals count as sessions that ended for their recording. Refused before any path
@@ -317,7 +317,7 @@ async fn required_recordings_refuse_what_cannot_be_recorded() {
     // exec as a pass-through, the SPDY one as a relay).
     for kind in ["websocket_pass_through", "spdy_relay"] {
         let refused = format!(
-            "kube_ws_proxy_sessions_total{{kind=\"{kind}\",outcome=\"recording_failed\"}} 1"
+            "kube_ws_proxy_sessions_total{{cluster=\"default\",kind=\"{kind}\",outcome=\"recording_failed\"}} 1"
         );
         assert!(metrics.contains(&refused), "{refused}\n{metrics}");
     }
@@ -649,14 +649,14 @@ async fn a_disk_that_fills_up_ends_required_sessions_and_not_best_effort_ones() 
     assert_eq!(ended["outcome"], "success", "{ended}");
     let metrics = r.proxy.metrics();
     assert!(
-        metrics.contains("kube_ws_proxy_recording_failures_total 2"),
+        metrics.contains(r#"kube_ws_proxy_recording_failures_total{cluster="default"} 2"#),
         "{metrics}"
     );
     // Both sessions ended for their recording, each counted under the path it had taken when
     // the disk filled.
     for kind in ["exec", "spdy_relay"] {
         let refused = format!(
-            "kube_ws_proxy_sessions_total{{kind=\"{kind}\",outcome=\"recording_failed\"}} 1"
+            "kube_ws_proxy_sessions_total{{cluster=\"default\",kind=\"{kind}\",outcome=\"recording_failed\"}} 1"
         );
         assert!(metrics.contains(&refused), "{refused}\n{metrics}");
     }

@@ -269,7 +269,7 @@ async fn a_certificate_naming_two_users_is_refused_where_kubernetes_would_read_t
         metric(
             &metrics,
             "kube_ws_proxy_auth_rejections_total",
-            "reason=\"ambiguous_client_certificate\""
+            "cluster=\"default\",reason=\"ambiguous_client_certificate\""
         ) >= 1.0,
         "{metrics}"
     );
@@ -1407,7 +1407,7 @@ async fn upgrade_requests_that_never_send_their_body_hold_no_session_slot() {
         metric(
             &metrics,
             "kube_ws_proxy_handshake_rejections_total",
-            "reason=\"too_many_sessions\""
+            "cluster=\"default\",reason=\"too_many_sessions\""
         ),
         0.0,
         "{metrics}"
@@ -1450,12 +1450,16 @@ async fn upgrade_bodies_held_before_a_session_starts_share_one_bounded_budget() 
     let metrics = proxy.metrics();
     let rejections = "kube_ws_proxy_handshake_rejections_total";
     assert_eq!(
-        metric(&metrics, rejections, "reason=\"busy\""),
+        metric(&metrics, rejections, "cluster=\"default\",reason=\"busy\""),
         1.0,
         "{metrics}"
     );
     assert_eq!(
-        metric(&metrics, rejections, "reason=\"bad_request\""),
+        metric(
+            &metrics,
+            rejections,
+            "cluster=\"default\",reason=\"bad_request\""
+        ),
         0.0,
         "{metrics}"
     );
@@ -1954,7 +1958,7 @@ async fn distinct_bogus_tokens_cost_a_bounded_number_of_reviews() {
         metric(
             &metrics,
             "kube_ws_proxy_auth_rejections_total",
-            "reason=\"token_review_rate_limited\""
+            "cluster=\"default\",reason=\"token_review_rate_limited\""
         ) >= 45.0,
         "{metrics}"
     );
@@ -2047,7 +2051,7 @@ async fn a_flood_past_the_token_review_rate_limit_logs_a_bounded_number_of_lines
         metric(
             &metrics,
             "kube_ws_proxy_auth_rejections_total",
-            "reason=\"token_review_rate_limited\""
+            "cluster=\"default\",reason=\"token_review_rate_limited\""
         ) >= limited as f64,
         "{metrics}"
     );

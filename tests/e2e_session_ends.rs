@@ -108,7 +108,8 @@ async fn v5_exec(proxy: &ProxyProcess, pod: &str) -> Vec<u8> {
     common::ws_client::read_to_close(&mut ws).await.status
 }
 
-const EXEC_CLIENT_GONE: &str = r#"kube_ws_proxy_sessions_total{kind="exec",outcome="client_gone"}"#;
+const EXEC_CLIENT_GONE: &str =
+    r#"kube_ws_proxy_sessions_total{cluster="default",kind="exec",outcome="client_gone"}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() {
@@ -126,7 +127,8 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
 
     let mut bad = Kind::V5Exec.http1_request("ends-bad-handshake", None);
     bad = bad.replace("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8");
-    let refused = r#"kube_ws_proxy_handshake_rejections_total{reason="bad_request"}"#;
+    let refused =
+        r#"kube_ws_proxy_handshake_rejections_total{cluster="default",reason="bad_request"}"#;
     after_end(proxy, "a refused handshake", 0, Some(refused), async {
         let answer = ask(proxy, &bad).await;
         assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
@@ -134,8 +136,7 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
     .await;
 
     let forbidden = Kind::SpdyExec.http1_request("forbidden-ends", None);
-    let upstream_error =
-        r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="upstream_error"}"#;
+    let upstream_error = r#"kube_ws_proxy_sessions_total{cluster="default",kind="spdy_relay",outcome="upstream_error"}"#;
     after_end(
         proxy,
         "an upstream refusal",
@@ -185,8 +186,7 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
     // No recording can be made once the directory is gone.
     std::fs::remove_dir_all(&rig.records).unwrap();
     let relayed = Kind::SpdyExec.http1_request("ends-unrecordable-relayed", None);
-    let unrecordable =
-        r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="recording_failed"}"#;
+    let unrecordable = r#"kube_ws_proxy_sessions_total{cluster="default",kind="spdy_relay",outcome="recording_failed"}"#;
     after_end(
         proxy,
         "a relayed session that cannot be recorded",
@@ -198,7 +198,8 @@ async fn every_early_end_is_counted_once_and_admitted_is_finished_plus_active() 
         },
     )
     .await;
-    let unrecordable = r#"kube_ws_proxy_sessions_total{kind="exec",outcome="recording_failed"}"#;
+    let unrecordable =
+        r#"kube_ws_proxy_sessions_total{cluster="default",kind="exec",outcome="recording_failed"}"#;
     after_end(
         proxy,
         "a translated session that cannot be recorded",
@@ -228,8 +229,7 @@ async fn a_session_whose_upstream_cannot_be_reached_is_counted_once() {
     drop(closed);
     let proxy = ProxyProcess::start(&upstream, &["--upstream-streaming", "spdy"]);
     let relayed = Kind::SpdyExec.http1_request("ends-unreachable", None);
-    let upstream_error =
-        r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="upstream_error"}"#;
+    let upstream_error = r#"kube_ws_proxy_sessions_total{cluster="default",kind="spdy_relay",outcome="upstream_error"}"#;
     after_end(
         &proxy,
         "an unreachable upstream (relayed)",
@@ -241,7 +241,8 @@ async fn a_session_whose_upstream_cannot_be_reached_is_counted_once() {
         },
     )
     .await;
-    let upstream_error = r#"kube_ws_proxy_sessions_total{kind="exec",outcome="upstream_error"}"#;
+    let upstream_error =
+        r#"kube_ws_proxy_sessions_total{cluster="default",kind="exec",outcome="upstream_error"}"#;
     after_end(
         &proxy,
         "an unreachable upstream (translated)",
@@ -285,7 +286,7 @@ async fn kubelet_sessions_whose_client_goes_are_counted_once() {
         "/api/v1/nodes/sim-node/proxy/exec/default/kubelet-exec-ends/main?command=cat&input=1&output=1",
         1,
     );
-    let relay_gone = r#"kube_ws_proxy_sessions_total{kind="spdy_relay",outcome="client_gone"}"#;
+    let relay_gone = r#"kube_ws_proxy_sessions_total{cluster="default",kind="spdy_relay",outcome="client_gone"}"#;
     after_end(
         proxy,
         "a kubelet exec whose client goes while the kubelet is asked",
@@ -297,7 +298,7 @@ async fn kubelet_sessions_whose_client_goes_are_counted_once() {
 
     let run = "POST /api/v1/nodes/sim-node/proxy/run/default/kubelet-run-ends/main?cmd=echo+hi \
                HTTP/1.1\r\nHost: kube\r\nContent-Length: 0\r\nAuthorization: Bearer token-k2\r\n\r\n";
-    let run_gone = r#"kube_ws_proxy_sessions_total{kind="kubelet_run",outcome="client_gone"}"#;
+    let run_gone = r#"kube_ws_proxy_sessions_total{cluster="default",kind="kubelet_run",outcome="client_gone"}"#;
     after_end(
         proxy,
         "a kubelet run whose client goes while the kubelet is asked",

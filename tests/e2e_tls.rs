@@ -147,7 +147,9 @@ async fn kubectl_over_tls_and_certificate_rotation() {
     // The exec was translated (WebSocket in), not relayed as SPDY.
     let metrics = proxy.metrics();
     assert!(
-        metrics.contains(r#"kube_ws_proxy_sessions_total{kind="exec",outcome="success"} 1"#),
+        metrics.contains(
+            r#"kube_ws_proxy_sessions_total{cluster="default",kind="exec",outcome="success"} 1"#
+        ),
         "{metrics}"
     );
 

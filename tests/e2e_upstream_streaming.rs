@@ -737,7 +737,7 @@ async fn a_refused_passed_through_tunnel_counts_as_a_session() {
     let metrics = h.proxy.metrics();
     assert!(
         metrics.contains(
-            r#"kube_ws_proxy_sessions_total{kind="websocket_pass_through",outcome="upstream_error"} 1"#
+            r#"kube_ws_proxy_sessions_total{cluster="default",kind="websocket_pass_through",outcome="upstream_error"} 1"#
         ),
         "{metrics}"
     );

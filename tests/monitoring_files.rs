@@ -287,10 +287,11 @@ fn the_dashboard_has_its_variables_and_every_panel_a_data_source_and_a_query() {
         assert_eq!(v["type"], "query", "${name}");
         assert_eq!(v["datasource"]["uid"], "${datasource}", "${name}");
     }
+    // Every configured cluster has a readiness, whether or not it has had a session.
     let cluster = variable(&d, "cluster");
     let definition = cluster["definition"].as_str().unwrap();
     assert!(
-        definition.starts_with("label_values(kube_ws_proxy_sessions_active")
+        definition.starts_with("label_values(kube_ws_proxy_upstream_ready")
             && definition.ends_with(", cluster)"),
         "$cluster: {definition}"
     );
@@ -350,6 +351,7 @@ fn every_alert_waits_has_a_severity_and_says_which_cluster() {
     let alerts: BTreeSet<_> = rules.iter().map(Rule::name).collect();
     for expected in [
         "KubeWsProxyDown",
+        "KubeWsProxyClusterNotReady",
         "KubeWsProxyUpstreamUnreachable",
         "KubeWsProxyUpstreamErrorsHigh",
         "KubeWsProxySessionsRefused",

@@ -143,13 +143,13 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
 fn configure_sessions(state: &mut Shared, args: &ServeArgs) {
     state.node_proxy_sessions = args.audit.node_proxy_sessions;
     state.max_message_size = args.streaming.max_message_size;
-    state.session_memory = crate::session_memory::MemoryBudget::new(
+    state.memory_budget = crate::session_memory::MemoryBudget::new(
         args.limits.session_memory_budget,
         crate::proxy::sessions::state::session_lane_limits(args.streaming.max_message_size),
     );
     state
         .metrics
-        .watch_session_memory(state.session_memory.clone());
+        .watch_session_memory(state.memory_budget.clone());
     state.upstream_ping_interval = nonzero(args.keepalive.upstream_ping_interval);
     state.upstream_ping_timeout = nonzero(args.keepalive.upstream_ping_timeout);
     state.client_keepalive =

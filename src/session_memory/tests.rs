@@ -89,6 +89,42 @@ async fn grow_to_refuses_at_once_past_the_cap_or_the_budget_and_counts_the_sessi
 }
 
 #[tokio::test]
+async fn a_counting_handle_shares_the_bytes_and_tells_its_own_ends() {
+    let b = budget(500);
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let counted = b.counting({
+        let told = told.clone();
+        move |limit| told.lock().unwrap().push(limit)
+    });
+    // One pool: what the counted handle's lane borrows, the budget lends.
+    let hog = b.lane().try_take(FLOOR + 400).unwrap();
+    let lane = counted.lane();
+    let mut frame = lane.try_take(FLOOR + 100).unwrap();
+    assert_eq!(
+        (b.in_use(), counted.in_use(), counted.held()),
+        (500, 500, 700)
+    );
+    assert_eq!(
+        frame.grow_to(FLOOR + 101).await.unwrap_err().limit,
+        Limit::Budget
+    );
+    assert_eq!(
+        frame.grow_to(CAP + 1).await.unwrap_err().limit,
+        Limit::Session
+    );
+    // The ends of the plain handle's lanes are not its.
+    let _ = b.lane().none().grow_to(CAP + 1).await;
+    assert_eq!(*told.lock().unwrap(), [Limit::Budget, Limit::Session]);
+    // Both count in the budget's totals.
+    assert_eq!(b.sessions_ended(Limit::Session), 2);
+    assert_eq!(counted.sessions_ended(Limit::Budget), 1);
+    // What both give back returns to the one pool.
+    drop(frame);
+    drop(hog);
+    assert_eq!((b.in_use(), b.held()), (0, 0));
+}
+
+#[tokio::test]
 async fn grow_to_waits_for_the_lanes_other_bytes_to_go_on() {
     let b = budget(10_000);
     let lane = b.lane();

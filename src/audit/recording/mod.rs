@@ -15,5 +15,5 @@ mod writer;
 
 pub use recorder::{
     RecordPolicy, Recordable, Recorded, Recorder, RecordingConfig, RecordingCounters,
-    RecordingError, Recordings,
+    RecordingError, RecordingPlace, Recordings,
 };

@@ -29,13 +29,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use prometheus::IntCounter;
+use prometheus::{IntCounterVec, Opts};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::asciicast::Header;
 use super::state::RecordingState;
-use super::writer::{self, EventKind, Message};
+use super::writer::{self, Counted, EventKind, Message};
 use crate::audit::bounds;
 
 /// Bytes of events waiting for the writer, all sessions together.
@@ -81,13 +81,45 @@ pub struct RecordingConfig {
     pub min_free: u64,
 }
 
-/// The counters recordings keep.
+/// The counters recordings keep, by the `cluster` of their session.
 #[derive(Debug, Clone)]
 pub struct RecordingCounters {
     /// Session bytes recorded.
-    pub recorded_bytes: IntCounter,
+    pub recorded_bytes: IntCounterVec,
     /// Recordings that could not start or could not be written to the end.
-    pub failures: IntCounter,
+    pub failures: IntCounterVec,
+}
+
+impl RecordingCounters {
+    /// Counters registered nowhere.
+    pub fn unregistered() -> RecordingCounters {
+        let vec = |name: &str| {
+            IntCounterVec::new(Opts::new(name, name), &["cluster"]).expect("valid counter")
+        };
+        RecordingCounters {
+            recorded_bytes: vec("recorded_bytes"),
+            failures: vec("failures"),
+        }
+    }
+
+    /// What a recording of `cluster` counts in.
+    fn of(&self, cluster: &str) -> Counted {
+        Counted {
+            recorded: self.recorded_bytes.with_label_values(&[cluster]),
+            failures: self.failures.with_label_values(&[cluster]),
+        }
+    }
+}
+
+/// Whose session a recording is: the `cluster` its counters count under, and the folder of
+/// `--record-dir` its file goes in (`None`: `--record-dir` itself).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordingPlace<'a> {
+    /// The cluster's label.
+    pub cluster: &'a str,
+    /// One folder name (a cluster's name: a DNS label), made when the first recording goes
+    /// in it.
+    pub folder: Option<&'a str>,
 }
 
 /// Why a recording could not start.
@@ -106,6 +138,9 @@ pub enum RecordingError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The folder is not one plain name.
+    #[error("{folder:?} is not a recording folder")]
+    Folder { folder: String },
     /// The free space of `--record-dir`'s filesystem could not be found out.
     #[error("cannot tell the free space left for recordings in {dir}: {source}")]
     FreeSpace {
@@ -131,7 +166,7 @@ impl RecordingError {
             RecordingError::Create { source, .. }
             | RecordingError::Write { source, .. }
             | RecordingError::FreeSpace { source, .. } => Some(source),
-            RecordingError::LowSpace { .. } => None,
+            RecordingError::LowSpace { .. } | RecordingError::Folder { .. } => None,
         }
     }
 }
@@ -145,7 +180,7 @@ pub struct Recordings {
     /// The lane for output its upstream cut off ([`CUT_BYTES`]).
     cut_lane: Arc<Semaphore>,
     next_id: AtomicU64,
-    failures: IntCounter,
+    counters: RecordingCounters,
 }
 
 impl Recordings {
@@ -161,17 +196,16 @@ impl Recordings {
             ));
         }
         let (tx, rx) = unbounded_channel();
-        let failures = counters.failures.clone();
         std::thread::Builder::new()
             .name("recordings".into())
-            .spawn(move || writer::run(rx, counters.failures, counters.recorded_bytes))?;
+            .spawn(move || writer::run(rx))?;
         Ok(Recordings {
             config,
             tx,
             budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
             cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
             next_id: AtomicU64::new(0),
-            failures,
+            counters,
         })
     }
 
@@ -189,21 +223,26 @@ impl Recordings {
         self.config.policy
     }
 
-    /// Creates the session's file, `<UTC start>_<session id>.cast` in `--record-dir`. The
-    /// terminal size in the header is the client's first resize, if one comes before any
-    /// output.
+    /// Creates the session's file, `<UTC start>_<session id>.cast` in `--record-dir` or the
+    /// folder of it `place` names. The terminal size in the header is the client's first
+    /// resize, if one comes before any output.
     pub async fn open(
         &self,
+        place: RecordingPlace<'_>,
         session_id: &str,
         command: &[String],
         title: String,
     ) -> Result<Recorder, RecordingError> {
+        let counted = self.counters.of(place.cluster);
+        let dir = self
+            .folder(place.folder)
+            .inspect_err(|_| counted.failures.inc())?;
         let now = SystemTime::now();
         let stamp: String = crate::timestamp::rfc3339(now)
             .chars()
             .filter(|c| c.is_ascii_alphanumeric())
             .collect();
-        let path = self.config.dir.join(format!("{stamp}_{session_id}.cast"));
+        let path = dir.join(format!("{stamp}_{session_id}.cast"));
         let (width, height) = writer::default_size();
         let header = Header {
             version: 2,
@@ -224,10 +263,14 @@ impl Recordings {
         // Under `required` the header is written now, before the session is admitted: a file
         // that can be created is no proof that anything can be written to it.
         let required = self.config.policy == RecordPolicy::Required;
-        let (dir, min_free, create) = (self.config.dir.clone(), self.config.min_free, path.clone());
+        let (min_free, create) = (self.config.min_free, path.clone());
+        let folder = place.folder.is_some();
         let early = required.then(|| header.clone());
         // The disk is the writer thread's business, except for this start.
         let (file, written) = tokio::task::spawn_blocking(move || {
+            if folder {
+                make_folder(&dir)?;
+            }
             start_file(&dir, &create, min_free, early.as_ref())
         })
         .await
@@ -237,13 +280,14 @@ impl Recordings {
                 source: std::io::Error::other(e),
             })
         })
-        .inspect_err(|_| self.failures.inc())?;
+        .inspect_err(|_| counted.failures.inc())?;
         let state = Arc::new(RecordingState::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let _ = self.tx.send(Message::Open {
             id,
             file,
             header,
+            counted,
             written,
             state: state.clone(),
         });
@@ -258,6 +302,37 @@ impl Recordings {
             required,
             path,
         })
+    }
+}
+
+impl Recordings {
+    /// `--record-dir`, or its folder `folder` (one plain name: never a path that leaves it).
+    fn folder(&self, folder: Option<&str>) -> Result<PathBuf, RecordingError> {
+        let Some(folder) = folder else {
+            return Ok(self.config.dir.clone());
+        };
+        let mut parts = Path::new(folder).components();
+        match (parts.next(), parts.next()) {
+            (Some(std::path::Component::Normal(name)), None) if name == folder => {
+                Ok(self.config.dir.join(folder))
+            }
+            _ => Err(RecordingError::Folder {
+                folder: folder.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Makes the folder `dir` of `--record-dir` if it is not there yet, readable by the proxy's
+/// user only (as the recordings in it).
+fn make_folder(dir: &Path) -> Result<(), RecordingError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(RecordingError::Create {
+            path: dir.to_owned(),
+            source: e,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -628,10 +703,18 @@ mod tests {
     use crate::audit::recording::asciicast::event_text;
 
     fn counters() -> RecordingCounters {
-        RecordingCounters {
-            recorded_bytes: IntCounter::new("r", "r").unwrap(),
-            failures: IntCounter::new("f", "f").unwrap(),
-        }
+        RecordingCounters::unregistered()
+    }
+
+    /// Where the tests' recordings go: `--record-dir` itself.
+    const HERE: RecordingPlace<'static> = RecordingPlace {
+        cluster: "default",
+        folder: None,
+    };
+
+    /// What `c` counts for [`HERE`]'s cluster.
+    fn count(c: &prometheus::IntCounterVec) -> u64 {
+        c.with_label_values(&["default"]).get()
     }
 
     /// Recordings under `required` into a fresh directory.
@@ -676,7 +759,12 @@ mod tests {
     async fn a_session_becomes_an_asciicast_file() {
         let (_dir, c, recordings) = required_recordings(false);
         let rec = recordings
-            .open("abcd-1", &["sh".into(), "-i".into()], "default/web".into())
+            .open(
+                HERE,
+                "abcd-1",
+                &["sh".into(), "-i".into()],
+                "default/web".into(),
+            )
             .await
             .unwrap();
         let name = rec.path().file_name().unwrap().to_str().unwrap().to_owned();
@@ -712,7 +800,7 @@ mod tests {
         assert_eq!(events[2][1], "r");
         assert_eq!(events[2][2], "120x40");
         assert_eq!(events.len(), 3);
-        assert_eq!(c.recorded_bytes.get(), 7);
+        assert_eq!(count(&c.recorded_bytes), 7);
     }
 
     #[tokio::test]
@@ -721,11 +809,11 @@ mod tests {
         // turns, with more output than one write gathers, must still each get their own.
         let (_dir, c, recordings) = required_recordings(false);
         let a = recordings
-            .open("a-1", &["sh".into()], "default/a".into())
+            .open(HERE, "a-1", &["sh".into()], "default/a".into())
             .await
             .unwrap();
         let b = recordings
-            .open("b-1", &["sh".into()], "default/b".into())
+            .open(HERE, "b-1", &["sh".into()], "default/b".into())
             .await
             .unwrap();
         let mut sent = [String::new(), String::new()];
@@ -749,12 +837,12 @@ mod tests {
         // Counted just after each write: give the writer a moment to count the last one.
         let total = (sent[0].len() + sent[1].len()) as u64;
         for _ in 0..200 {
-            if c.recorded_bytes.get() == total {
+            if count(&c.recorded_bytes) == total {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert_eq!(c.recorded_bytes.get(), total);
+        assert_eq!(count(&c.recorded_bytes), total);
     }
 
     /// Waits until the writer has given the whole budget back.
@@ -775,7 +863,7 @@ mod tests {
     async fn a_batch_waits_for_its_whole_cost_at_once() {
         let (_dir, _c, recordings) = required_recordings(false);
         let rec = recordings
-            .open("batch-1", &["cat".into()], String::new())
+            .open(HERE, "batch-1", &["cat".into()], String::new())
             .await
             .unwrap();
         // Room in the shared budget for one of the chunks, not for all three; together they
@@ -813,7 +901,7 @@ mod tests {
     async fn a_small_event_takes_the_express_lane_past_a_spent_budget() {
         let (_dir, _c, recordings) = required_recordings(false);
         let rec = recordings
-            .open("echo-1", &["sh".into()], String::new())
+            .open(HERE, "echo-1", &["sh".into()], String::new())
             .await
             .unwrap();
         // Other sessions' bulk output holds the whole shared budget.
@@ -855,7 +943,7 @@ mod tests {
     async fn output_its_upstream_cut_off_takes_the_cut_lane_past_a_spent_budget() {
         let (_dir, _c, recordings) = recordings_with(RecordPolicy::BestEffort, false);
         let rec = recordings
-            .open("cut-1", &["tar".into()], String::new())
+            .open(HERE, "cut-1", &["tar".into()], String::new())
             .await
             .unwrap();
         // Other sessions' bulk output holds the whole shared budget.
@@ -905,14 +993,14 @@ mod tests {
     async fn a_batch_larger_than_the_budget_still_passes() {
         let (_dir, c, recordings) = required_recordings(false);
         let rec = recordings
-            .open("big-1", &["cat".into()], String::new())
+            .open(HERE, "big-1", &["cat".into()], String::new())
             .await
             .unwrap();
         let chunk = Bytes::from(vec![b'x'; BUDGET_BYTES * 2 / 3]);
         rec.outputs(&[chunk.clone(), chunk.clone()]).await;
         drop(rec);
         budget_returns(&recordings).await;
-        assert_eq!(c.recorded_bytes.get(), 2 * chunk.len() as u64);
+        assert_eq!(count(&c.recorded_bytes), 2 * chunk.len() as u64);
     }
 
     #[tokio::test]
@@ -920,7 +1008,7 @@ mod tests {
         for record_stdin in [false, true] {
             let (_dir, _c, recordings) = required_recordings(record_stdin);
             let rec = recordings
-                .open("mix-1", &["sh".into()], String::new())
+                .open(HERE, "mix-1", &["sh".into()], String::new())
                 .await
                 .unwrap();
             let (out, typed) = (Bytes::from_static(b"$ "), Bytes::from_static(b"ls\r"));
@@ -953,12 +1041,12 @@ mod tests {
         let (dir, c, recordings) = required_recordings(true);
         std::fs::remove_dir(dir.path()).unwrap();
         let err = recordings
-            .open("x-1", &[], String::new())
+            .open(HERE, "x-1", &[], String::new())
             .await
             .unwrap_err();
         let kind = err.io_error().map(std::io::Error::kind);
         assert_eq!(kind, Some(std::io::ErrorKind::NotFound), "{err}");
-        assert_eq!(c.failures.get(), 1);
+        assert_eq!(count(&c.failures), 1);
         assert!(Recordings::start(
             RecordingConfig {
                 dir: dir.path().join("nope"),
@@ -984,12 +1072,12 @@ mod tests {
             };
             let recordings = Recordings::start(config, c.clone()).unwrap();
             let err = recordings
-                .open("low-1", &[], String::new())
+                .open(HERE, "low-1", &[], String::new())
                 .await
                 .unwrap_err();
             assert!(matches!(err, RecordingError::LowSpace { .. }), "{err}");
             assert!(err.to_string().contains("--record-min-free"), "{err}");
-            assert_eq!(c.failures.get(), 1);
+            assert_eq!(count(&c.failures), 1);
             // Nothing was created.
             assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         }
@@ -999,7 +1087,7 @@ mod tests {
     async fn a_required_recording_holds_its_header_before_the_session_starts() {
         let (_dir, _c, recordings) = required_recordings(false);
         let rec = recordings
-            .open("early-1", &["sh".into()], String::new())
+            .open(HERE, "early-1", &["sh".into()], String::new())
             .await
             .unwrap();
         // Written by the start, not by the writer: there before any event.
@@ -1054,9 +1142,7 @@ mod tests {
     async fn a_full_disk_fails_the_recording_and_tells_the_session() {
         let c = counters();
         let (tx, rx) = unbounded_channel();
-        let failures = c.failures.clone();
-        let recorded = c.recorded_bytes.clone();
-        std::thread::spawn(move || writer::run(rx, failures, recorded));
+        std::thread::spawn(move || writer::run(rx));
         let state = Arc::new(RecordingState::new());
         let full = std::fs::OpenOptions::new()
             .write(true)
@@ -1073,6 +1159,7 @@ mod tests {
                 command: String::new(),
                 title: String::new(),
             },
+            counted: c.of("default"),
             written: None,
             state: state.clone(),
         })
@@ -1093,7 +1180,7 @@ mod tests {
             .await
             .expect("the session hears of the failure");
         assert!(why.contains("No space left"), "{why}");
-        assert_eq!(c.failures.get(), 1);
+        assert_eq!(count(&c.failures), 1);
         // Later events are not even queued, and must not be passed on.
         assert!(!rec.output(&Bytes::from_static(b"more")).await);
         assert!(rec.error().is_some());

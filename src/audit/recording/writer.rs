@@ -31,12 +31,22 @@ pub(crate) enum EventKind {
     Resize(u16, u16),
 }
 
+/// What one recording counts in: its cluster's counters.
+#[derive(Debug, Clone)]
+pub(crate) struct Counted {
+    /// Session bytes written to it.
+    pub recorded: IntCounter,
+    /// It could not be written to the end.
+    pub failures: IntCounter,
+}
+
 /// What the writer is told.
 pub(crate) enum Message {
     Open {
         id: u64,
         file: File,
         header: Header,
+        counted: Counted,
         /// The length of the header line when it is already in the file (`--record=required`
         /// writes it, padded, before the session starts; [`padded_header`]).
         written: Option<usize>,
@@ -66,6 +76,7 @@ struct Open {
     output: Utf8Carry,
     input: Utf8Carry,
     state: Arc<RecordingState>,
+    counted: Counted,
 }
 
 /// How much encoded text of one recording is gathered before it is written: bulk output
@@ -81,7 +92,7 @@ struct Pending {
 }
 
 /// Runs until every sender is gone.
-pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, recorded: IntCounter) {
+pub(crate) fn run(mut rx: UnboundedReceiver<Message>) {
     let mut open: HashMap<u64, Open> = HashMap::new();
     // Reused for every line; holds the pending lines of at most one recording.
     let mut line = Vec::with_capacity(WRITE_AT + 64 * 1024);
@@ -91,7 +102,7 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
             Ok(message) => message,
             Err(TryRecvError::Empty) => {
                 // Nothing more is waiting: what was gathered goes to disk before the wait.
-                write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+                write_pending(&mut open, &mut pending, &mut line);
                 match rx.blocking_recv() {
                     Some(message) => message,
                     None => break,
@@ -104,6 +115,7 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
                 id,
                 file,
                 header,
+                counted,
                 written,
                 state,
             } => {
@@ -120,12 +132,13 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
                         output: Utf8Carry::default(),
                         input: Utf8Carry::default(),
                         state,
+                        counted,
                     },
                 );
             }
             Message::Event { id, at, kind, .. } => {
                 if pending.as_ref().is_some_and(|p| p.id != id) {
-                    write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+                    write_pending(&mut open, &mut pending, &mut line);
                 }
                 let Some(rec) = open.get_mut(&id) else {
                     continue;
@@ -133,11 +146,11 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
                 let len = encode(rec, at, kind, &mut line);
                 pending.get_or_insert(Pending { id, recorded: 0 }).recorded += len;
                 if line.len() >= WRITE_AT {
-                    write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+                    write_pending(&mut open, &mut pending, &mut line);
                 }
             }
             Message::Close { id } => {
-                write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+                write_pending(&mut open, &mut pending, &mut line);
                 let Some(mut rec) = open.remove(&id) else {
                     continue;
                 };
@@ -152,24 +165,18 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
                 let written = rec.file.write_all(&line).and_then(|()| rec.file.flush());
                 line.clear();
                 if let Err(e) = written {
-                    failures.inc();
+                    rec.counted.failures.inc();
                     rec.state.fail(e.to_string());
                     warn!(error = %e, "a session recording could not be completed");
                 }
             }
         }
     }
-    write_pending(&mut open, &mut pending, &mut line, &failures, &recorded);
+    write_pending(&mut open, &mut pending, &mut line);
 }
 
 /// Writes the gathered lines of one recording to its file and counts what they record.
-fn write_pending(
-    open: &mut HashMap<u64, Open>,
-    pending: &mut Option<Pending>,
-    line: &mut Vec<u8>,
-    failures: &IntCounter,
-    recorded: &IntCounter,
-) {
+fn write_pending(open: &mut HashMap<u64, Open>, pending: &mut Option<Pending>, line: &mut Vec<u8>) {
     let Some(Pending { id, recorded: len }) = pending.take() else {
         return;
     };
@@ -183,10 +190,10 @@ fn write_pending(
     line.clear();
     match written {
         Ok(rec) => {
-            recorded.inc_by(len);
+            rec.counted.recorded.inc_by(len);
             rec.state.written(len);
         }
-        Err(e) => fail(open, id, failures, e),
+        Err(e) => fail(open, id, e),
     }
 }
 
@@ -245,10 +252,10 @@ fn text_event(carry: &mut Utf8Carry, at: f64, code: EventCode, data: &[u8], line
 
 /// A write failed: the recording is over, and its session is told (`--record=required` ends
 /// it).
-fn fail(open: &mut HashMap<u64, Open>, id: u64, failures: &IntCounter, e: std::io::Error) {
-    failures.inc();
+fn fail(open: &mut HashMap<u64, Open>, id: u64, e: std::io::Error) {
     warn!(error = %e, "a session recording could not be written");
     if let Some(rec) = open.remove(&id) {
+        rec.counted.failures.inc();
         rec.state.fail(e.to_string());
     }
 }

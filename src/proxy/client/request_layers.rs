@@ -85,7 +85,8 @@ where
 }
 
 /// The span a request's log lines carry: method, path (the query may hold a command's
-/// arguments) and audit id.
+/// arguments), audit id, and the cluster it goes to once it is routed (its session's lines
+/// carry the span too).
 fn request_span<B>(req: &Request<B>) -> Span {
     let audit_id = req
         .headers()
@@ -97,6 +98,7 @@ fn request_span<B>(req: &Request<B>) -> Span {
         method = %req.method(),
         path = %req.uri().path(),
         audit_id = %audit_id,
+        cluster = tracing::field::Empty,
     )
 }
 

@@ -27,7 +27,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::front_door::FrontDoor;
 use crate::proxy::client::connection_deadline::{Activity, Expiry, InFlightBody};
@@ -67,13 +67,15 @@ struct Connections {
 
 /// Serves `/healthz` (the process is alive), `/readyz` (the upstream answers TCP and TLS, and
 /// we are not draining; one check shared by every probe for a second) and `/metrics`
-/// (Prometheus text format).
+/// (Prometheus text format), and keeps every cluster's `kube_ws_proxy_upstream_ready` fresh
+/// ([`READY_REFRESH`]).
 pub async fn serve(
     listener: TcpListener,
     front: Arc<FrontDoor>,
     limits: AdminLimits,
 ) -> std::io::Result<()> {
     let state = front.shared().clone();
+    tokio::spawn(refresh_readiness(front.clone()));
     let connections = Arc::new(Connections {
         slots: Arc::new(Semaphore::new(limits.max_connections)),
         // Idle ones hold a slot each and each one waiting for a slot made one leave, so at most
@@ -277,7 +279,9 @@ async fn ready(front: &FrontDoor, only: Option<&str>) -> Response<Full<Bytes>> {
         },
         None => fleet.clusters().cloned().collect(),
     };
-    let verdicts = futures_util::future::join_all(clusters.iter().map(check_cluster)).await;
+    let state = front.shared();
+    let verdicts =
+        futures_util::future::join_all(clusters.iter().map(|c| check_cluster(state, c))).await;
     let named = fleet.is_named();
     let failed: Vec<String> = clusters
         .iter()
@@ -298,13 +302,43 @@ async fn ready(front: &FrontDoor, only: Option<&str>) -> Response<Full<Bytes>> {
     }
 }
 
-/// `cluster`'s readiness: one check shared by every probe for [`READY_CACHE`](crate::proxy::observability::readiness::READY_CACHE).
-async fn check_cluster(cluster: &Arc<Cluster>) -> Verdict {
+/// `cluster`'s readiness: one check shared by every probe for [`READY_CACHE`](crate::proxy::observability::readiness::READY_CACHE),
+/// shown in `kube_ws_proxy_upstream_ready`.
+async fn check_cluster(state: &Shared, cluster: &Arc<Cluster>) -> Verdict {
     let dialled = cluster.clone();
-    cluster
+    // The check runs on its own task: its lines name the cluster through their own span.
+    let span = tracing::info_span!("readiness", cluster = cluster.label());
+    let verdict = cluster
         .readiness
-        .check(|| async move { dial_upstream(&dialled).await })
-        .await
+        .check(|| async move { dial_upstream(&dialled).await }.instrument(span))
+        .await;
+    state
+        .metrics
+        .upstream_ready(cluster.metrics_label(), verdict.is_ok());
+    verdict
+}
+
+/// How often every cluster's readiness is checked besides the probes: `/readyz` is asked only
+/// as often as the probes come, and `kube_ws_proxy_upstream_ready` must be fresh whenever it
+/// is scraped, with or without them. One dial per cluster per period (probes within a second of
+/// it share it).
+pub const READY_REFRESH: Duration = Duration::from_secs(10);
+
+/// Checks every cluster of the current configuration each [`READY_REFRESH`], from the start;
+/// a cluster no longer configured leaves `kube_ws_proxy_upstream_ready`.
+async fn refresh_readiness(front: Arc<FrontDoor>) {
+    let state = front.shared();
+    let mut tick = tokio::time::interval(READY_REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let fleet = front.fleet();
+        let checks = fleet.clusters().map(|c| check_cluster(state, c));
+        futures_util::future::join_all(checks).await;
+        state
+            .metrics
+            .retain_upstream_ready(|label| fleet.get(label).is_some());
+    }
 }
 
 /// `/clusters`: every cluster with its upstream, streaming mode, readiness and running
@@ -312,7 +346,9 @@ async fn check_cluster(cluster: &Arc<Cluster>) -> Verdict {
 async fn clusters_page(front: &FrontDoor) -> Response<Full<Bytes>> {
     let fleet = front.fleet();
     let clusters: Vec<&Arc<Cluster>> = fleet.clusters().collect();
-    let verdicts = futures_util::future::join_all(clusters.iter().map(|c| check_cluster(c))).await;
+    let state = front.shared();
+    let verdicts =
+        futures_util::future::join_all(clusters.iter().map(|c| check_cluster(state, c))).await;
     let rows: Vec<serde_json::Value> = clusters
         .iter()
         .zip(verdicts)

@@ -18,6 +18,7 @@ pub struct FrontDoor {
 impl FrontDoor {
     /// Serves `fleet` with `shared`.
     pub fn new(shared: Arc<Shared>, fleet: Fleet) -> FrontDoor {
+        in_service(&shared, &fleet);
         FrontDoor {
             shared,
             fleet: RwLock::new(Arc::new(fleet)),
@@ -35,5 +36,13 @@ impl FrontDoor {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+/// What is done for a set of clusters before it serves: each cluster's metric series that must
+/// exist before their first event start at 0.
+fn in_service(shared: &Shared, fleet: &Fleet) {
+    for cluster in fleet.clusters() {
+        shared.metrics.cluster_configured(cluster.metrics_label());
     }
 }

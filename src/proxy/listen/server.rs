@@ -447,7 +447,7 @@ pub async fn route(
     if let Err(refusal) = extended_connect::normalize(&mut req) {
         shared
             .metrics
-            .handshake_rejected(HandshakeRejection::BadRequest);
+            .unrouted_rejected(HandshakeRejection::BadRequest);
         let (code, reason) = refusal.status();
         return failure(code, reason, refusal.to_string());
     }
@@ -455,6 +455,8 @@ pub async fn route(
         Ok(routed) => routed,
         Err(answer) => return *answer,
     };
+    // Every line the request and its session log from here names the cluster.
+    tracing::Span::current().record("cluster", state.cluster.label());
     // `Err` is an answer too: a refusal by authentication.
     route_authenticated(state, req, conn, target)
         .await
@@ -477,17 +479,22 @@ fn to_cluster<B>(
         .and_then(|target| front.fleet().route(path, query, target));
     let routed = match routed {
         Ok(routed) => routed,
-        Err(e @ (Unrouted::UnknownCluster | Unrouted::NoCluster)) => {
-            shared
-                .metrics
-                .handshake_rejected(HandshakeRejection::UnknownCluster);
-            return Err(Box::new(failure(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                e.to_string(),
-            )));
+        Err(e) => {
+            let (reason, code, status) = match e {
+                Unrouted::UnknownCluster | Unrouted::NoCluster => (
+                    HandshakeRejection::UnknownCluster,
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                ),
+                _ => (
+                    HandshakeRejection::BadRequest,
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                ),
+            };
+            shared.metrics.unrouted_rejected(reason);
+            return Err(Box::new(failure(code, status, e.to_string())));
         }
-        Err(e) => return Err(Box::new(bad_request(shared, e.to_string()))),
     };
     if let Some(rewritten) = &routed.rewritten {
         let mut parts = req.uri().clone().into_parts();
@@ -534,10 +541,11 @@ async fn route_authenticated(
 
 /// Counts a request refused as malformed before anything was done for it, and answers it
 /// with 400 and a Kubernetes Status.
-fn bad_request(state: &Shared, why: impl Into<String>) -> Response<ProxyBody> {
-    state
-        .metrics
-        .handshake_rejected(HandshakeRejection::BadRequest);
+fn bad_request(state: &ProxyState, why: impl Into<String>) -> Response<ProxyBody> {
+    state.metrics.handshake_rejected(
+        state.cluster.metrics_label(),
+        HandshakeRejection::BadRequest,
+    );
     failure(StatusCode::BAD_REQUEST, "BadRequest", why)
 }
 
@@ -566,9 +574,12 @@ async fn forward_request(
         return Ok(followed_log(state, req, conn.peer, &caller, target).await);
     }
     let resp = forward(state, req, conn.peer, &caller).await;
-    state
-        .metrics
-        .request(&method, resp.status().as_u16(), started.elapsed());
+    state.metrics.request(
+        state.cluster.metrics_label(),
+        &method,
+        resp.status().as_u16(),
+        started.elapsed(),
+    );
     Ok(resp)
 }
 
@@ -623,9 +634,10 @@ async fn open_session(
     let session = match Admissible::check(&state, &req, &stream.target, upgrade.session) {
         Ok(session) => session,
         Err(refusal) => {
-            state
-                .metrics
-                .handshake_rejected(HandshakeRejection::BadRequest);
+            state.metrics.handshake_rejected(
+                state.cluster.metrics_label(),
+                HandshakeRejection::BadRequest,
+            );
             return Ok(refusal.response());
         }
     };
@@ -661,10 +673,13 @@ async fn read_upgrade_request(
     )
     .await
     .map_err(|e| {
-        state.metrics.handshake_rejected(match e {
+        let reason = match e {
             UpgradeRequestError::OverBudget => HandshakeRejection::Busy,
             _ => HandshakeRejection::BadRequest,
-        });
+        };
+        state
+            .metrics
+            .handshake_rejected(state.cluster.metrics_label(), reason);
         let (code, reason) = e.status();
         let mut resp = failure(code, reason, e.to_string());
         if code == StatusCode::SERVICE_UNAVAILABLE {
@@ -757,9 +772,12 @@ async fn followed_log(
         forward(state, req, peer, caller),
         audit::identify(state, caller, credentials),
     );
-    state
-        .metrics
-        .request(&method, resp.status().as_u16(), started.elapsed());
+    state.metrics.request(
+        state.cluster.metrics_label(),
+        &method,
+        resp.status().as_u16(),
+        started.elapsed(),
+    );
     let audit = audit::start(
         state,
         audit::session_info(
@@ -868,7 +886,9 @@ async fn authenticate(
         )
         .await
         .map_err(|rejection| {
-            state.metrics.auth_rejected(rejection.label());
+            state
+                .metrics
+                .auth_rejected(state.cluster.metrics_label(), rejection.label());
             state.cluster.auth.log_rejection(&rejection, conn.peer);
             rejection.response()
         })
@@ -879,9 +899,10 @@ async fn authenticate(
 fn refuse(state: &ProxyState, refusal: Refusal) -> Response<ProxyBody> {
     match refusal {
         Refusal::Full => {
-            state
-                .metrics
-                .handshake_rejected(HandshakeRejection::TooManySessions);
+            state.metrics.handshake_rejected(
+                state.cluster.metrics_label(),
+                HandshakeRejection::TooManySessions,
+            );
             let mut resp = failure(
                 StatusCode::TOO_MANY_REQUESTS,
                 "TooManyRequests",
@@ -896,7 +917,7 @@ fn refuse(state: &ProxyState, refusal: Refusal) -> Response<ProxyBody> {
         Refusal::Draining => {
             state
                 .metrics
-                .handshake_rejected(HandshakeRejection::Draining);
+                .handshake_rejected(state.cluster.metrics_label(), HandshakeRejection::Draining);
             failure(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",

@@ -1,7 +1,12 @@
 //! The proxy's Prometheus metrics, served at `/metrics` on the admin listener. Every label takes
 //! values from a fixed set (the enums below, the standard HTTP methods, a fixed list of status
-//! codes with the rest counted by class): never pod names, users, paths or whatever number a
-//! peer sends, so neither a busy proxy nor a hostile upstream can grow its series without bound.
+//! codes with the rest counted by class, the configured clusters' names): never pod names,
+//! users, paths or whatever number or name a peer sends, so neither a busy proxy nor a hostile
+//! client or upstream can grow its series without bound.
+//!
+//! Families that count sessions or upstream requests carry a `cluster` label ([`ClusterLabel`]):
+//! the cluster the request was routed to. A request routed nowhere (a refused target, an unknown
+//! cluster) is counted with an empty `cluster`, which Prometheus reads as no label at all.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +20,28 @@ use crate::audit::recording::RecordingCounters;
 use crate::audit::AuditCounters;
 use crate::proxy::wire::client_stream::HandshakeForm;
 use crate::session_memory::{Limit, MemoryBudget};
+
+/// The `cluster` label of a configured cluster: its name, or `default` for the unnamed upstream
+/// of `--upstream`/`--kubeconfig`/`--in-cluster`. Made once per configured cluster, never from
+/// what a request says, so the label's values are the configuration's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterLabel(Arc<str>);
+
+impl ClusterLabel {
+    /// The label of the cluster called `name`.
+    pub fn new(name: &str) -> ClusterLabel {
+        ClusterLabel(name.into())
+    }
+
+    /// The label value.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The `cluster` label of what was counted before any cluster was chosen (a refused target, an
+/// unknown name): empty, which Prometheus reads as no label.
+const UNROUTED: &str = "";
 
 /// What kind of streaming session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,10 +194,12 @@ pub struct Metrics {
     audit: AuditCounters,
     recording: RecordingCounters,
     memory: MemoryFamilies,
+    upstream_ready: IntGaugeVec,
 }
 
 /// What sessions hold of the session memory budget (`--session-memory-budget`), read from it
-/// when the metrics are asked for.
+/// when the metrics are asked for, and the sessions it ended, counted by their cluster's lanes
+/// ([`Metrics::memory_ends`]).
 #[derive(Debug, Clone)]
 struct MemoryFamilies {
     budget: IntGauge,
@@ -280,6 +309,13 @@ impl Metrics {
             audit: audit_counters(&r),
             recording: recording_counters(&r),
             memory: MemoryFamilies::register(&r),
+            upstream_ready: r.gauge(
+                "kube_ws_proxy_upstream_ready",
+                "Whether the cluster's API server accepted the last readiness check's connection \
+                 (TCP, and TLS when it is https): 1 or 0. Checked every few seconds and on every \
+                 /readyz probe.",
+                &["cluster"],
+            ),
             registry,
         }
     }
@@ -299,46 +335,113 @@ impl Metrics {
         self.audit.clone()
     }
 
-    /// Counts a session admitted (by how its client asked for it) and running as `kind` until
-    /// the returned guard is finished or dropped. Admitted and running move together, and
-    /// every guard ends in `sessions_total` exactly once, so that at every moment
+    /// Starts the series of a configured `cluster` that must exist before their first event
+    /// (a counter that appears at 1 shows no increase to `rate` or `increase`): its recording
+    /// failures and recorded bytes, and its sessions ended by memory. Called for every cluster
+    /// of a configuration that is put in service.
+    pub fn cluster_configured(&self, cluster: &ClusterLabel) {
+        let c = cluster.as_str();
+        self.recording.failures.with_label_values(&[c]);
+        self.recording.recorded_bytes.with_label_values(&[c]);
+        for limit in [Limit::Session, Limit::Budget] {
+            self.memory.ended.with_label_values(&[c, limit.label()]);
+        }
+    }
+
+    /// Sets `cluster`'s readiness (`kube_ws_proxy_upstream_ready`).
+    pub fn upstream_ready(&self, cluster: &ClusterLabel, ready: bool) {
+        self.upstream_ready
+            .with_label_values(&[cluster.as_str()])
+            .set(i64::from(ready));
+    }
+
+    /// Keeps the readiness of the clusters `configured` says are, and drops the others' (no
+    /// longer configured: they show neither ready nor not ready).
+    pub fn retain_upstream_ready(&self, configured: impl Fn(&str) -> bool) {
+        use prometheus::core::Collector;
+        let shown: Vec<String> = self
+            .upstream_ready
+            .collect()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .flat_map(|series| series.get_label())
+            .filter(|label| label.name() == "cluster")
+            .map(|label| label.value().to_owned())
+            .collect();
+        for gone in shown.iter().filter(|c| !configured(c)) {
+            let _ = self.upstream_ready.remove_label_values(&[gone]);
+        }
+    }
+
+    /// What a session of `cluster` tells its memory budget handle: each session its lanes end
+    /// (`kube_ws_proxy_sessions_ended_by_memory_total`), by the limit that ended it.
+    pub fn memory_ends(&self, cluster: &ClusterLabel) -> impl Fn(Limit) + Send + Sync + 'static {
+        let ended = &self.memory.ended;
+        let c = cluster.as_str();
+        let session = ended.with_label_values(&[c, Limit::Session.label()]);
+        let budget = ended.with_label_values(&[c, Limit::Budget.label()]);
+        move |limit| match limit {
+            Limit::Session => session.inc(),
+            Limit::Budget => budget.inc(),
+        }
+    }
+
+    /// Counts a session of `cluster` admitted (by how its client asked for it) and running as
+    /// `kind` until the returned guard is finished or dropped. Admitted and running move
+    /// together, and every guard ends in `sessions_total` exactly once, so that at every moment
     /// `sessions_admitted_total = sessions_total + sessions_active`, whatever the session's end.
-    pub fn session_admitted(&self, form: HandshakeForm, kind: SessionKind) -> SessionGuard {
+    pub fn session_admitted(
+        &self,
+        cluster: &ClusterLabel,
+        form: HandshakeForm,
+        kind: SessionKind,
+    ) -> SessionGuard {
+        let c = cluster.as_str();
         self.sessions
             .active
-            .with_label_values(&[kind.label()])
+            .with_label_values(&[c, kind.label()])
             .inc();
         self.sessions
             .admitted
-            .with_label_values(&[form.http_version()])
+            .with_label_values(&[c, form.http_version()])
             .inc();
         SessionGuard {
             metrics: self.clone(),
+            cluster: cluster.clone(),
             kind,
             started: Instant::now(),
             finished: false,
         }
     }
 
-    /// Counts an upstream refusal of an upgrade (`code` 0: no HTTP answer).
-    pub fn upstream_upgrade_failure(&self, code: u16) {
+    /// Counts an upstream refusal of an upgrade by `cluster` (`code` 0: no HTTP answer).
+    pub fn upstream_upgrade_failure(&self, cluster: &ClusterLabel, code: u16) {
         self.refusals
             .upstream_upgrade_failures
-            .with_label_values(&[code_label(code)])
+            .with_label_values(&[cluster.as_str(), code_label(code)])
             .inc();
     }
 
-    /// Counts a handshake the proxy refused.
-    pub fn handshake_rejected(&self, reason: HandshakeRejection) {
+    /// Counts a handshake to `cluster` the proxy refused.
+    pub fn handshake_rejected(&self, cluster: &ClusterLabel, reason: HandshakeRejection) {
         self.refusals
             .handshake_rejections
-            .with_label_values(&[reason.label()])
+            .with_label_values(&[cluster.as_str(), reason.label()])
             .inc();
     }
 
-    /// Counts a request refused by authentication; `reason` is one of
+    /// Counts a request refused before it was routed to any cluster (a target that is refused
+    /// or names no cluster), with an empty `cluster`: nothing a request names becomes a label.
+    pub fn unrouted_rejected(&self, reason: HandshakeRejection) {
+        self.refusals
+            .handshake_rejections
+            .with_label_values(&[UNROUTED, reason.label()])
+            .inc();
+    }
+
+    /// Counts a request to `cluster` refused by authentication; `reason` is one of
     /// [`AUTH_REJECTION_REASONS`] (anything else is counted as `other`).
-    pub fn auth_rejected(&self, reason: &'static str) {
+    pub fn auth_rejected(&self, cluster: &ClusterLabel, reason: &'static str) {
         // The reason comes from `Rejection::label`; checked here so that the label set stays
         // fixed whatever a caller passes.
         let reason = AUTH_REJECTION_REASONS
@@ -348,7 +451,7 @@ impl Metrics {
             .unwrap_or("other");
         self.refusals
             .auth_rejections
-            .with_label_values(&[reason])
+            .with_label_values(&[cluster.as_str(), reason])
             .inc();
     }
 
@@ -360,16 +463,22 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a plain proxied request.
-    pub fn request(&self, method: &http::Method, code: u16, elapsed: Duration) {
-        let method = method_label(method);
+    /// Counts a plain request proxied to `cluster`.
+    pub fn request(
+        &self,
+        cluster: &ClusterLabel,
+        method: &http::Method,
+        code: u16,
+        elapsed: Duration,
+    ) {
+        let (c, method) = (cluster.as_str(), method_label(method));
         self.requests
             .total
-            .with_label_values(&[method, code_label(code)])
+            .with_label_values(&[c, method, code_label(code)])
             .inc();
         self.requests
             .duration
-            .with_label_values(&[method])
+            .with_label_values(&[c, method])
             .observe(elapsed.as_secs_f64());
     }
 
@@ -404,31 +513,31 @@ impl SessionFamilies {
         SessionFamilies {
             active: r.gauge(
                 "kube_ws_proxy_sessions_active",
-                "Streaming sessions running now.",
-                &["kind"],
+                "Streaming sessions running now, by cluster and kind.",
+                &["cluster", "kind"],
             ),
             total: r.counter(
                 "kube_ws_proxy_sessions_total",
-                "Finished streaming sessions by kind and outcome.",
-                &["kind", "outcome"],
+                "Finished streaming sessions by cluster, kind and outcome.",
+                &["cluster", "kind", "outcome"],
             ),
             bytes: r.counter(
                 "kube_ws_proxy_session_bytes_total",
-                "Payload bytes of streaming sessions by kind and direction (up: client to \
-                 upstream, down: upstream to client).",
-                &["kind", "direction"],
+                "Payload bytes of streaming sessions by cluster, kind and direction (up: client \
+                 to upstream, down: upstream to client).",
+                &["cluster", "kind", "direction"],
             ),
             admitted: r.counter(
                 "kube_ws_proxy_sessions_admitted_total",
-                "Streaming sessions admitted, by the HTTP version of the client's handshake \
-                 (1.1: an upgrade with its own connection; 2: an extended CONNECT, one stream \
-                 of a shared connection).",
-                &["http_version"],
+                "Streaming sessions admitted, by cluster and the HTTP version of the client's \
+                 handshake (1.1: an upgrade with its own connection; 2: an extended CONNECT, one \
+                 stream of a shared connection).",
+                &["cluster", "http_version"],
             ),
             duration: r.histogram(
                 "kube_ws_proxy_session_duration_seconds",
-                "Duration of finished streaming sessions.",
-                &["kind"],
+                "Duration of finished streaming sessions, by cluster and kind.",
+                &["cluster", "kind"],
                 vec![
                     0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
                 ],
@@ -457,14 +566,15 @@ impl MemoryFamilies {
             ended: r.counter(
                 "kube_ws_proxy_sessions_ended_by_memory_total",
                 "Streaming sessions ended because a message or frame they had to hold whole was \
-                 past their own memory limit (session) or the budget could not lend it (budget).",
-                &["limit"],
+                 past their own memory limit (session) or the budget could not lend it (budget), \
+                 by cluster.",
+                &["cluster", "limit"],
             ),
             source: Arc::default(),
         }
     }
 
-    /// Reads the budget, if there is one.
+    /// Reads the budget, if there is one (its ended sessions are counted as they end).
     fn refresh(&self) {
         let Some(budget) = self
             .source
@@ -478,12 +588,6 @@ impl MemoryFamilies {
         self.budget.set(bytes(budget.limit()));
         self.borrowed.set(bytes(budget.in_use()));
         self.held.set(bytes(budget.held()));
-        for limit in [Limit::Session, Limit::Budget] {
-            // The budget counts; the counter shows its count.
-            let counter = self.ended.with_label_values(&[limit.label()]);
-            let seen = counter.get();
-            counter.inc_by(budget.sessions_ended(limit).saturating_sub(seen));
-        }
     }
 }
 
@@ -492,19 +596,20 @@ impl RefusalFamilies {
         RefusalFamilies {
             upstream_upgrade_failures: r.counter(
                 "kube_ws_proxy_upstream_upgrade_failures_total",
-                "Upstream refusals of an upgrade by HTTP status (0: no HTTP answer).",
-                &["code"],
+                "Upstream refusals of an upgrade by cluster and HTTP status (0: no HTTP answer).",
+                &["cluster", "code"],
             ),
             handshake_rejections: r.counter(
                 "kube_ws_proxy_handshake_rejections_total",
-                "Client handshakes refused by the proxy itself, by reason.",
-                &["reason"],
+                "Client handshakes refused by the proxy itself, by cluster (empty: refused before \
+                 routing) and reason.",
+                &["cluster", "reason"],
             ),
             auth_rejections: r.counter(
                 "kube_ws_proxy_auth_rejections_total",
-                "Requests refused by caller authentication (impersonate and front-proxy modes), \
-                 by reason.",
-                &["reason"],
+                "Requests refused by caller authentication (impersonate and front-proxy modes, \
+                 and passthrough callers the upstream does not know), by cluster and reason.",
+                &["cluster", "reason"],
             ),
             connections_shed: r.counter(
                 "kube_ws_proxy_client_connections_closed_total",
@@ -520,13 +625,13 @@ impl RequestFamilies {
         RequestFamilies {
             total: r.counter(
                 "kube_ws_proxy_http_requests_total",
-                "Plain (non-streaming) requests proxied, by method and status code.",
-                &["method", "code"],
+                "Plain (non-streaming) requests proxied, by cluster, method and status code.",
+                &["cluster", "method", "code"],
             ),
             duration: r.histogram(
                 "kube_ws_proxy_http_request_duration_seconds",
-                "Time to the upstream's response head for plain requests, by method.",
-                &["method"],
+                "Time to the upstream's response head for plain requests, by cluster and method.",
+                &["cluster", "method"],
                 prometheus::DEFAULT_BUCKETS.to_vec(),
             ),
         }
@@ -559,13 +664,15 @@ fn audit_counters(r: &Register<'_>) -> AuditCounters {
 /// The recordings' families (`--record`).
 fn recording_counters(r: &Register<'_>) -> RecordingCounters {
     RecordingCounters {
-        recorded_bytes: r.plain_counter(
+        recorded_bytes: r.counter(
             "kube_ws_proxy_recorded_bytes_total",
-            "Session bytes written to recordings (--record).",
+            "Session bytes written to recordings (--record), by cluster.",
+            &["cluster"],
         ),
-        failures: r.plain_counter(
+        failures: r.counter(
             "kube_ws_proxy_recording_failures_total",
-            "Recordings that could not start or could not be written to the end.",
+            "Recordings that could not start or could not be written to the end, by cluster.",
+            &["cluster"],
         ),
     }
 }
@@ -654,6 +761,7 @@ fn method_label(method: &http::Method) -> &'static str {
 #[derive(Debug)]
 pub struct SessionGuard {
     metrics: Metrics,
+    cluster: ClusterLabel,
     kind: SessionKind,
     started: Instant,
     finished: bool,
@@ -666,9 +774,9 @@ impl SessionGuard {
         if kind == self.kind {
             return;
         }
-        let active = &self.metrics.sessions.active;
-        active.with_label_values(&[kind.label()]).inc();
-        active.with_label_values(&[self.kind.label()]).dec();
+        let (active, c) = (&self.metrics.sessions.active, self.cluster.as_str());
+        active.with_label_values(&[c, kind.label()]).inc();
+        active.with_label_values(&[c, self.kind.label()]).dec();
         self.kind = kind;
     }
 
@@ -680,22 +788,22 @@ impl SessionGuard {
     /// Records the finished session: outcome, bytes each way, duration.
     pub fn finish(mut self, outcome: SessionOutcome, bytes_up: u64, bytes_down: u64) {
         let m = &self.metrics;
-        let kind = self.kind.label();
+        let (c, kind) = (self.cluster.as_str(), self.kind.label());
         m.sessions
             .total
-            .with_label_values(&[kind, outcome.label()])
+            .with_label_values(&[c, kind, outcome.label()])
             .inc();
         m.sessions
             .bytes
-            .with_label_values(&[kind, "up"])
+            .with_label_values(&[c, kind, "up"])
             .inc_by(bytes_up);
         m.sessions
             .bytes
-            .with_label_values(&[kind, "down"])
+            .with_label_values(&[c, kind, "down"])
             .inc_by(bytes_down);
         m.sessions
             .duration
-            .with_label_values(&[kind])
+            .with_label_values(&[c, kind])
             .observe(self.started.elapsed().as_secs_f64());
         self.finished = true;
     }
@@ -703,17 +811,16 @@ impl SessionGuard {
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        self.metrics
-            .sessions
+        let (sessions, c) = (&self.metrics.sessions, self.cluster.as_str());
+        sessions
             .active
-            .with_label_values(&[self.kind.label()])
+            .with_label_values(&[c, self.kind.label()])
             .dec();
         if !self.finished {
             // Ended without an outcome: an early upstream failure (or a panic): still counted.
-            self.metrics
-                .sessions
+            sessions
                 .total
-                .with_label_values(&[self.kind.label(), SessionOutcome::UpstreamError.label()])
+                .with_label_values(&[c, self.kind.label(), SessionOutcome::UpstreamError.label()])
                 .inc();
         }
     }
@@ -783,8 +890,11 @@ mod tests {
         SessionOutcome::Drained,
     ];
 
+    /// The configured clusters of these tests: the unnamed upstream and a named one.
+    const CLUSTERS: [&str; 2] = ["default", "prod-eu"];
+
     /// Drives every way a label can be set with every value its source can take (all status
-    /// codes 0–1000, odd methods, unknown reasons).
+    /// codes 0–1000, odd methods, unknown reasons), for every configured cluster.
     fn set_every_label(m: &Metrics) {
         m.serving_certificate_reload(true);
         m.serving_certificate_reload(false);
@@ -792,23 +902,14 @@ mod tests {
             1,
             crate::session_memory::LaneLimits { floor: 1, cap: 1 },
         ));
-        for kind in KINDS {
-            for outcome in OUTCOMES {
-                for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
-                    m.session_admitted(form, kind).finish(outcome, 1, 1);
-                }
-            }
-        }
         for reason in [
             HandshakeRejection::BadRequest,
-            HandshakeRejection::TooManySessions,
-            HandshakeRejection::Draining,
-            HandshakeRejection::Busy,
-            HandshakeRejection::RefusedSessions,
-            HandshakeRejection::NodeProxySession,
             HandshakeRejection::UnknownCluster,
         ] {
-            m.handshake_rejected(reason);
+            m.unrouted_rejected(reason);
+        }
+        for cluster in CLUSTERS.map(ClusterLabel::new) {
+            set_every_cluster_label(m, &cluster);
         }
         for reason in [
             ConnectionShed::RequestHeaderTimeout,
@@ -821,17 +922,45 @@ mod tests {
         ] {
             m.connection_shed(reason);
         }
+    }
+
+    /// [`set_every_label`] for the families with a `cluster`.
+    fn set_every_cluster_label(m: &Metrics, cluster: &ClusterLabel) {
+        m.cluster_configured(cluster);
+        m.upstream_ready(cluster, true);
+        let ended = m.memory_ends(cluster);
+        ended(Limit::Session);
+        ended(Limit::Budget);
+        for kind in KINDS {
+            for outcome in OUTCOMES {
+                for form in [HandshakeForm::Http1Upgrade, HandshakeForm::ExtendedConnect] {
+                    m.session_admitted(cluster, form, kind)
+                        .finish(outcome, 1, 1);
+                }
+            }
+        }
+        for reason in [
+            HandshakeRejection::BadRequest,
+            HandshakeRejection::TooManySessions,
+            HandshakeRejection::Draining,
+            HandshakeRejection::Busy,
+            HandshakeRejection::RefusedSessions,
+            HandshakeRejection::NodeProxySession,
+            HandshakeRejection::UnknownCluster,
+        ] {
+            m.handshake_rejected(cluster, reason);
+        }
         for reason in AUTH_REJECTION_REASONS.iter().copied().chain(["made_up"]) {
-            m.auth_rejected(reason);
+            m.auth_rejected(cluster, reason);
         }
         let methods = [
             "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "BREW", "X",
         ]
         .map(|m| http::Method::from_bytes(m.as_bytes()).unwrap());
         for code in 0..=1000 {
-            m.upstream_upgrade_failure(code);
+            m.upstream_upgrade_failure(cluster, code);
             for method in &methods {
-                m.request(method, code, Duration::from_millis(1));
+                m.request(cluster, method, code, Duration::from_millis(1));
             }
         }
     }
@@ -864,7 +993,11 @@ mod tests {
             "other",
         ];
         reasons.extend(AUTH_REJECTION_REASONS);
+        // The configured names, and nothing (counted before routing).
+        let mut clusters = CLUSTERS.to_vec();
+        clusters.push(UNROUTED);
         [
+            ("cluster", set(&clusters)),
             ("kind", set(&KINDS.map(SessionKind::label))),
             ("outcome", set(&OUTCOMES.map(SessionOutcome::label))),
             ("direction", set(&["up", "down"])),
@@ -907,9 +1040,9 @@ mod tests {
                 values.difference(&allowed[name]).collect::<Vec<_>>()
             );
         }
-        // 1,001 status codes times 9 methods make at most a few hundred series.
+        // 1,001 status codes times 9 methods make at most a few hundred series per cluster.
         let series = text.lines().filter(|l| !l.starts_with('#')).count();
-        assert!(series < 1500, "{series} series");
+        assert!(series < 1500 * CLUSTERS.len(), "{series} series");
     }
 
     #[tokio::test]
@@ -923,7 +1056,10 @@ mod tests {
             },
         );
         m.watch_session_memory(budget.clone());
-        let lane = budget.lane();
+        let (a, b) = (ClusterLabel::new("a"), ClusterLabel::new("b"));
+        m.cluster_configured(&b);
+        // A session of cluster a takes its lanes from a handle that counts its ends as a's.
+        let lane = budget.counting(m.memory_ends(&a)).lane();
         let held = lane.try_take(400).unwrap();
         let _ = lane.none().grow_to(5000).await;
         for _ in 0..2 {
@@ -932,8 +1068,9 @@ mod tests {
                 "kube_ws_proxy_session_memory_budget_bytes 1000",
                 "kube_ws_proxy_session_memory_borrowed_bytes 300",
                 "kube_ws_proxy_session_memory_held_bytes 400",
-                r#"kube_ws_proxy_sessions_ended_by_memory_total{limit="session"} 1"#,
-                r#"kube_ws_proxy_sessions_ended_by_memory_total{limit="budget"} 0"#,
+                r#"kube_ws_proxy_sessions_ended_by_memory_total{cluster="a",limit="session"} 1"#,
+                r#"kube_ws_proxy_sessions_ended_by_memory_total{cluster="a",limit="budget"} 0"#,
+                r#"kube_ws_proxy_sessions_ended_by_memory_total{cluster="b",limit="session"} 0"#,
             ] {
                 assert!(text.contains(want), "missing {want} in\n{text}");
             }
@@ -946,36 +1083,52 @@ mod tests {
     #[test]
     fn families_render_and_move() {
         let m = Metrics::new();
-        let g = m.session_admitted(HandshakeForm::ExtendedConnect, SessionKind::Exec);
+        let (eu, us) = (ClusterLabel::new("prod-eu"), ClusterLabel::new("prod-us"));
+        let g = m.session_admitted(&eu, HandshakeForm::ExtendedConnect, SessionKind::Exec);
         let text = String::from_utf8(m.render()).unwrap();
         assert!(
-            text.contains(r#"kube_ws_proxy_sessions_active{kind="exec"} 1"#),
+            text.contains(r#"kube_ws_proxy_sessions_active{cluster="prod-eu",kind="exec"} 1"#),
             "{text}"
         );
         g.finish(SessionOutcome::NonZeroExit, 5, 7);
-        m.upstream_upgrade_failure(403);
-        m.handshake_rejected(HandshakeRejection::TooManySessions);
-        m.request(&http::Method::GET, 200, Duration::from_millis(3));
+        m.upstream_upgrade_failure(&us, 403);
+        m.handshake_rejected(&eu, HandshakeRejection::TooManySessions);
+        m.unrouted_rejected(HandshakeRejection::UnknownCluster);
+        m.auth_rejected(&us, "unauthenticated");
+        m.request(&us, &http::Method::GET, 200, Duration::from_millis(3));
         m.request(
+            &eu,
             &http::Method::from_bytes(b"BREW").unwrap(),
             404,
             Duration::from_millis(3),
         );
+        m.upstream_ready(&eu, true);
+        m.upstream_ready(&us, false);
         let text = String::from_utf8(m.render()).unwrap();
         for want in [
-            r#"kube_ws_proxy_sessions_active{kind="exec"} 0"#,
-            r#"kube_ws_proxy_sessions_total{kind="exec",outcome="non_zero_exit"} 1"#,
-            r#"kube_ws_proxy_session_bytes_total{direction="up",kind="exec"} 5"#,
-            r#"kube_ws_proxy_session_bytes_total{direction="down",kind="exec"} 7"#,
-            r#"kube_ws_proxy_upstream_upgrade_failures_total{code="403"} 1"#,
-            r#"kube_ws_proxy_sessions_admitted_total{http_version="2"} 1"#,
-            r#"kube_ws_proxy_handshake_rejections_total{reason="too_many_sessions"} 1"#,
-            r#"kube_ws_proxy_http_requests_total{code="200",method="GET"} 1"#,
-            r#"kube_ws_proxy_http_requests_total{code="404",method="other"} 1"#,
-            r#"kube_ws_proxy_session_duration_seconds_count{kind="exec"} 1"#,
+            r#"kube_ws_proxy_sessions_active{cluster="prod-eu",kind="exec"} 0"#,
+            r#"kube_ws_proxy_sessions_total{cluster="prod-eu",kind="exec",outcome="non_zero_exit"} 1"#,
+            r#"kube_ws_proxy_session_bytes_total{cluster="prod-eu",direction="up",kind="exec"} 5"#,
+            r#"kube_ws_proxy_session_bytes_total{cluster="prod-eu",direction="down",kind="exec"} 7"#,
+            r#"kube_ws_proxy_upstream_upgrade_failures_total{cluster="prod-us",code="403"} 1"#,
+            r#"kube_ws_proxy_sessions_admitted_total{cluster="prod-eu",http_version="2"} 1"#,
+            r#"kube_ws_proxy_handshake_rejections_total{cluster="prod-eu",reason="too_many_sessions"} 1"#,
+            r#"kube_ws_proxy_handshake_rejections_total{cluster="",reason="unknown_cluster"} 1"#,
+            r#"kube_ws_proxy_auth_rejections_total{cluster="prod-us",reason="unauthenticated"} 1"#,
+            r#"kube_ws_proxy_http_requests_total{cluster="prod-us",code="200",method="GET"} 1"#,
+            r#"kube_ws_proxy_http_requests_total{cluster="prod-eu",code="404",method="other"} 1"#,
+            r#"kube_ws_proxy_http_request_duration_seconds_count{cluster="prod-us",method="GET"} 1"#,
+            r#"kube_ws_proxy_session_duration_seconds_count{cluster="prod-eu",kind="exec"} 1"#,
+            r#"kube_ws_proxy_upstream_ready{cluster="prod-eu"} 1"#,
+            r#"kube_ws_proxy_upstream_ready{cluster="prod-us"} 0"#,
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+        // A cluster no longer configured shows no readiness at all.
+        m.retain_upstream_ready(|c| c == "prod-eu");
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(!text.contains(r#"kube_ws_proxy_upstream_ready{cluster="prod-us"}"#));
+        assert!(text.contains(r#"kube_ws_proxy_upstream_ready{cluster="prod-eu"} 1"#));
     }
 
     /// The sum of every series of `family` (its counter or gauge values, all labels).
@@ -1002,20 +1155,26 @@ mod tests {
     #[test]
     fn admitted_is_always_finished_plus_active_whatever_the_end() {
         let m = Metrics::new();
-        let running = m.session_admitted(HandshakeForm::Http1Upgrade, SessionKind::PassThrough);
+        let (a, b) = (ClusterLabel::new("a"), ClusterLabel::new("b"));
+        let running = m.session_admitted(&a, HandshakeForm::Http1Upgrade, SessionKind::PassThrough);
         let mut relabelled =
-            m.session_admitted(HandshakeForm::ExtendedConnect, SessionKind::PassThrough);
+            m.session_admitted(&b, HandshakeForm::ExtendedConnect, SessionKind::PassThrough);
         let (admitted, total, active) = identity(&m);
         assert_eq!((admitted, total, active), (2, 0, 2));
         // A path decided on the upstream's answer moves the running session to its kind.
         relabelled.relabel(SessionKind::Exec);
         assert_eq!(relabelled.kind(), SessionKind::Exec);
         let text = String::from_utf8(m.render()).unwrap();
-        assert!(text.contains(r#"kube_ws_proxy_sessions_active{kind="exec"} 1"#));
-        assert!(text.contains(r#"kube_ws_proxy_sessions_active{kind="websocket_pass_through"} 1"#));
+        assert!(text.contains(r#"kube_ws_proxy_sessions_active{cluster="b",kind="exec"} 1"#));
+        assert!(text.contains(
+            r#"kube_ws_proxy_sessions_active{cluster="a",kind="websocket_pass_through"} 1"#
+        ));
+        assert!(text.contains(
+            r#"kube_ws_proxy_sessions_active{cluster="b",kind="websocket_pass_through"} 0"#
+        ));
         relabelled.finish(SessionOutcome::ClientGone, 0, 0);
         // Dropped without an outcome (a panic): still counted once.
-        drop(m.session_admitted(HandshakeForm::Http1Upgrade, SessionKind::SpdyRelay));
+        drop(m.session_admitted(&a, HandshakeForm::Http1Upgrade, SessionKind::SpdyRelay));
         let (admitted, total, active) = identity(&m);
         assert_eq!((admitted, total, active), (3, 2, 1));
         drop(running);
@@ -1023,8 +1182,8 @@ mod tests {
         assert_eq!(admitted, total + active);
         assert_eq!(active, 0);
         let text = String::from_utf8(m.render()).unwrap();
-        assert!(
-            text.contains(r#"kube_ws_proxy_sessions_total{kind="exec",outcome="client_gone"} 1"#)
-        );
+        assert!(text.contains(
+            r#"kube_ws_proxy_sessions_total{cluster="b",kind="exec",outcome="client_gone"} 1"#
+        ));
     }
 }

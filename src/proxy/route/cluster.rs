@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
 use crate::proxy::auth::Authenticator;
+use crate::proxy::observability::metrics::ClusterLabel;
 use crate::proxy::observability::readiness::{Readiness, READY_CACHE};
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
 use crate::proxy::upstream::streaming::{StreamingMemory, UpstreamStreaming};
@@ -83,6 +84,8 @@ pub struct Cluster {
     pub readiness: Arc<Readiness>,
     /// Its running sessions.
     sessions: Arc<AtomicUsize>,
+    /// Its `cluster` label in metrics: its name, or [`DEFAULT_CLUSTER`].
+    label: ClusterLabel,
 }
 
 impl Cluster {
@@ -93,8 +96,10 @@ impl Cluster {
         auth: Authenticator,
         upstream_streaming: UpstreamStreaming,
     ) -> Cluster {
+        let label = ClusterLabel::new(name.as_ref().map_or(DEFAULT_CLUSTER, ClusterName::as_str));
         Cluster {
             name,
+            label,
             client: upstream.pooled_client(),
             upstream,
             auth,
@@ -119,9 +124,12 @@ impl Cluster {
     /// Its name as logs, metrics and audit events show it ([`DEFAULT_CLUSTER`] for the unnamed
     /// one).
     pub fn label(&self) -> &str {
-        self.name
-            .as_ref()
-            .map_or(DEFAULT_CLUSTER, ClusterName::as_str)
+        self.label.as_str()
+    }
+
+    /// Its `cluster` label in metrics (the same value).
+    pub fn metrics_label(&self) -> &ClusterLabel {
+        &self.label
     }
 }
 

@@ -180,12 +180,12 @@ async fn set_up(
     };
     dialled.map_err(|e| {
         match &e {
-            SetupError::Refused { status, .. } => {
-                state.metrics.upstream_upgrade_failure(status.as_u16())
-            }
-            SetupError::Unanswered(e) => {
-                state.metrics.upstream_upgrade_failure(e.upstream_status())
-            }
+            SetupError::Refused { status, .. } => state
+                .metrics
+                .upstream_upgrade_failure(state.cluster.metrics_label(), status.as_u16()),
+            SetupError::Unanswered(e) => state
+                .metrics
+                .upstream_upgrade_failure(state.cluster.metrics_label(), e.upstream_status()),
             SetupError::Streams(_) => {}
         }
         e.into_status()
@@ -307,7 +307,7 @@ async fn dial_streams(
     let spdy_config = SpdyConfig {
         ping_interval: state.upstream_ping_interval,
         ping_timeout: state.upstream_ping_timeout,
-        memory: Some(state.session_memory.clone()),
+        memory: Some(state.session_memory().clone()),
         ..SpdyConfig::default()
     };
     // The upstream's FIN or reset is looked for on its socket while the session's output

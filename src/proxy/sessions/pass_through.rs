@@ -434,7 +434,7 @@ impl PassThrough {
         } = self;
         state
             .metrics
-            .upstream_upgrade_failure(delivered.upstream_status());
+            .upstream_upgrade_failure(state.cluster.metrics_label(), delivered.upstream_status());
         let (kind, path) = (SessionKind::PassThrough, ProtocolPath::PassThrough);
         begun.running.took_path(kind, path, None);
         if let Streamed::RemoteCommand(_) = streamed {

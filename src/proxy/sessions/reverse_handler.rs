@@ -223,7 +223,7 @@ impl ReverseSession {
         let watch = self
             .running
             .is_audited()
-            .then(|| PortForwardWatch::new().charging(self.state.session_memory.lane()));
+            .then(|| PortForwardWatch::new().charging(self.state.session_memory().lane()));
         let outcome = port_forward::run(
             client,
             upstream.socket,
@@ -323,7 +323,7 @@ async fn exec(
     let config = SpdyConfig {
         ping_interval: state.client_keepalive.map(|k| k.interval),
         ping_timeout: state.client_keepalive.and_then(|k| k.timeout),
-        memory: Some(state.session_memory.clone()),
+        memory: Some(state.session_memory().clone()),
         ..SpdyConfig::default()
     };
     let (conn, incoming) = Connection::server(client, Bytes::new(), config);

@@ -2,7 +2,7 @@
 //! ([`Shared`]), with the cluster its request goes to ([`ProxyState`]).
 
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -55,17 +55,55 @@ pub struct ProxyState {
     shared: Arc<Shared>,
     /// The cluster the request goes to.
     pub cluster: Arc<Cluster>,
+    /// The memory budget as this request's session takes it (made when first asked).
+    session_memory: OnceLock<Arc<MemoryBudget>>,
 }
 
 impl ProxyState {
     /// The state of a request routed to `cluster`.
     pub fn new(shared: Arc<Shared>, cluster: Arc<Cluster>) -> ProxyState {
-        ProxyState { shared, cluster }
+        ProxyState {
+            shared,
+            cluster,
+            session_memory: OnceLock::new(),
+        }
     }
 
     /// The state every request shares.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Where a session takes its memory lanes from: the shared budget
+    /// (`--session-memory-budget`), its ended sessions counted as its cluster's.
+    pub fn session_memory(&self) -> &Arc<MemoryBudget> {
+        self.session_memory.get_or_init(|| {
+            let ends = self.metrics.memory_ends(self.cluster.metrics_label());
+            self.shared.memory_budget.counting(ends)
+        })
+    }
+
+    /// The client's WebSocket, once its upgrade completes (within `--handshake-timeout`), with
+    /// the client settings ([`client_socket_config`](Self::client_socket_config)).
+    pub async fn client_websocket(
+        &self,
+        on_upgrade: hyper::upgrade::OnUpgrade,
+    ) -> Result<ClientSocket, ClientUpgradeError> {
+        upgraded(
+            on_upgrade,
+            self.client_socket_config(),
+            self.handshake_timeout,
+        )
+        .await
+    }
+
+    /// WebSocket settings for client connections (buffers size themselves to the traffic).
+    pub fn client_socket_config(&self) -> Config {
+        Config {
+            max_message_size: self.max_message_size,
+            keepalive: self.client_keepalive,
+            memory: Some(self.session_memory().clone()),
+        }
     }
 }
 
@@ -83,8 +121,8 @@ pub struct Shared {
     /// Largest WebSocket message accepted from a client.
     pub max_message_size: usize,
     /// What sessions may make the proxy hold (`--session-memory-budget`, and each direction's
-    /// floor and cap).
-    pub session_memory: Arc<MemoryBudget>,
+    /// floor and cap). Sessions take it through [`ProxyState::session_memory`].
+    pub memory_budget: Arc<MemoryBudget>,
     /// How often translated sessions ping the upstream (keeps middleboxes from cutting them).
     pub upstream_ping_interval: Option<Duration>,
     /// How long after a ping was due a translated session's upstream may stay silent.
@@ -141,15 +179,15 @@ impl Default for Shared {
     /// State with default limits.
     fn default() -> Self {
         let metrics = Metrics::new();
-        let session_memory = MemoryBudget::new(
+        let memory_budget = MemoryBudget::new(
             DEFAULT_SESSION_MEMORY_BUDGET,
             session_lane_limits(32 * 1024 * 1024),
         );
-        metrics.watch_session_memory(session_memory.clone());
+        metrics.watch_session_memory(memory_budget.clone());
         Shared {
             session_limits: SessionLimits::default(),
             max_message_size: 32 * 1024 * 1024,
-            session_memory,
+            memory_budget,
             upstream_ping_interval: Some(Duration::from_secs(5)),
             upstream_ping_timeout: Some(Duration::from_secs(30)),
             client_keepalive: Some(Keepalive {
@@ -188,31 +226,6 @@ impl ProxyState {
         let mut headers = upstream_headers(client, stream.peer, self.trust_forwarded_for);
         self.cluster.auth.apply(&stream.caller, &mut headers);
         headers
-    }
-}
-
-impl Shared {
-    /// The client's WebSocket, once its upgrade completes (within `--handshake-timeout`), with
-    /// the client settings ([`client_socket_config`](Self::client_socket_config)).
-    pub async fn client_websocket(
-        &self,
-        on_upgrade: hyper::upgrade::OnUpgrade,
-    ) -> Result<ClientSocket, ClientUpgradeError> {
-        upgraded(
-            on_upgrade,
-            self.client_socket_config(),
-            self.handshake_timeout,
-        )
-        .await
-    }
-
-    /// WebSocket settings for client connections (buffers size themselves to the traffic).
-    pub fn client_socket_config(&self) -> Config {
-        Config {
-            max_message_size: self.max_message_size,
-            keepalive: self.client_keepalive,
-            memory: Some(self.session_memory.clone()),
-        }
     }
 }
 

@@ -104,7 +104,7 @@ pub async fn serve(
     // The audit log lists a port-forward's connections: the tunnel shows its bytes to a
     // watch. Without the log nothing looks at them.
     let watch = (running.is_audited() && upstream.protocol.as_deref() == Some(PORT_FORWARD))
-        .then(|| PortForwardWatch::new().charging(state.session_memory.lane()));
+        .then(|| PortForwardWatch::new().charging(state.session_memory().lane()));
     let session = TunnelSession {
         state,
         stream,

@@ -77,7 +77,9 @@ impl DialFailure for WebSocketDialError {
 /// Ends `running`, which its upstream would not open (`e`), and answers the client.
 pub fn refuse(state: &ProxyState, running: Running, e: impl DialFailure) -> Response<ProxyBody> {
     let status = e.upstream_status();
-    state.metrics.upstream_upgrade_failure(status);
+    state
+        .metrics
+        .upstream_upgrade_failure(state.cluster.metrics_label(), status);
     running.upstream_refused(format!("upstream refused: {e}"), status);
     response(e)
 }

@@ -140,7 +140,9 @@ async fn recorded_session(
     crate::audit::recording::Recordings,
     crate::audit::recording::Recorder,
 ) {
-    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
+    use crate::audit::recording::{
+        RecordPolicy, RecordingConfig, RecordingCounters, RecordingPlace, Recordings,
+    };
     let dir = tempfile::tempdir().unwrap();
     let recordings = Recordings::start(
         RecordingConfig {
@@ -149,14 +151,19 @@ async fn recorded_session(
             record_stdin: false,
             min_free: 0,
         },
-        RecordingCounters {
-            recorded_bytes: prometheus::IntCounter::new("r", "r").unwrap(),
-            failures: prometheus::IntCounter::new("f", "f").unwrap(),
-        },
+        RecordingCounters::unregistered(),
     )
     .unwrap();
     let recorder = recordings
-        .open(id, &["tar".into()], format!("default/{id}"))
+        .open(
+            RecordingPlace {
+                cluster: "default",
+                folder: None,
+            },
+            id,
+            &["tar".into()],
+            format!("default/{id}"),
+        )
         .await
         .unwrap();
     (dir, recordings, recorder)

@@ -160,7 +160,9 @@ async fn output_exit_code_and_status_bytes() {
 
 #[tokio::test]
 async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
-    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
+    use crate::audit::recording::{
+        RecordPolicy, RecordingConfig, RecordingCounters, RecordingPlace, Recordings,
+    };
     let dir = tempfile::tempdir().unwrap();
     let recordings = Recordings::start(
         RecordingConfig {
@@ -169,14 +171,19 @@ async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
             record_stdin: false,
             min_free: 0,
         },
-        RecordingCounters {
-            recorded_bytes: prometheus::IntCounter::new("r", "r").unwrap(),
-            failures: prometheus::IntCounter::new("f", "f").unwrap(),
-        },
+        RecordingCounters::unregistered(),
     )
     .unwrap();
     let recorder = recordings
-        .open("burst-1", &["sh".into()], String::new())
+        .open(
+            RecordingPlace {
+                cluster: "default",
+                folder: None,
+            },
+            "burst-1",
+            &["sh".into()],
+            String::new(),
+        )
         .await
         .unwrap();
     let path = recorder.path().to_owned();

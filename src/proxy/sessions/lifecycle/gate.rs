@@ -38,9 +38,10 @@ pub async fn check(
 
 /// The 403 for a kubelet session under `--node-proxy-sessions=refuse`.
 fn refuse_kubelet_session(state: &ProxyState) -> Response<ProxyBody> {
-    state
-        .metrics
-        .handshake_rejected(HandshakeRejection::NodeProxySession);
+    state.metrics.handshake_rejected(
+        state.cluster.metrics_label(),
+        HandshakeRejection::NodeProxySession,
+    );
     failure(
         StatusCode::FORBIDDEN,
         "Forbidden",
@@ -54,9 +55,10 @@ fn refuse_kubelet_session(state: &ProxyState) -> Response<ProxyBody> {
 fn spent_budget(state: &ProxyState, caller: &Caller) -> Option<Response<ProxyBody>> {
     let log = state.audit.as_ref()?;
     let wait = log.refusals().admit(caller.address()).err()?;
-    state
-        .metrics
-        .handshake_rejected(HandshakeRejection::RefusedSessions);
+    state.metrics.handshake_rejected(
+        state.cluster.metrics_label(),
+        HandshakeRejection::RefusedSessions,
+    );
     debug!(caller = %caller.address(), "refused: the address's refused sessions spent its budget");
     let mut resp = failure(
         StatusCode::TOO_MANY_REQUESTS,
@@ -97,7 +99,9 @@ async fn refuse_unauthenticated(
         )
         .await;
     (review == SelfReview::Unauthenticated).then(|| {
-        state.metrics.auth_rejected("upstream_unauthenticated");
+        state
+            .metrics
+            .auth_rejected(state.cluster.metrics_label(), "upstream_unauthenticated");
         failure(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
     })
 }

@@ -5,7 +5,7 @@
 use http::{Response, StatusCode};
 use tracing::warn;
 
-use crate::audit::recording::{RecordPolicy, Recorder};
+use crate::audit::recording::{RecordPolicy, Recorder, RecordingPlace};
 use crate::audit::SessionInfo;
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
 use crate::proxy::sessions::state::ProxyState;
@@ -33,15 +33,27 @@ impl OpenedRecording {
     }
 
     /// Opens the recording of session `session_id`, which `target` names, if recordings are
-    /// on.
+    /// on. A named cluster's recordings go in its own folder of `--record-dir`, and their
+    /// title names it; the unnamed upstream's stay where they always were.
     pub async fn open_for(state: &ProxyState, session_id: u64, target: &StreamTarget) -> Self {
         let Some(recordings) = &state.recordings else {
             return OpenedRecording::default();
         };
         let required = recordings.policy() == RecordPolicy::Required;
         let id = crate::audit::instance::session_id(session_id);
-        let title = target.recording_title();
-        match recordings.open(&id, &target.options.command, title).await {
+        let name = state.cluster.name.as_ref().map(|n| n.as_str());
+        let place = RecordingPlace {
+            cluster: state.cluster.label(),
+            folder: name,
+        };
+        let mut title = target.recording_title();
+        if let Some(name) = name {
+            title.push_str(&format!(" in cluster {name}"));
+        }
+        match recordings
+            .open(place, &id, &target.options.command, title)
+            .await
+        {
             Ok(recorder) => OpenedRecording {
                 recording: Some(SessionRecording { recorder, required }),
                 ..OpenedRecording::default()

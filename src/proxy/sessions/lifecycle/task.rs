@@ -59,7 +59,9 @@ pub fn admit(
     form: HandshakeForm,
     kind: SessionKind,
 ) -> (Running, Hangup) {
-    let guard = state.metrics.session_admitted(form, kind);
+    let guard = state
+        .metrics
+        .session_admitted(state.cluster.metrics_label(), form, kind);
     let (presence, hangup) = ClientPresence::new();
     let running = Running::admitted(next_session_id(), slot, guard, presence);
     (running, hangup)
@@ -168,8 +170,10 @@ mod tests {
         let (running, _hangup) =
             admit(&state, slot, HandshakeForm::Http1Upgrade, SessionKind::Exec);
         let text = String::from_utf8(state.metrics.render()).unwrap();
-        assert!(text.contains(r#"kube_ws_proxy_sessions_admitted_total{http_version="1.1"} 1"#));
-        assert!(text.contains(r#"kube_ws_proxy_sessions_active{kind="exec"} 1"#));
+        assert!(text.contains(
+            r#"kube_ws_proxy_sessions_admitted_total{cluster="default",http_version="1.1"} 1"#
+        ));
+        assert!(text.contains(r#"kube_ws_proxy_sessions_active{cluster="default",kind="exec"} 1"#));
         assert!(!running.client_gone());
         drop(running);
         assert_eq!(state.sessions.active(), 0);

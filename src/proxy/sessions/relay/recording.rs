@@ -349,16 +349,23 @@ mod tests {
     use std::time::Duration;
 
     use bytes::{Bytes, BytesMut};
-    use prometheus::IntCounter;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
     use crate::activity_clock::ActivityClock;
-    use crate::audit::recording::{RecordPolicy, RecordingConfig, RecordingCounters, Recordings};
+    use crate::audit::recording::{
+        RecordPolicy, RecordingConfig, RecordingCounters, RecordingPlace, Recordings,
+    };
     use crate::proxy::sessions::relay::ending::{recording_failed, Ending};
     use crate::proxy::sessions::relay::pump::{admit_down, pump, RelayCounters, RelayHooks};
     use crate::spdy::codec::FrameEncoder;
     use crate::spdy::frame::{Data, Frame, HeaderBlock, StreamId, SynStream};
+
+    /// Where these tests' recordings go: `--record-dir` itself.
+    const TOP: RecordingPlace<'static> = RecordingPlace {
+        cluster: "default",
+        folder: None,
+    };
 
     fn recordings(dir: &std::path::Path, policy: RecordPolicy) -> Recordings {
         Recordings::start(
@@ -368,10 +375,7 @@ mod tests {
                 record_stdin: false,
                 min_free: 0,
             },
-            RecordingCounters {
-                recorded_bytes: IntCounter::new("recorded", "recorded").unwrap(),
-                failures: IntCounter::new("failures", "failures").unwrap(),
-            },
+            RecordingCounters::unregistered(),
         )
         .unwrap()
     }
@@ -383,7 +387,7 @@ mod tests {
             RecordPolicy::BestEffort
         };
         let recorder = recordings(dir, policy)
-            .open("s1", &[], "ns/pod".into())
+            .open(TOP, "s1", &[], "ns/pod".into())
             .await
             .unwrap();
         let observer = Observer::for_protocol(Some("SPDY/3.1"), None).unwrap();
@@ -768,7 +772,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let recordings = recordings(dir.path(), RecordPolicy::BestEffort);
         let spent = recordings.spend_budget();
-        let recorder = recordings.open("s1", &[], "ns/pod".into()).await.unwrap();
+        let recorder = recordings
+            .open(TOP, "s1", &[], "ns/pod".into())
+            .await
+            .unwrap();
         let observer = Observer::for_protocol(Some("SPDY/3.1"), None).unwrap();
         let tap = RelayTap::new(recorder, observer, false);
         let mut headers = HeaderBlock::new();

@@ -212,7 +212,9 @@ async fn carry(
     let resp = match answer {
         Ok(resp) => resp,
         Err(e) => {
-            state.metrics.upstream_upgrade_failure(0);
+            state
+                .metrics
+                .upstream_upgrade_failure(state.cluster.metrics_label(), 0);
             running.upstream_refused(e.to_string(), 0);
             return e.response();
         }
@@ -295,7 +297,9 @@ fn not_switched(
     running: Running,
 ) -> Response<ProxyBody> {
     let status = resp.status().as_u16();
-    state.metrics.upstream_upgrade_failure(status);
+    state
+        .metrics
+        .upstream_upgrade_failure(state.cluster.metrics_label(), status);
     if !answer::may_pass_refusal(relayed.client_stream.form, resp.status()) {
         let e = format!(
             "the upstream answered the WebSocket upgrade with {status} instead of switching protocols"
@@ -327,7 +331,7 @@ async fn start_session(
         .audit_info()
         .filter(|info| info.verb == Verb::PortForward)
         .and_then(|_| port_forward_watch(&resp))
-        .map(|watch| watch.charging(state.session_memory.lane()));
+        .map(|watch| watch.charging(state.session_memory().lane()));
     let upgraded_to_websocket = resp
         .headers()
         .get(header::UPGRADE)
@@ -341,7 +345,9 @@ async fn start_session(
     ) {
         Ok(answer) => answer,
         Err(e) => {
-            state.metrics.upstream_upgrade_failure(101);
+            state
+                .metrics
+                .upstream_upgrade_failure(state.cluster.metrics_label(), 101);
             running.upstream_refused(e.to_string(), 101);
             return failure(StatusCode::BAD_GATEWAY, "BadGateway", e.to_string());
         }
@@ -512,7 +518,7 @@ fn port_forward_watch<B>(resp: &Response<B>) -> Option<PortForwardWatch> {
 /// says, if its protocol can be followed; what it buffers is held from the session's memory.
 fn observer_for<B>(state: &ProxyState, resp: &Response<B>, scope: Scope) -> Option<Observer> {
     let (upgrade, sub) = agreed(resp);
-    Observer::with_scope(upgrade, sub, scope).map(|o| o.charging(state.session_memory.lane()))
+    Observer::with_scope(upgrade, sub, scope).map(|o| o.charging(state.session_memory().lane()))
 }
 
 /// What a relayed upgrade's 101 agreed on: its `Upgrade`, and its `Sec-WebSocket-Protocol`
