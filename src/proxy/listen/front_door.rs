@@ -36,4 +36,15 @@ impl FrontDoor {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// Routes new requests among `fleet` from now on; requests already routed, and their
+    /// sessions, keep the cluster they got.
+    pub fn replace_fleet(&self, fleet: Fleet) {
+        let fleet = Arc::new(fleet);
+        // The old generation is dropped after the lock is released.
+        let _old = std::mem::replace(
+            &mut *self.fleet.write().unwrap_or_else(PoisonError::into_inner),
+            fleet,
+        );
+    }
 }

@@ -69,17 +69,22 @@ impl Fleet {
         default: Option<Cluster>,
         named: impl IntoIterator<Item = Cluster>,
     ) -> Result<Fleet, FleetError> {
+        Fleet::of_shared(default.map(Arc::new), named.into_iter().map(Arc::new))
+    }
+
+    /// As [`Fleet::new`], with clusters that may serve in another generation too (a reload
+    /// keeps those it did not change).
+    pub fn of_shared(
+        default: Option<Arc<Cluster>>,
+        named: impl IntoIterator<Item = Arc<Cluster>>,
+    ) -> Result<Fleet, FleetError> {
         let mut fleet = Fleet {
-            default: default.map(Arc::new),
+            default,
             named: BTreeMap::new(),
         };
         for cluster in named {
             let name = cluster.name.clone().expect("a named cluster has a name");
-            if fleet
-                .named
-                .insert(name.clone(), Arc::new(cluster))
-                .is_some()
-            {
+            if fleet.named.insert(name.clone(), cluster).is_some() {
                 return Err(FleetError::Duplicate(name.to_string()));
             }
         }
@@ -87,6 +92,11 @@ impl Fleet {
             return Err(FleetError::Empty);
         }
         Ok(fleet)
+    }
+
+    /// The upstream of requests without a cluster prefix, if there is one.
+    pub fn unnamed(&self) -> Option<&Arc<Cluster>> {
+        self.default.as_ref()
     }
 
     /// Where the request with path `raw_path` and query `query` as sent, read as `target`,
