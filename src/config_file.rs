@@ -16,7 +16,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use serde::Deserialize;
 
-use crate::cli::{Cli, ClusterEntry, ConfigOrigin};
+use crate::cli::{Cli, ClusterEntry, ConfigOrigin, FileSettings};
 
 /// Why the command line and config file cannot be combined.
 #[derive(Debug, thiserror::Error)]
@@ -153,10 +153,10 @@ fn file_args(
     path: &Path,
     values: BTreeMap<String, Value>,
     matches: &ArgMatches,
-) -> Result<(Vec<OsString>, BTreeMap<String, Vec<String>>), ConfigError> {
+) -> Result<(Vec<OsString>, FileSettings), ConfigError> {
     let cmd = Cli::command();
     let mut out = Vec::new();
-    let mut settings = BTreeMap::new();
+    let mut settings = FileSettings::new();
     for (key, value) in values {
         let unknown = || ConfigError::UnknownKey {
             path: path.to_owned(),

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use super::clusters::{self, ClusterSpec};
 use super::fleet_change::{self, Change, Live, Next};
-use crate::cli::{ConfigOrigin, ServeArgs};
+use crate::cli::{ConfigOrigin, FileSettings, ServeArgs};
 use crate::config_file;
 use crate::proxy::listen::front_door::FrontDoor;
 use crate::proxy::route::cluster::{Cluster, ClusterName};
@@ -200,10 +200,7 @@ impl Reloader {
 }
 
 /// The keys whose values differ between the settings the proxy runs with and the file's.
-fn changed_settings(
-    running: &BTreeMap<String, Vec<String>>,
-    file: &BTreeMap<String, Vec<String>>,
-) -> Vec<String> {
+fn changed_settings(running: &FileSettings, file: &FileSettings) -> Vec<String> {
     let keys: BTreeSet<&String> = running.keys().chain(file.keys()).collect();
     keys.into_iter()
         .filter(|key| running.get(*key) != file.get(*key))
@@ -263,7 +260,7 @@ mod tests {
 
     #[test]
     fn settings_changed_added_or_removed_need_a_restart() {
-        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, Vec<String>> {
+        let map = |pairs: &[(&str, &str)]| -> FileSettings {
             pairs
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))

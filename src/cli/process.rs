@@ -57,6 +57,9 @@ pub struct ProcessArgs {
     pub memory_trim_interval: Duration,
 }
 
+/// Settings a config file gave: each key (a long flag name) with its values as given.
+pub type FileSettings = BTreeMap<String, Vec<String>>;
+
 /// What reading the configuration again needs, and what the file said (filled by
 /// [`crate::config_file`] beside the flags it read).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,7 +68,7 @@ pub struct ConfigOrigin {
     pub argv: Vec<OsString>,
     /// The settings the file gave, other than its clusters (`cluster:`, `clusters:`): each key
     /// the file set and no flag above it overrode, with its values as given.
-    pub file_settings: BTreeMap<String, Vec<String>>,
+    pub file_settings: FileSettings,
     /// A digest of the file as it was read (`config_file::digest`), to tell when it changes.
     pub file_digest: u64,
 }
