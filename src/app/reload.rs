@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::{info, warn};
 
 use super::clusters::{self, ClusterSpec};
@@ -40,6 +40,8 @@ pub(super) struct Reloader {
     live: BTreeMap<ClusterName, Live<ClusterSpec>>,
     /// The configuration's generation: 1 at start, one more per reload that succeeded.
     generation: u64,
+    /// SIGHUP, caught from the start on (`None` if it cannot be).
+    hangup: Option<Signal>,
 }
 
 /// A reload that can be applied: the new clusters, and the settings the file changed that
@@ -52,7 +54,8 @@ struct Accepted {
 
 impl Reloader {
     /// A reloader of `args`' config file, whose named clusters `specs` made the fleet `front`
-    /// serves; `None` without a config file.
+    /// serves; `None` without a config file. SIGHUP reloads from now on, rather than stopping
+    /// the process.
     pub(super) fn new(
         front: Arc<FrontDoor>,
         args: &ServeArgs,
@@ -71,6 +74,9 @@ impl Reloader {
                 (name, Live { spec, cluster })
             })
             .collect();
+        let hangup = signal(SignalKind::hangup())
+            .map_err(|e| warn!(error = %e, "SIGHUP cannot be caught: the config file is reloaded only when it changes"))
+            .ok();
         Some(Reloader {
             front,
             args: args.clone(),
@@ -78,15 +84,14 @@ impl Reloader {
             path,
             live,
             generation: 1,
+            hangup,
         })
     }
 
     /// Reloads on SIGHUP, and when the file has changed and reads the same twice in a row (a
     /// file being written is taken once it is whole), until the task is aborted.
     pub(super) async fn run(mut self) {
-        let mut hangup = signal(SignalKind::hangup())
-            .map_err(|e| warn!(error = %e, "SIGHUP cannot be caught: the config file is reloaded only when it changes"))
-            .ok();
+        let mut hangup = self.hangup.take();
         let mut applied = Some(self.origin.file_digest);
         let mut last = applied;
         loop {
