@@ -16,7 +16,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use serde::Deserialize;
 
-use crate::cli::{Cli, ClusterEntry};
+use crate::cli::{Cli, ClusterEntry, ConfigOrigin, FileSettings};
 
 /// Why the command line and config file cannot be combined.
 #[derive(Debug, thiserror::Error)]
@@ -88,13 +88,36 @@ where
         source,
     })?;
     let file = read_file(&config, &text)?;
-    let extra = file_args(&config, file.flags, &matches)?;
-    let mut all = argv;
+    let (extra, file_settings) = file_args(&config, file.flags, &matches)?;
+    let mut all = argv.clone();
     all.extend(extra);
     let mut cli = Cli::try_parse_from(all)?;
     cli.serve.upstream.file_clusters = file.clusters;
+    cli.serve.process.config_origin = Some(ConfigOrigin {
+        argv,
+        file_settings,
+        file_digest: digest(text.as_bytes()),
+    });
     Ok(cli)
 }
+
+/// A digest of a config file's bytes, to tell when it changes (not a security check).
+pub fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Reads the command line of `origin` and its config file again, as at the start: the file as
+/// it is now, under the same command line and environment.
+pub fn reread(origin: &ConfigOrigin) -> Result<Cli, ConfigError> {
+    parse_args(origin.argv.clone())
+}
+
+/// The flag a config file's clusters may also be given with (`cluster: [NAME=URL]`); with
+/// `clusters:` it is what a reload changes.
+const CLUSTER_KEY: &str = "cluster";
 
 /// The file: the clusters (`clusters:`, a list of maps) and every other key, a flag.
 #[derive(Debug, Default, Deserialize)]
@@ -124,14 +147,16 @@ fn set_above_file(matches: &ArgMatches, id: &str) -> bool {
 }
 
 /// The flags the file contributes: only those not set on the command line or in the
-/// environment, and not in conflict with one that is.
+/// environment, and not in conflict with one that is; and those of them that are settings
+/// other than clusters, with their values.
 fn file_args(
     path: &Path,
     values: BTreeMap<String, Value>,
     matches: &ArgMatches,
-) -> Result<Vec<OsString>, ConfigError> {
+) -> Result<(Vec<OsString>, FileSettings), ConfigError> {
     let cmd = Cli::command();
     let mut out = Vec::new();
+    let mut settings = FileSettings::new();
     for (key, value) in values {
         let unknown = || ConfigError::UnknownKey {
             path: path.to_owned(),
@@ -159,6 +184,7 @@ fn file_args(
             Value::Bool(on) if switch => {
                 if on {
                     out.push(OsString::from(flag));
+                    settings.insert(key, vec![on.to_string()]);
                 }
                 continue;
             }
@@ -174,11 +200,15 @@ fn file_args(
             Value::Float(f) => vec![Scalar::Float(f)],
             Value::Text(s) => vec![Scalar::Text(s)],
         };
-        for item in items {
-            out.push(OsString::from(format!("{flag}={}", item.render())));
+        let rendered: Vec<String> = items.iter().map(Scalar::render).collect();
+        for item in &rendered {
+            out.push(OsString::from(format!("{flag}={item}")));
+        }
+        if key != CLUSTER_KEY {
+            settings.insert(key, rendered);
         }
     }
-    Ok(out)
+    Ok((out, settings))
 }
 
 #[cfg(test)]
@@ -227,6 +257,50 @@ mod tests {
             with_file(typo, &[]),
             Err(ConfigError::Parse { .. })
         ));
+    }
+
+    #[test]
+    fn the_file_is_read_again_under_the_same_command_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(
+            &path,
+            "cluster: [a=http://127.0.0.1:1]\nclusters:\n- name: b\n  upstream: http://127.0.0.1:2\n\
+             drain-timeout: 5s\nlisten: 127.0.0.1:1\nhttp2-websockets: false\n",
+        )
+        .unwrap();
+        let argv = [
+            "kube-ws-proxy".to_owned(),
+            format!("--config={}", path.display()),
+            "--listen=127.0.0.1:2".to_owned(),
+        ];
+        let cli = parse_args(argv).unwrap();
+        let origin = cli.serve.process.config_origin.unwrap();
+        // The settings the file gave beside its clusters; `listen` is the command line's.
+        let settings: Vec<(&str, &[String])> = origin
+            .file_settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        assert_eq!(
+            settings,
+            [
+                ("drain-timeout", &["5s".to_owned()][..]),
+                ("http2-websockets", &["false".to_owned()][..])
+            ]
+        );
+        std::fs::write(
+            &path,
+            "clusters:\n- name: c\n  upstream: http://127.0.0.1:3\ndrain-timeout: 6s\n",
+        )
+        .unwrap();
+        let again = reread(&origin).unwrap().serve;
+        assert!(again.upstream.clusters.is_empty());
+        assert_eq!(again.upstream.file_clusters[0].name, "c");
+        assert_eq!(again.listeners.listen.to_string(), "127.0.0.1:2");
+        assert_eq!(again.process.drain_timeout, Duration::from_secs(6));
+        std::fs::write(&path, "drain-timeout: soon\n").unwrap();
+        assert!(reread(&origin).is_err());
     }
 
     #[test]
@@ -391,7 +465,7 @@ mod tests {
                 .try_get_matches_from(["kube-ws-proxy"])
                 .unwrap();
             let extra = read_file(path, &yaml)
-                .and_then(|file| file_args(path, file.flags, &none))
+                .and_then(|file| file_args(path, file.flags, &none).map(|(args, _)| args))
                 .unwrap_or_else(|e| panic!("{id}: {e}"));
             let argv = std::iter::once(OsString::from("kube-ws-proxy")).chain(extra);
             let matches = Cli::command()

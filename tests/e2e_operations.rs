@@ -9,27 +9,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::harness::Harness;
+use common::proxy_process::http_get;
 use common::ws_client::{connect, exec_path, read_to_close, send};
 use kube_ws_proxy::sim::SimConfig;
 
 const T: Duration = Duration::from_secs(60);
-
-/// A plain HTTP/1.1 GET: status code and body.
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP response");
-    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_owned())
-}
 
 /// Scrapes `/metrics`, checking every line against the Prometheus text format, and returns
 /// each series (`name{labels}`) with its value.

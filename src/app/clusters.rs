@@ -6,62 +6,143 @@
 //! `--upstream-client-*` flags (and `--front-proxy-client-*`) belong to the unnamed upstream
 //! only, a `--cluster` has none, and an entry of `clusters:` has exactly those it names.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::StartError;
 use crate::cli::{nonzero, ClusterEntry, ClusterFlag, ServeArgs};
+use crate::config_file::digest;
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
 use crate::proxy::route::cluster::{Cluster, ClusterName};
 use crate::proxy::route::fleet::Fleet;
+use crate::proxy::sessions::registry::Sessions;
 use crate::proxy::upstream::endpoint::{Pem, Upstream, UpstreamTls};
 use crate::proxy::upstream::source::{self, UpstreamFlags, UpstreamSource};
 use crate::proxy::upstream::streaming::UpstreamStreaming;
 
-/// What one cluster is made from.
-struct ClusterSetup<'a> {
+/// What one cluster is made from: its settings with the proxy's defaults filled in, and what
+/// the files read once when it is built held. Two equal specs make the same cluster: a reload
+/// keeps a cluster whose spec it finds unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ClusterSpec {
     name: Option<ClusterName>,
     flags: UpstreamFlags,
     mode: AuthMode,
     /// The front-proxy client certificate and key, for `front-proxy` mode.
     front_proxy: (Option<PathBuf>, Option<PathBuf>),
     streaming: UpstreamStreaming,
-    /// Everything else (timeouts, review limits, header names) is the proxy's.
+    /// Digests of its kubeconfig and CA file as they were read (`None`: not there). Tokens
+    /// and client certificates are re-read when they rotate, so they are not among them.
+    files: Vec<Option<u64>>,
+}
+
+impl ClusterSpec {
+    fn new(
+        name: Option<ClusterName>,
+        flags: UpstreamFlags,
+        mode: AuthMode,
+        front_proxy: (Option<PathBuf>, Option<PathBuf>),
+        streaming: UpstreamStreaming,
+    ) -> ClusterSpec {
+        let files = files_read_at_build(&flags);
+        ClusterSpec {
+            name,
+            flags,
+            mode,
+            front_proxy,
+            streaming,
+            files,
+        }
+    }
+}
+
+/// Digests of the files a cluster reads once, when it is built: its kubeconfig and its CA.
+fn files_read_at_build(flags: &UpstreamFlags) -> Vec<Option<u64>> {
+    let in_cluster_ca = flags
+        .in_cluster
+        .then(|| flags.service_account_dir.join("ca.crt"));
+    [
+        flags.kubeconfig.as_ref(),
+        flags.upstream_ca_file.as_ref(),
+        in_cluster_ca.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|file| std::fs::read(file).ok().map(|bytes| digest(&bytes)))
+    .collect()
+}
+
+/// What one cluster is built with: its spec, and the proxy's settings for everything else
+/// (timeouts, review limits, header names).
+struct ClusterSetup<'a> {
+    spec: &'a ClusterSpec,
     args: &'a ServeArgs,
 }
 
-/// Every configured cluster.
-pub fn fleet_from_args(args: &ServeArgs) -> Result<Fleet, StartError> {
+/// Every configured cluster, their sessions stopped by `sessions`' stop signal; and the specs
+/// of the named ones, which a reload compares with the file's.
+pub(super) fn fleet_from_args(
+    args: &ServeArgs,
+    sessions: &Sessions,
+) -> Result<(Fleet, BTreeMap<ClusterName, ClusterSpec>), StartError> {
     let flags = args.upstream_flags();
     let named_only = flags.upstream.is_none() && flags.kubeconfig.is_none() && !flags.in_cluster;
     let default = if named_only {
         refuse_stray_credentials(args)?;
         None
     } else {
-        Some(build(ClusterSetup {
-            name: None,
+        let spec = ClusterSpec::new(
+            None,
             flags,
-            mode: args.auth.auth_mode,
-            front_proxy: (
+            args.auth.auth_mode,
+            (
                 args.auth.front_proxy_client_cert_file.clone(),
                 args.auth.front_proxy_client_key_file.clone(),
             ),
-            streaming: args.streaming.upstream_streaming,
-            args,
-        })?)
+            args.streaming.upstream_streaming,
+        );
+        Some(build(&spec, args, sessions.cluster_stop())?)
     };
+    let specs = named_specs(args, &args.upstream.clusters, &args.upstream.file_clusters)?;
     let mut named = Vec::new();
-    for flag in &args.upstream.clusters {
-        named.push(build(from_flag(flag, args)?)?);
-    }
-    for entry in &args.upstream.file_clusters {
-        named.push(build(from_entry(entry, args)?)?);
+    for spec in specs.values() {
+        named.push(build(spec, args, sessions.cluster_stop())?);
     }
     if default.is_none() && named.is_empty() {
         return Err(StartError::NoUpstream);
     }
-    Fleet::new(default, named).map_err(|e| StartError::Upstream(e.to_string()))
+    let fleet = Fleet::new(default, named).map_err(|e| StartError::Upstream(e.to_string()))?;
+    Ok((fleet, specs))
+}
+
+/// The named clusters of `flags` (`--cluster`) and `entries` (`clusters:`), by name, with the
+/// proxy's defaults of `args`; a name given twice is an error.
+pub(super) fn named_specs(
+    args: &ServeArgs,
+    flags: &[ClusterFlag],
+    entries: &[ClusterEntry],
+) -> Result<BTreeMap<ClusterName, ClusterSpec>, StartError> {
+    let specs = flags
+        .iter()
+        .map(|flag| from_flag(flag, args))
+        .chain(entries.iter().map(|entry| from_entry(entry, args)));
+    let mut named = BTreeMap::new();
+    for spec in specs {
+        let spec = spec?;
+        let name = spec
+            .name
+            .clone()
+            .expect("a named cluster's spec has its name");
+        if named.insert(name.clone(), spec).is_some() {
+            return Err(StartError::Upstream(format!(
+                "cluster {name:?} is configured twice"
+            )));
+        }
+    }
+    Ok(named)
 }
 
 /// Without an unnamed upstream, the flags that give it credentials have nothing to apply to;
@@ -95,29 +176,26 @@ fn cluster_name(name: &str) -> Result<ClusterName, StartError> {
 }
 
 /// A `--cluster NAME=URL`: verified as the flags say, no credentials of the proxy's.
-fn from_flag<'a>(flag: &ClusterFlag, args: &'a ServeArgs) -> Result<ClusterSetup<'a>, StartError> {
-    Ok(ClusterSetup {
-        name: Some(cluster_name(&flag.name)?),
-        flags: UpstreamFlags {
-            upstream: Some(flag.url.clone()),
-            upstream_ca_file: args.upstream.upstream_ca_file.clone(),
-            upstream_insecure_skip_tls_verify: args.upstream.upstream_insecure_skip_tls_verify,
-            service_account_dir: args.upstream.service_account_dir.clone(),
-            ..UpstreamFlags::default()
-        },
-        mode: args.auth.auth_mode,
-        front_proxy: (None, None),
-        streaming: args.streaming.upstream_streaming,
-        args,
-    })
+fn from_flag(flag: &ClusterFlag, args: &ServeArgs) -> Result<ClusterSpec, StartError> {
+    let flags = UpstreamFlags {
+        upstream: Some(flag.url.clone()),
+        upstream_ca_file: args.upstream.upstream_ca_file.clone(),
+        upstream_insecure_skip_tls_verify: args.upstream.upstream_insecure_skip_tls_verify,
+        service_account_dir: args.upstream.service_account_dir.clone(),
+        ..UpstreamFlags::default()
+    };
+    Ok(ClusterSpec::new(
+        Some(cluster_name(&flag.name)?),
+        flags,
+        args.auth.auth_mode,
+        (None, None),
+        args.streaming.upstream_streaming,
+    ))
 }
 
 /// An entry of `clusters:`: exactly what it says, the auth and streaming modes defaulting to
 /// the proxy's.
-fn from_entry<'a>(
-    entry: &ClusterEntry,
-    args: &'a ServeArgs,
-) -> Result<ClusterSetup<'a>, StartError> {
+fn from_entry(entry: &ClusterEntry, args: &ServeArgs) -> Result<ClusterSpec, StartError> {
     let name = cluster_name(&entry.name)?;
     let sources = [
         entry.upstream.is_some(),
@@ -129,42 +207,47 @@ fn from_entry<'a>(
             "cluster {name}: give exactly one of upstream, kubeconfig and in-cluster"
         )));
     }
-    Ok(ClusterSetup {
-        name: Some(name),
-        flags: UpstreamFlags {
-            upstream: entry.upstream.clone(),
-            kubeconfig: entry.kubeconfig.clone(),
-            context: entry.context.clone(),
-            in_cluster: entry.in_cluster,
-            service_account_dir: entry
-                .service_account_dir
-                .clone()
-                .unwrap_or_else(|| args.upstream.service_account_dir.clone()),
-            upstream_ca_file: entry.upstream_ca_file.clone(),
-            upstream_insecure_skip_tls_verify: entry.upstream_insecure_skip_tls_verify,
-            upstream_token_file: entry.upstream_token_file.clone(),
-            upstream_client_cert_file: entry.upstream_client_cert_file.clone(),
-            upstream_client_key_file: entry.upstream_client_key_file.clone(),
-        },
-        mode: entry.auth_mode.unwrap_or(args.auth.auth_mode),
-        front_proxy: (
+    let flags = UpstreamFlags {
+        upstream: entry.upstream.clone(),
+        kubeconfig: entry.kubeconfig.clone(),
+        context: entry.context.clone(),
+        in_cluster: entry.in_cluster,
+        service_account_dir: entry
+            .service_account_dir
+            .clone()
+            .unwrap_or_else(|| args.upstream.service_account_dir.clone()),
+        upstream_ca_file: entry.upstream_ca_file.clone(),
+        upstream_insecure_skip_tls_verify: entry.upstream_insecure_skip_tls_verify,
+        upstream_token_file: entry.upstream_token_file.clone(),
+        upstream_client_cert_file: entry.upstream_client_cert_file.clone(),
+        upstream_client_key_file: entry.upstream_client_key_file.clone(),
+    };
+    Ok(ClusterSpec::new(
+        Some(name),
+        flags,
+        entry.auth_mode.unwrap_or(args.auth.auth_mode),
+        (
             entry.front_proxy_client_cert_file.clone(),
             entry.front_proxy_client_key_file.clone(),
         ),
-        streaming: entry
+        entry
             .upstream_streaming
             .unwrap_or(args.streaming.upstream_streaming),
-        args,
-    })
+    ))
 }
 
 /// One cluster: its upstream for proxied traffic and its caller authentication.
 ///
 /// Proxied requests carry the proxy's own client certificate only in impersonate mode, and the
 /// front-proxy certificate in front-proxy mode; in passthrough mode the proxy adds nothing.
-/// TokenReviews always use the proxy's own credentials.
-fn build(setup: ClusterSetup<'_>) -> Result<Cluster, StartError> {
-    let named = |e: StartError| match &setup.name {
+/// TokenReviews always use the proxy's own credentials. Its sessions are stopped by `stop`.
+pub(super) fn build(
+    spec: &ClusterSpec,
+    args: &ServeArgs,
+    stop: CancellationToken,
+) -> Result<Cluster, StartError> {
+    let setup = ClusterSetup { spec, args };
+    let named = |e: StartError| match &spec.name {
         None => e,
         Some(name) => match e {
             StartError::Auth(why) => StartError::Auth(format!("cluster {name}: {why}")),
@@ -172,7 +255,7 @@ fn build(setup: ClusterSetup<'_>) -> Result<Cluster, StartError> {
             other => other,
         },
     };
-    let source = source::resolve(&setup.flags).map_err(|e| match e {
+    let source = source::resolve(&spec.flags).map_err(|e| match e {
         source::SourceError::Missing => StartError::NoUpstream,
         other => StartError::Upstream(other.to_string()),
     });
@@ -186,7 +269,7 @@ fn build(setup: ClusterSetup<'_>) -> Result<Cluster, StartError> {
     .map_err(named)?;
     warn_plain_http(&setup, &upstream);
     let auth = authenticator(&setup, &source).map_err(named)?;
-    Ok(Cluster::new(setup.name, upstream, auth, setup.streaming))
+    Ok(Cluster::new(spec.name.clone(), upstream, auth, spec.streaming).stopped_by(stop))
 }
 
 /// The upstream reached with `client_cert` (if any) presented.
@@ -213,7 +296,7 @@ fn proxied_cert(
     setup: &ClusterSetup<'_>,
     source: &UpstreamSource,
 ) -> Result<Option<(Pem, Pem)>, StartError> {
-    match setup.mode {
+    match setup.spec.mode {
         AuthMode::Passthrough => {
             if source.has_credentials() {
                 info!(cluster = label(setup), "auth mode passthrough: the proxy's own credentials are not sent with callers' requests");
@@ -231,7 +314,7 @@ fn proxied_cert(
             Ok(source.client_cert.clone())
         }
         AuthMode::FrontProxy => {
-            let (Some(cert), Some(key)) = &setup.front_proxy else {
+            let (Some(cert), Some(key)) = &setup.spec.front_proxy else {
                 return Err(StartError::Auth(
                     "front-proxy mode needs --front-proxy-client-cert-file and --front-proxy-client-key-file".into(),
                 ));
@@ -245,7 +328,7 @@ fn warn_plain_http(setup: &ClusterSetup<'_>, upstream: &Upstream) {
     if upstream.is_tls() {
         return;
     }
-    if setup.mode == AuthMode::Passthrough {
+    if setup.spec.mode == AuthMode::Passthrough {
         warn!(
             cluster = label(setup),
             "the upstream is plain HTTP: callers' bearer tokens travel to it in the clear"
@@ -265,7 +348,7 @@ fn authenticator(
     source: &UpstreamSource,
 ) -> Result<Authenticator, StartError> {
     let args = setup.args;
-    if setup.mode == AuthMode::Passthrough {
+    if setup.spec.mode == AuthMode::Passthrough {
         return Ok(Authenticator::passthrough());
     }
     let reviewer = if source.has_credentials() {
@@ -294,7 +377,7 @@ fn authenticator(
             .to_owned(),
     };
     Ok(Authenticator::new(
-        setup.mode,
+        setup.spec.mode,
         reviewer,
         source.token.clone(),
         front_proxy,
@@ -302,7 +385,7 @@ fn authenticator(
 }
 
 fn label<'a>(setup: &'a ClusterSetup<'_>) -> &'a str {
-    setup.name.as_ref().map_or(
+    setup.spec.name.as_ref().map_or(
         crate::proxy::route::cluster::DEFAULT_CLUSTER,
         ClusterName::as_str,
     )
@@ -315,12 +398,15 @@ fn in_cluster_credentials(
     setup: &ClusterSetup<'_>,
     source: &UpstreamSource,
 ) -> Result<(), StartError> {
-    if setup.mode == AuthMode::Passthrough || !setup.flags.in_cluster || source.has_credentials() {
+    if setup.spec.mode == AuthMode::Passthrough
+        || !setup.spec.flags.in_cluster
+        || source.has_credentials()
+    {
         return Ok(());
     }
     Err(StartError::Auth(format!(
         "impersonate and front-proxy modes with --in-cluster need the service-account token \
          (or --upstream-token-file, --upstream-client-cert-file): {} is not there",
-        setup.flags.service_account_dir.join("token").display()
+        setup.spec.flags.service_account_dir.join("token").display()
     )))
 }

@@ -1,7 +1,10 @@
 //! Starting the proxy: binding the listeners, wiring the shared state and the clusters
-//! ([`clusters`]), stopping on a signal.
+//! ([`clusters`]), reloading the clusters when the config file changes ([`reload`], with
+//! [`fleet_change`]), stopping on a signal.
 
 mod clusters;
+mod fleet_change;
+mod reload;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,6 +59,8 @@ pub struct RunningProxy {
     task: tokio::task::JoinHandle<()>,
     state: Arc<Shared>,
     drain_timeout: std::time::Duration,
+    /// Reloads the config file's clusters (`None` without `--config`).
+    reloader: Option<tokio::task::JoinHandle<()>>,
     /// Stops with the proxy (its drop ends the timer).
     _memory_trim: crate::memory_trim::MemoryTrim,
 }
@@ -68,6 +73,10 @@ impl RunningProxy {
     /// sessions continue up to the drain timeout, then each is ended (a Status and Close for
     /// translated sessions, a cut for relays) and given a moment to say so.
     pub async fn shutdown(self) {
+        if let Some(reloader) = &self.reloader {
+            // A configuration read now would serve no new request.
+            reloader.abort();
+        }
         let sessions = self.state.sessions.clone();
         sessions.start_drain();
         let _ = self.stop.send(true);
@@ -101,9 +110,9 @@ impl RunningProxy {
 
 /// Binds both listeners and serves in the background.
 pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
-    let fleet = clusters::fleet_from_args(args)?;
     let mut state = Shared::default();
     configure_sessions(&mut state, args);
+    let (fleet, specs) = clusters::fleet_from_args(args, &state.sessions)?;
     configure_connections(&mut state, args)?;
     open_audit_log(&mut state, args)?;
     start_recordings(&mut state, args)?;
@@ -113,6 +122,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         .map(|c| format!("{}={}", c.label(), c.upstream))
         .collect();
     let front = Arc::new(FrontDoor::new(state.clone(), fleet));
+    let reloader = reload::Reloader::new(front.clone(), args, specs).map(|r| tokio::spawn(r.run()));
 
     let (main, addr) = bind(args.listeners.listen).await?;
     let (admin_listener, admin_addr) = bind(args.listeners.admin_listen).await?;
@@ -133,6 +143,7 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
         task,
         state,
         drain_timeout: args.process.drain_timeout,
+        reloader,
         _memory_trim: crate::memory_trim::MemoryTrim::start(nonzero(
             args.process.memory_trim_interval,
         )),

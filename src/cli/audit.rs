@@ -10,7 +10,7 @@ use crate::audit::recording::RecordPolicy;
 use crate::proxy::route::kubelet::NodeProxySessions;
 
 /// Audit and recording.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Audit and recording")]
 pub struct AuditArgs {
     /// Audit log of streaming sessions: a file, or `-` for stdout. Off by default.

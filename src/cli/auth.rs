@@ -9,7 +9,7 @@ use super::values::{parse_duration, parse_header_name};
 use crate::proxy::auth::AuthMode;
 
 /// Authentication.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Authentication")]
 pub struct AuthArgs {
     /// How the proxy treats the caller's identity.

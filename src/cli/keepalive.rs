@@ -7,7 +7,7 @@ use clap::Args;
 use super::values::parse_duration;
 
 /// Keepalive.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Keepalive")]
 pub struct KeepaliveArgs {
     /// How often WebSocket sessions ping the client (0: never).

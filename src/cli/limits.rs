@@ -7,7 +7,7 @@ use clap::Args;
 use super::values::parse_duration;
 
 /// Limits and timeouts.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Limits and timeouts")]
 pub struct LimitArgs {
     /// Most streaming sessions running at once (unlimited if unset).

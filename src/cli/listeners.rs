@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 /// Listeners and TLS.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Listeners and TLS")]
 pub struct ListenerArgs {
     /// Address of the main listener: the Kubernetes API as clients see it.

@@ -32,7 +32,7 @@ pub use self::clusters::{ClusterEntry, ClusterFlag};
 pub use self::keepalive::KeepaliveArgs;
 pub use self::limits::LimitArgs;
 pub use self::listeners::ListenerArgs;
-pub use self::process::{LogFormat, ProcessArgs};
+pub use self::process::{ConfigOrigin, FileSettings, LogFormat, ProcessArgs};
 pub use self::sim::{DemoArgs, SimArgs};
 pub use self::streaming::StreamingArgs;
 pub use self::upstream::UpstreamArgs;
@@ -81,7 +81,7 @@ pub enum Command {
 }
 
 /// The flags of the proxy itself, by concern.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub listeners: ListenerArgs,

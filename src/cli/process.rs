@@ -1,6 +1,8 @@
 //! The process itself: where its settings come from, how it logs, how it shuts down, how it
 //! gives memory back.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use clap::{Args, ValueEnum};
 use super::values::parse_duration;
 
 /// Process and logging.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Process and logging")]
 pub struct ProcessArgs {
     /// YAML file with any of these flags as `flag-name: value`.
@@ -18,6 +20,10 @@ pub struct ProcessArgs {
     /// environment, then this file, then the defaults.
     #[arg(long, env = "KUBE_WS_PROXY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+
+    /// How the `--config` file was read, to read it again when it changes.
+    #[arg(skip)]
+    pub config_origin: Option<ConfigOrigin>,
 
     /// Log format (log lines go to stderr; RUST_LOG sets the level).
     #[arg(long, env = "KUBE_WS_PROXY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -49,6 +55,22 @@ pub struct ProcessArgs {
         value_name = "DURATION"
     )]
     pub memory_trim_interval: Duration,
+}
+
+/// Settings a config file gave: each key (a long flag name) with its values as given.
+pub type FileSettings = BTreeMap<String, Vec<String>>;
+
+/// What reading the configuration again needs, and what the file said (filled by
+/// [`crate::config_file`] beside the flags it read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigOrigin {
+    /// The command line the proxy started with (it wins over the file, read again or not).
+    pub argv: Vec<OsString>,
+    /// The settings the file gave, other than its clusters (`cluster:`, `clusters:`): each key
+    /// the file set and no flag above it overrode, with its values as given.
+    pub file_settings: FileSettings,
+    /// A digest of the file as it was read (`config_file::digest`), to tell when it changes.
+    pub file_digest: u64,
 }
 
 /// How log lines are written.

@@ -8,7 +8,7 @@ use super::values::parse_duration;
 use crate::proxy::upstream::streaming::UpstreamStreaming;
 
 /// Streaming.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Streaming")]
 pub struct StreamingArgs {
     /// How v5 exec/attach and the port-forward tunnel go upstream.

@@ -8,7 +8,7 @@ use super::clusters::{parse_cluster_flag, ClusterEntry, ClusterFlag};
 use crate::proxy::upstream::source::UpstreamFlags;
 
 /// Upstream.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Upstream")]
 pub struct UpstreamArgs {
     /// URL of the upstream API server (or kubelet), e.g. https://10.0.0.1:6443.

@@ -300,9 +300,10 @@ async fn close_client<R, W>(
             return;
         }
         (ClientLast::Violation(frame), _) => frame,
-        (ClientLast::Nothing, TunnelEnd::Drained) => {
-            CloseFrame::new(CloseCode::AWAY, "kube-ws-proxy is shutting down")
-        }
+        (ClientLast::Nothing, TunnelEnd::Drained) => CloseFrame::new(
+            CloseCode::AWAY,
+            "kube-ws-proxy is shutting down, or the cluster left its configuration",
+        ),
         (ClientLast::Nothing, TunnelEnd::IdleTimeout) => CloseFrame::new(
             CloseCode::NORMAL,
             "idle: no data either way for the stream idle timeout (kube-ws-proxy)",

@@ -50,6 +50,24 @@ pub fn run_to_exit_with_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>
     (code, stderr)
 }
 
+/// A plain HTTP/1.1 GET of `target` (sent byte for byte) on `addr`: the status code and body.
+pub fn http_get(addr: SocketAddr, target: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_owned())
+}
+
 /// A running proxy process; killed on drop.
 pub struct ProxyProcess {
     pub addr: SocketAddr,
@@ -209,10 +227,26 @@ impl ProxyProcess {
 
     /// Sends SIGTERM (what the kubelet does when a pod stops).
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends SIGHUP (reload the config file).
+    pub fn hangup(&self) {
+        self.signal(libc::SIGHUP);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            libc::kill(self.child.id() as libc::pid_t, signal);
         }
+    }
+
+    /// The value of the series `series` (`name` or `name{labels}`, as exposed) on `/metrics`.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = http_get(self.admin_addr, "/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
     /// Waits for the process to exit, returning its exit code.

@@ -37,6 +37,18 @@ impl FrontDoor {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// Routes new requests among `fleet` from now on; requests already routed, and their
+    /// sessions, keep the cluster they got.
+    pub fn replace_fleet(&self, fleet: Fleet) {
+        in_service(&self.shared, &fleet);
+        let fleet = Arc::new(fleet);
+        // The old generation is dropped after the lock is released.
+        let _old = std::mem::replace(
+            &mut *self.fleet.write().unwrap_or_else(PoisonError::into_inner),
+            fleet,
+        );
+    }
 }
 
 /// What is done for a set of clusters before it serves: each cluster's metric series that must

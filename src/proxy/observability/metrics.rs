@@ -195,6 +195,14 @@ pub struct Metrics {
     recording: RecordingCounters,
     memory: MemoryFamilies,
     upstream_ready: IntGaugeVec,
+    config: ConfigFamilies,
+}
+
+/// Reloads of the configuration (`--config`) and the generation being served.
+#[derive(Debug, Clone)]
+struct ConfigFamilies {
+    reloads: IntCounterVec,
+    generation: IntGauge,
 }
 
 /// What sessions hold of the session memory budget (`--session-memory-budget`), read from it
@@ -316,6 +324,7 @@ impl Metrics {
                  /readyz probe.",
                 &["cluster"],
             ),
+            config: ConfigFamilies::register(&r),
             registry,
         }
     }
@@ -494,6 +503,20 @@ impl Metrics {
         self.certificate_reloads.with_label_values(&[result]).inc();
     }
 
+    /// Counts a reload of the configuration: `ok` (its clusters now serve new requests) or
+    /// failed (refused: the previous configuration still serves).
+    pub fn config_reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.config.reloads.with_label_values(&[result]).inc();
+    }
+
+    /// Says which generation of the configuration serves new requests.
+    pub fn config_generation(&self, generation: u64) {
+        self.config
+            .generation
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
+    }
+
     /// The Prometheus text exposition of every family.
     pub fn render(&self) -> Vec<u8> {
         // Read when asked rather than kept up to date: the runtime counts its tasks anyway.
@@ -617,6 +640,29 @@ impl RefusalFamilies {
                 &["reason"],
             ),
         }
+    }
+}
+
+impl ConfigFamilies {
+    fn register(r: &Register<'_>) -> Self {
+        let config = ConfigFamilies {
+            reloads: r.counter(
+                "kube_ws_proxy_config_reloads_total",
+                "Reloads of the --config file (on a change of it, or SIGHUP), by result: ok, or \
+                 failed (refused: the previous configuration still serves).",
+                &["result"],
+            ),
+            generation: r.plain_gauge(
+                "kube_ws_proxy_config_generation",
+                "The generation of the configuration serving new requests: 1 at start, one \
+                 more at each reload that succeeded.",
+            ),
+        };
+        for result in ["ok", "failed"] {
+            config.reloads.with_label_values(&[result]);
+        }
+        config.generation.set(1);
+        config
     }
 }
 
@@ -1002,7 +1048,7 @@ mod tests {
             ("outcome", set(&OUTCOMES.map(SessionOutcome::label))),
             ("direction", set(&["up", "down"])),
             ("http_version", set(&["1.1", "2"])),
-            ("result", set(&["reloaded", "failed"])),
+            ("result", set(&["reloaded", "ok", "failed"])),
             ("limit", set(&["session", "budget"])),
             ("reason", set(&reasons)),
             ("code", set(&codes)),

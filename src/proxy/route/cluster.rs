@@ -7,6 +7,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
 use crate::proxy::auth::Authenticator;
 use crate::proxy::observability::metrics::ClusterLabel;
@@ -86,6 +88,9 @@ pub struct Cluster {
     sessions: Arc<AtomicUsize>,
     /// Its `cluster` label in metrics: its name, or [`DEFAULT_CLUSTER`].
     label: ClusterLabel,
+    /// Fires when its sessions must end now: the proxy's drain timeout has passed, or the
+    /// cluster left the configuration and its own drain timeout has.
+    stop: CancellationToken,
 }
 
 impl Cluster {
@@ -108,7 +113,26 @@ impl Cluster {
             streaming_memory: StreamingMemory::default(),
             readiness: Readiness::new(READY_CACHE),
             sessions: Arc::default(),
+            stop: CancellationToken::new(),
         }
+    }
+
+    /// The cluster, its sessions told to stop by `stop` (a child of the proxy's own stop
+    /// signal, so that a shutdown reaches them too).
+    pub fn stopped_by(mut self, stop: CancellationToken) -> Cluster {
+        self.stop = stop;
+        self
+    }
+
+    /// Fires when its sessions must end now.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Tells its running sessions to end now (it has left the configuration and its drain
+    /// timeout has passed): each ends as a shutdown ends it.
+    pub fn stop_sessions(&self) {
+        self.stop.cancel();
     }
 
     /// The counter of its running sessions (a session's slot holds it while it runs).

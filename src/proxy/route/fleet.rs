@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::cluster::{Cluster, ClusterName};
+use super::cluster::{Cluster, ClusterName, DEFAULT_CLUSTER};
 use crate::request::cluster_prefix::{self, ClusterPrefix, PrefixRefusal};
 use crate::request::target::{RequestTarget, TargetError};
 
@@ -32,6 +32,13 @@ pub enum FleetError {
     /// Neither an unnamed upstream nor a named cluster.
     #[error("no cluster is configured")]
     Empty,
+    /// A cluster named `default` beside the unnamed upstream, whose name in metrics, logs,
+    /// audit events and `/readyz?cluster=` is `default` too: the two could not be told apart.
+    #[error(
+        "a cluster named {0:?} beside --upstream/--kubeconfig/--in-cluster: that name is the \
+         unnamed upstream's in metrics, logs and audit events; name the cluster otherwise"
+    )]
+    DefaultTaken(&'static str),
 }
 
 /// Where a request goes: its cluster, and the target to send there.
@@ -69,24 +76,42 @@ impl Fleet {
         default: Option<Cluster>,
         named: impl IntoIterator<Item = Cluster>,
     ) -> Result<Fleet, FleetError> {
+        Fleet::of_shared(default.map(Arc::new), named.into_iter().map(Arc::new))
+    }
+
+    /// As [`Fleet::new`], with clusters that may serve in another generation too (a reload
+    /// keeps those it did not change).
+    pub fn of_shared(
+        default: Option<Arc<Cluster>>,
+        named: impl IntoIterator<Item = Arc<Cluster>>,
+    ) -> Result<Fleet, FleetError> {
         let mut fleet = Fleet {
-            default: default.map(Arc::new),
+            default,
             named: BTreeMap::new(),
         };
         for cluster in named {
             let name = cluster.name.clone().expect("a named cluster has a name");
-            if fleet
-                .named
-                .insert(name.clone(), Arc::new(cluster))
-                .is_some()
-            {
+            if fleet.named.insert(name.clone(), cluster).is_some() {
                 return Err(FleetError::Duplicate(name.to_string()));
             }
         }
         if fleet.default.is_none() && fleet.named.is_empty() {
             return Err(FleetError::Empty);
         }
+        if fleet.default.is_some()
+            && fleet
+                .named
+                .keys()
+                .any(|name| name.as_str() == DEFAULT_CLUSTER)
+        {
+            return Err(FleetError::DefaultTaken(DEFAULT_CLUSTER));
+        }
         Ok(fleet)
+    }
+
+    /// The upstream of requests without a cluster prefix, if there is one.
+    pub fn unnamed(&self) -> Option<&Arc<Cluster>> {
+        self.default.as_ref()
     }
 
     /// Where the request with path `raw_path` and query `query` as sent, read as `target`,
@@ -252,5 +277,20 @@ mod tests {
         );
         assert_eq!(twice.err(), Some(FleetError::Duplicate("a".into())));
         assert_eq!(Fleet::new(None, []).err(), Some(FleetError::Empty));
+    }
+
+    #[test]
+    fn default_is_the_unnamed_upstreams_name_when_there_is_one() {
+        let beside = Fleet::new(
+            Some(cluster(None, "http://127.0.0.1:1")),
+            [cluster(Some("default"), "http://127.0.0.1:2")],
+        );
+        assert_eq!(
+            beside.err(),
+            Some(FleetError::DefaultTaken(DEFAULT_CLUSTER))
+        );
+        // Without an unnamed upstream the name is free.
+        let alone = Fleet::new(None, [cluster(Some("default"), "http://127.0.0.1:2")]).unwrap();
+        assert_eq!(route(&alone, "/clusters/default/api").unwrap().0, "default");
     }
 }

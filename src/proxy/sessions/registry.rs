@@ -70,6 +70,7 @@ impl Sessions {
                         sessions: self.clone(),
                         connection_hold: None,
                         cluster_sessions: None,
+                        stop: self.stop.clone(),
                     })
                 }
                 Err(now) => current = now,
@@ -97,6 +98,12 @@ impl Sessions {
         self.stop.cancel();
     }
 
+    /// A stop signal for one cluster's sessions: fired by [`Sessions::stop_all`] too, or on its
+    /// own when the cluster leaves the configuration.
+    pub fn cluster_stop(&self) -> CancellationToken {
+        self.stop.child_token()
+    }
+
     /// Resolves once no session is running.
     pub async fn wait_idle(&self) {
         loop {
@@ -118,6 +125,8 @@ pub struct SessionSlot {
     connection_hold: Option<RequestInFlight>,
     /// The running sessions of the session's cluster, which count it while it runs.
     cluster_sessions: Option<Arc<AtomicUsize>>,
+    /// Fires when the session must end now: the proxy's stop, or its cluster's.
+    stop: CancellationToken,
 }
 
 impl SessionSlot {
@@ -128,17 +137,20 @@ impl SessionSlot {
         self
     }
 
-    /// The slot, counted among `cluster`'s running sessions until it drops.
+    /// The slot, counted among `cluster`'s running sessions until it drops, and stopped with
+    /// them (the cluster's stop signal is a child of the proxy's, [`Sessions::cluster_stop`]).
     pub fn of_cluster(mut self, cluster: &Cluster) -> SessionSlot {
         let count = cluster.session_count();
         count.fetch_add(1, Ordering::AcqRel);
         self.cluster_sessions = Some(count);
+        self.stop = cluster.stop_token();
         self
     }
 
-    /// Fires when the session must end now because of a shutdown.
+    /// Fires when the session must end now: a shutdown's drain timeout has passed, or that of
+    /// its cluster leaving the configuration.
     pub fn stop_token(&self) -> CancellationToken {
-        self.sessions.stop.clone()
+        self.stop.clone()
     }
 }
 
@@ -179,5 +191,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(s.active(), 0);
+    }
+
+    #[test]
+    fn a_cluster_stops_its_own_sessions_and_a_shutdown_stops_all() {
+        use crate::proxy::auth::Authenticator;
+        use crate::proxy::upstream::endpoint::{Upstream, UpstreamTls};
+        let s = Sessions::new(None);
+        let cluster = |port: u16| {
+            let url = format!("http://127.0.0.1:{port}");
+            Cluster::new(
+                None,
+                Upstream::from_url(&url, UpstreamTls::default()).unwrap(),
+                Authenticator::passthrough(),
+                Default::default(),
+            )
+            .stopped_by(s.cluster_stop())
+        };
+        let (a, b) = (cluster(1), cluster(2));
+        let on_a = s.admit().unwrap().of_cluster(&a);
+        let on_b = s.admit().unwrap().of_cluster(&b);
+        let unrouted = s.admit().unwrap();
+        a.stop_sessions();
+        assert!(on_a.stop_token().is_cancelled());
+        assert!(!on_b.stop_token().is_cancelled());
+        assert!(!unrouted.stop_token().is_cancelled());
+        s.stop_all();
+        assert!(on_b.stop_token().is_cancelled());
+        assert!(unrouted.stop_token().is_cancelled());
     }
 }

@@ -54,7 +54,7 @@ const SERVICE_PORT: &str = "KUBERNETES_SERVICE_PORT";
 
 /// The flags that say where the upstream is and how to reach it (filled from the command
 /// line by the binary; the proxy does not read its command line itself).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamFlags {
     /// `--upstream`.
     pub upstream: Option<String>,

@@ -81,13 +81,15 @@ impl EndStatus {
         }
     }
 
-    /// Shutdown: the command is still running; the client is told so rather than cut off.
+    /// Shutdown, or the session's cluster left the proxy's configuration: the command is
+    /// still running; the client is told so rather than cut off.
     fn drained() -> EndStatus {
         EndStatus {
             status: Status::failure(
                 503,
                 "ServiceUnavailable",
-                "kube-ws-proxy is shutting down: the session was ended after the drain timeout"
+                "kube-ws-proxy ended the session after the drain timeout: the proxy is shutting \
+                 down, or the session's cluster left its configuration"
                     .into(),
             ),
             kind: SessionEndKind::Drained,
