@@ -154,6 +154,11 @@ const KUSTOMIZATIONS: &[Kustomization] = &[
         node_file: None,
     },
     Kustomization {
+        dir: "deploy/overlays/fleet",
+        example: Some("config/fleet.yaml"),
+        node_file: None,
+    },
+    Kustomization {
         dir: "deploy/overlays/sidecar",
         example: Some("config/sidecar.yaml"),
         node_file: Some(("/etc/kubernetes/kube-ws-proxy.yaml", "config/sidecar.yaml")),
@@ -260,6 +265,52 @@ fn kustomizations_render_and_validate_against_1_27_and_1_33() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The fleet's cluster list is reloaded in place: its ConfigMap keeps one name (a generated
+/// name would roll the pods on every edit instead), and the pod mounts it without subPath (a
+/// subPath mount never sees an update). Each cluster's credentials come from a Secret of its
+/// own.
+#[test]
+fn fleet_overlay_reloads_its_clusters_in_place() {
+    let Some(all) = rendered() else { return };
+    let (_, objects) = all
+        .iter()
+        .find(|(k, _)| k.dir == "deploy/overlays/fleet")
+        .unwrap();
+    let config_maps: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ConfigMap")
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(config_maps, ["kube-ws-proxy-config"]);
+    let (_, pod) = pod_specs(objects).into_iter().next().unwrap();
+    let container = &list(&pod["containers"])[0];
+    for mount in list(&container["volumeMounts"]) {
+        assert!(mount.get("subPath").is_none(), "{mount}: a subPath mount");
+    }
+    let secrets: Vec<&str> = list(&pod["volumes"])
+        .iter()
+        .flat_map(|v| list(&v["projected"]["sources"]))
+        .filter_map(|src| src["secret"]["name"].as_str())
+        .filter(|name| name.starts_with("kube-ws-proxy-cluster-"))
+        .collect();
+    let s = kube_ws_proxy::config_file::parse_args([
+        "kube-ws-proxy".to_owned(),
+        format!("--config={}", root().join("config/fleet.yaml").display()),
+    ])
+    .unwrap()
+    .serve;
+    let names: Vec<String> = s
+        .upstream
+        .file_clusters
+        .iter()
+        .map(|c| format!("kube-ws-proxy-cluster-{}", c.name))
+        .collect();
+    assert_eq!(
+        secrets, names,
+        "one Secret per cluster, in the file's order"
+    );
 }
 
 #[test]
@@ -494,6 +545,33 @@ fn effective_settings(
         .serve
 }
 
+/// The files each named cluster of the config file opens: its own kubeconfig, CA and
+/// credentials (`--cluster NAME=URL` opens only the proxy's `--upstream-ca-file`, listed
+/// already).
+fn cluster_files(s: &ServeArgs) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for c in &s.upstream.file_clusters {
+        let files = [
+            &c.kubeconfig,
+            &c.upstream_ca_file,
+            &c.upstream_token_file,
+            &c.upstream_client_cert_file,
+            &c.upstream_client_key_file,
+            &c.front_proxy_client_cert_file,
+            &c.front_proxy_client_key_file,
+        ];
+        paths.extend(files.into_iter().flatten().cloned());
+        if c.in_cluster {
+            let dir = c
+                .service_account_dir
+                .clone()
+                .unwrap_or_else(|| s.upstream.service_account_dir.clone());
+            paths.push(dir.join("ca.crt"));
+        }
+    }
+    paths
+}
+
 /// A container port by name or number.
 fn port_number(container: &Value, port: &Value) -> u64 {
     port.as_u64().unwrap_or_else(|| {
@@ -538,6 +616,7 @@ fn rendered_pods_match_what_the_binary_reads() {
                     &s.listeners.client_ca_file,
                 ];
                 let mut paths: Vec<PathBuf> = files.into_iter().flatten().cloned().collect();
+                paths.extend(cluster_files(&s));
                 if s.upstream.in_cluster {
                     // Passthrough sends no credentials of the proxy's own: the CA is enough.
                     if s.auth.auth_mode != AuthMode::Passthrough {

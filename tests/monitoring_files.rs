@@ -358,6 +358,8 @@ fn every_alert_waits_has_a_severity_and_says_which_cluster() {
         "KubeWsProxyRecordingFailures",
         "KubeWsProxyAuditWriteFailures",
         "KubeWsProxyAuditEventsDropped",
+        "KubeWsProxyConfigReloadFailed",
+        "KubeWsProxyServingCertificateReloadFailed",
     ] {
         assert!(alerts.contains(expected), "no {expected}");
     }

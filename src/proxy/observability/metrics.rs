@@ -190,6 +190,8 @@ pub struct Metrics {
     requests: RequestFamilies,
     handler_panics: IntCounter,
     certificate_reloads: IntCounterVec,
+    /// 1 until a changed pair is refused, then 0 until one is served.
+    certificate_last_reload_ok: IntGauge,
     tasks_alive: IntGauge,
     audit: AuditCounters,
     recording: RecordingCounters,
@@ -203,6 +205,9 @@ pub struct Metrics {
 struct ConfigFamilies {
     reloads: IntCounterVec,
     generation: IntGauge,
+    /// 1 until a reload fails, then 0 until one succeeds: a refused file stays refused until
+    /// it changes, which a counter's rate would forget.
+    last_ok: IntGauge,
 }
 
 /// What sessions hold of the session memory budget (`--session-memory-budget`), read from it
@@ -294,7 +299,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
         let r = Register(&registry);
-        Metrics {
+        let metrics = Metrics {
             tasks_alive: r.plain_gauge(
                 "kube_ws_proxy_runtime_tasks_alive",
                 "Tasks alive on the proxy's async runtime (every connection and session holds a \
@@ -314,6 +319,11 @@ impl Metrics {
                  is still served).",
                 &["result"],
             ),
+            certificate_last_reload_ok: r.plain_gauge(
+                "kube_ws_proxy_serving_certificate_last_reload_successful",
+                "Whether the main listener's last look at changed certificate files served \
+                 them: 1 (also before any change), or 0 (the previous pair is still served).",
+            ),
             audit: audit_counters(&r),
             recording: recording_counters(&r),
             memory: MemoryFamilies::register(&r),
@@ -326,7 +336,9 @@ impl Metrics {
             ),
             config: ConfigFamilies::register(&r),
             registry,
-        }
+        };
+        metrics.certificate_last_reload_ok.set(1);
+        metrics
     }
 
     /// Reports `budget` (the proxy's: the last one given).
@@ -501,6 +513,7 @@ impl Metrics {
     pub fn serving_certificate_reload(&self, reloaded: bool) {
         let result = if reloaded { "reloaded" } else { "failed" };
         self.certificate_reloads.with_label_values(&[result]).inc();
+        self.certificate_last_reload_ok.set(i64::from(reloaded));
     }
 
     /// Counts a reload of the configuration: `ok` (its clusters now serve new requests) or
@@ -508,6 +521,7 @@ impl Metrics {
     pub fn config_reload(&self, ok: bool) {
         let result = if ok { "ok" } else { "failed" };
         self.config.reloads.with_label_values(&[result]).inc();
+        self.config.last_ok.set(i64::from(ok));
     }
 
     /// Says which generation of the configuration serves new requests.
@@ -657,11 +671,17 @@ impl ConfigFamilies {
                 "The generation of the configuration serving new requests: 1 at start, one \
                  more at each reload that succeeded.",
             ),
+            last_ok: r.plain_gauge(
+                "kube_ws_proxy_config_last_reload_successful",
+                "Whether the last reload of the --config file succeeded: 1 (also before any), \
+                 or 0 (the file was refused and the previous configuration still serves).",
+            ),
         };
         for result in ["ok", "failed"] {
             config.reloads.with_label_values(&[result]);
         }
         config.generation.set(1);
+        config.last_ok.set(1);
         config
     }
 }
@@ -1175,6 +1195,28 @@ mod tests {
         let text = String::from_utf8(m.render()).unwrap();
         assert!(!text.contains(r#"kube_ws_proxy_upstream_ready{cluster="prod-us"}"#));
         assert!(text.contains(r#"kube_ws_proxy_upstream_ready{cluster="prod-eu"} 1"#));
+    }
+
+    #[test]
+    fn last_reload_gauges_stay_down_until_a_reload_succeeds() {
+        let m = Metrics::new();
+        let gauges = |m: &Metrics| {
+            let text = String::from_utf8(m.render()).unwrap();
+            [
+                "kube_ws_proxy_config_last_reload_successful",
+                "kube_ws_proxy_serving_certificate_last_reload_successful",
+            ]
+            .map(|family| family_sum(&text, family))
+        };
+        assert_eq!(gauges(&m), [1, 1], "nothing reloaded yet");
+        m.config_reload(false);
+        m.serving_certificate_reload(false);
+        assert_eq!(gauges(&m), [0, 0]);
+        m.config_reload(false);
+        assert_eq!(gauges(&m), [0, 0]);
+        m.config_reload(true);
+        m.serving_certificate_reload(true);
+        assert_eq!(gauges(&m), [1, 1]);
     }
 
     /// The sum of every series of `family` (its counter or gauge values, all labels).
