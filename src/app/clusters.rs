@@ -34,6 +34,8 @@ pub(super) struct ClusterSpec {
     /// The front-proxy client certificate and key, for `front-proxy` mode.
     front_proxy: (Option<PathBuf>, Option<PathBuf>),
     streaming: UpstreamStreaming,
+    /// Its own bound on running sessions (`max-sessions` of its entry).
+    max_sessions: Option<usize>,
     /// Digests of its kubeconfig and CA file as they were read (`None`: not there). Tokens
     /// and client certificates are re-read when they rotate, so they are not among them.
     files: Vec<Option<u64>>,
@@ -54,6 +56,7 @@ impl ClusterSpec {
             mode,
             front_proxy,
             streaming,
+            max_sessions: None,
             files,
         }
     }
@@ -222,7 +225,13 @@ fn from_entry(entry: &ClusterEntry, args: &ServeArgs) -> Result<ClusterSpec, Sta
         upstream_client_cert_file: entry.upstream_client_cert_file.clone(),
         upstream_client_key_file: entry.upstream_client_key_file.clone(),
     };
-    Ok(ClusterSpec::new(
+    if entry.max_sessions == Some(0) {
+        return Err(StartError::Upstream(format!(
+            "cluster {name}: max-sessions must be at least 1 (leave it out for no limit of its \
+             own)"
+        )));
+    }
+    let mut spec = ClusterSpec::new(
         Some(name),
         flags,
         entry.auth_mode.unwrap_or(args.auth.auth_mode),
@@ -233,7 +242,9 @@ fn from_entry(entry: &ClusterEntry, args: &ServeArgs) -> Result<ClusterSpec, Sta
         entry
             .upstream_streaming
             .unwrap_or(args.streaming.upstream_streaming),
-    ))
+    );
+    spec.max_sessions = entry.max_sessions;
+    Ok(spec)
 }
 
 /// One cluster: its upstream for proxied traffic and its caller authentication.
@@ -269,7 +280,11 @@ pub(super) fn build(
     .map_err(named)?;
     warn_plain_http(&setup, &upstream);
     let auth = authenticator(&setup, &source).map_err(named)?;
-    Ok(Cluster::new(spec.name.clone(), upstream, auth, spec.streaming).stopped_by(stop))
+    Ok(
+        Cluster::new(spec.name.clone(), upstream, auth, spec.streaming)
+            .with_max_sessions(spec.max_sessions)
+            .stopped_by(stop),
+    )
 }
 
 /// The upstream reached with `client_cert` (if any) presented.

@@ -69,6 +69,9 @@ pub struct ClusterEntry {
     pub front_proxy_client_key_file: Option<PathBuf>,
     /// How its streaming sessions go upstream (default: the proxy's `--upstream-streaming`).
     pub upstream_streaming: Option<UpstreamStreaming>,
+    /// At most this many of its sessions at once (beyond: 429), within the proxy's
+    /// `--max-sessions`; so that one slow or hung cluster cannot hold every slot.
+    pub max_sessions: Option<usize>,
 }
 
 #[cfg(test)]

@@ -341,8 +341,8 @@ async fn refresh_readiness(front: Arc<FrontDoor>) {
     }
 }
 
-/// `/clusters`: every cluster with its upstream, streaming mode, readiness and running
-/// sessions, as JSON.
+/// `/clusters`: every cluster with its upstream, streaming mode, readiness, running sessions
+/// and their limit (`null`: only the proxy's), as JSON.
 async fn clusters_page(front: &FrontDoor) -> Response<Full<Bytes>> {
     let fleet = front.fleet();
     let clusters: Vec<&Arc<Cluster>> = fleet.clusters().collect();
@@ -361,6 +361,7 @@ async fn clusters_page(front: &FrontDoor) -> Response<Full<Bytes>> {
                 "ready": verdict.is_ok(),
                 "notReadyBecause": verdict.err(),
                 "sessions": cluster.active_sessions(),
+                "maxSessions": cluster.max_sessions(),
             })
         })
         .collect();

@@ -641,7 +641,7 @@ async fn open_session(
             return Ok(refusal.response());
         }
     };
-    let slot = match state.sessions.admit() {
+    let slot = match state.sessions.admit(&state.cluster) {
         Ok(slot) => slot,
         Err(refusal) => return Ok(refuse(&state, refusal)),
     };
@@ -649,7 +649,6 @@ async fn open_session(
     // An HTTP/1.1 upgrade takes its connection away from hyper; an HTTP/2 one is a stream the
     // connection must stay open for: it is busy (never idle-closed) until the session ends.
     let slot = slot
-        .of_cluster(&state.cluster)
         .holding((form == HandshakeForm::ExtendedConnect).then(|| conn.activity.request_started()));
     let kind = session.first_kind(state.cluster.upstream_streaming);
     let (running, hangup) = task::admit(&state, slot, form, kind);
@@ -828,8 +827,8 @@ async fn kubelet_run(
     let Some(run) = KubeletRun::read(&parts.method, target, form) else {
         return bad_request(state, "not a kubelet run");
     };
-    let slot = match state.sessions.admit() {
-        Ok(slot) => slot.of_cluster(&state.cluster),
+    let slot = match state.sessions.admit(&state.cluster) {
+        Ok(slot) => slot,
         Err(refusal) => return refuse(state, refusal),
     };
     let form = match parts.version {
@@ -898,16 +897,18 @@ async fn authenticate(
 /// while draining, each with a Kubernetes Status.
 fn refuse(state: &ProxyState, refusal: Refusal) -> Response<ProxyBody> {
     match refusal {
-        Refusal::Full => {
+        Refusal::Full | Refusal::ClusterFull => {
             state.metrics.handshake_rejected(
                 state.cluster.metrics_label(),
                 HandshakeRejection::TooManySessions,
             );
-            let mut resp = failure(
-                StatusCode::TOO_MANY_REQUESTS,
-                "TooManyRequests",
-                "kube-ws-proxy is at its session limit (--max-sessions); try again later",
-            );
+            let message = if refusal == Refusal::Full {
+                "kube-ws-proxy is at its session limit (--max-sessions); try again later"
+            } else {
+                "kube-ws-proxy runs as many sessions to this cluster as it may (its \
+                 max-sessions); try again later"
+            };
+            let mut resp = failure(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message);
             resp.headers_mut().insert(
                 http::header::RETRY_AFTER,
                 http::HeaderValue::from_static("1"),

@@ -86,6 +86,8 @@ pub struct Cluster {
     pub readiness: Arc<Readiness>,
     /// Its running sessions.
     sessions: Arc<AtomicUsize>,
+    /// At most this many of them at once (its `max-sessions`; `None`: only the proxy's limit).
+    max_sessions: Option<usize>,
     /// Its `cluster` label in metrics: its name, or [`DEFAULT_CLUSTER`].
     label: ClusterLabel,
     /// Fires when its sessions must end now: the proxy's drain timeout has passed, or the
@@ -113,8 +115,17 @@ impl Cluster {
             streaming_memory: StreamingMemory::default(),
             readiness: Readiness::new(READY_CACHE),
             sessions: Arc::default(),
+            max_sessions: None,
             stop: CancellationToken::new(),
         }
+    }
+
+    /// The cluster, running at most `max` sessions at once (`None`: only the proxy's
+    /// `--max-sessions` bounds them), so that one slow or hung cluster cannot hold every slot
+    /// of the proxy.
+    pub fn with_max_sessions(mut self, max: Option<usize>) -> Cluster {
+        self.max_sessions = max;
+        self
     }
 
     /// The cluster, its sessions told to stop by `stop` (a child of the proxy's own stop
@@ -135,9 +146,29 @@ impl Cluster {
         self.stop.cancel();
     }
 
-    /// The counter of its running sessions (a session's slot holds it while it runs).
-    pub fn session_count(&self) -> Arc<AtomicUsize> {
-        self.sessions.clone()
+    /// Counts one more running session, unless it already runs its `max-sessions`: the counter
+    /// a session's slot holds (and decrements) while it runs.
+    pub fn count_session(&self) -> Option<Arc<AtomicUsize>> {
+        let mut current = self.sessions.load(Ordering::Acquire);
+        loop {
+            if self.max_sessions.is_some_and(|max| current >= max) {
+                return None;
+            }
+            match self.sessions.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(self.sessions.clone()),
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// Its `max-sessions`, if it has one.
+    pub fn max_sessions(&self) -> Option<usize> {
+        self.max_sessions
     }
 
     /// How many of its sessions run now.

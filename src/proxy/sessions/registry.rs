@@ -33,6 +33,8 @@ pub struct Sessions {
 pub enum Refusal {
     /// `--max-sessions` sessions are running.
     Full,
+    /// The session's cluster runs its own `max-sessions`.
+    ClusterFull,
     /// The proxy is shutting down.
     Draining,
 }
@@ -49,8 +51,19 @@ impl Sessions {
         })
     }
 
-    /// Takes a slot for a new session, released when the returned guard drops.
-    pub fn admit(self: &Arc<Self>) -> Result<SessionSlot, Refusal> {
+    /// Takes a slot for a new session to `cluster`, counted among the proxy's and the
+    /// cluster's running sessions and stopped with the cluster's (its stop signal is a child of
+    /// the proxy's, [`Sessions::cluster_stop`]); released when the returned guard drops.
+    pub fn admit(self: &Arc<Self>, cluster: &Cluster) -> Result<SessionSlot, Refusal> {
+        let mut slot = self.admit_to_proxy()?;
+        // Refused here, the proxy's slot is released as `slot` drops.
+        slot.cluster_sessions = Some(cluster.count_session().ok_or(Refusal::ClusterFull)?);
+        slot.stop = cluster.stop_token();
+        Ok(slot)
+    }
+
+    /// A slot among the proxy's `--max-sessions`.
+    fn admit_to_proxy(self: &Arc<Self>) -> Result<SessionSlot, Refusal> {
         if self.is_draining() {
             return Err(Refusal::Draining);
         }
@@ -137,16 +150,6 @@ impl SessionSlot {
         self
     }
 
-    /// The slot, counted among `cluster`'s running sessions until it drops, and stopped with
-    /// them (the cluster's stop signal is a child of the proxy's, [`Sessions::cluster_stop`]).
-    pub fn of_cluster(mut self, cluster: &Cluster) -> SessionSlot {
-        let count = cluster.session_count();
-        count.fetch_add(1, Ordering::AcqRel);
-        self.cluster_sessions = Some(count);
-        self.stop = cluster.stop_token();
-        self
-    }
-
     /// Fires when the session must end now: a shutdown's drain timeout has passed, or that of
     /// its cluster leaving the configuration.
     pub fn stop_token(&self) -> CancellationToken {
@@ -168,17 +171,30 @@ impl Drop for SessionSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::auth::Authenticator;
+    use crate::proxy::upstream::endpoint::{Upstream, UpstreamTls};
+
+    fn cluster(port: u16) -> Cluster {
+        let url = format!("http://127.0.0.1:{port}");
+        Cluster::new(
+            None,
+            Upstream::from_url(&url, UpstreamTls::default()).unwrap(),
+            Authenticator::passthrough(),
+            Default::default(),
+        )
+    }
 
     #[tokio::test]
     async fn limit_drain_and_idle() {
         let s = Sessions::new(Some(2));
-        let a = s.admit().unwrap();
-        let b = s.admit().unwrap();
-        assert_eq!(s.admit().unwrap_err(), Refusal::Full);
+        let on = cluster(1);
+        let a = s.admit(&on).unwrap();
+        let b = s.admit(&on).unwrap();
+        assert_eq!(s.admit(&on).unwrap_err(), Refusal::Full);
         drop(a);
-        let c = s.admit().unwrap();
+        let c = s.admit(&on).unwrap();
         s.start_drain();
-        assert_eq!(s.admit().unwrap_err(), Refusal::Draining);
+        assert_eq!(s.admit(&on).unwrap_err(), Refusal::Draining);
         let waiter = tokio::spawn({
             let s = s.clone();
             async move { s.wait_idle().await }
@@ -195,29 +211,38 @@ mod tests {
 
     #[test]
     fn a_cluster_stops_its_own_sessions_and_a_shutdown_stops_all() {
-        use crate::proxy::auth::Authenticator;
-        use crate::proxy::upstream::endpoint::{Upstream, UpstreamTls};
         let s = Sessions::new(None);
-        let cluster = |port: u16| {
-            let url = format!("http://127.0.0.1:{port}");
-            Cluster::new(
-                None,
-                Upstream::from_url(&url, UpstreamTls::default()).unwrap(),
-                Authenticator::passthrough(),
-                Default::default(),
-            )
-            .stopped_by(s.cluster_stop())
-        };
-        let (a, b) = (cluster(1), cluster(2));
-        let on_a = s.admit().unwrap().of_cluster(&a);
-        let on_b = s.admit().unwrap().of_cluster(&b);
-        let unrouted = s.admit().unwrap();
+        let a = cluster(1).stopped_by(s.cluster_stop());
+        let b = cluster(2).stopped_by(s.cluster_stop());
+        let on_a = s.admit(&a).unwrap();
+        let on_b = s.admit(&b).unwrap();
         a.stop_sessions();
         assert!(on_a.stop_token().is_cancelled());
         assert!(!on_b.stop_token().is_cancelled());
-        assert!(!unrouted.stop_token().is_cancelled());
         s.stop_all();
         assert!(on_b.stop_token().is_cancelled());
-        assert!(unrouted.stop_token().is_cancelled());
+    }
+
+    #[test]
+    fn a_cluster_runs_at_most_its_own_max_sessions_and_the_proxys() {
+        let s = Sessions::new(Some(3));
+        let small = cluster(1).with_max_sessions(Some(1));
+        let other = cluster(2);
+        let first = s.admit(&small).unwrap();
+        assert_eq!(s.admit(&small).unwrap_err(), Refusal::ClusterFull);
+        // The refused one held no slot of the proxy's, nor of the cluster's.
+        assert_eq!((s.active(), small.active_sessions()), (1, 1));
+        let o1 = s.admit(&other).unwrap();
+        let _o2 = s.admit(&other).unwrap();
+        assert_eq!(s.admit(&other).unwrap_err(), Refusal::Full);
+        drop(first);
+        assert_eq!(small.active_sessions(), 0);
+        assert_eq!(s.admit(&small).unwrap_err(), Refusal::Full);
+        drop(o1);
+        let _again = s.admit(&small).unwrap();
+        assert_eq!(
+            (s.active(), small.active_sessions(), other.active_sessions()),
+            (3, 1, 1)
+        );
     }
 }

@@ -166,7 +166,7 @@ mod tests {
             ..Shared::default()
         };
         let state = Arc::new(ProxyState::new(Arc::new(shared), Arc::new(cluster)));
-        let slot = state.sessions.admit().unwrap();
+        let slot = state.sessions.admit(&state.cluster).unwrap();
         let (running, _hangup) =
             admit(&state, slot, HandshakeForm::Http1Upgrade, SessionKind::Exec);
         let text = String::from_utf8(state.metrics.render()).unwrap();
