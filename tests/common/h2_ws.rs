@@ -114,6 +114,19 @@ impl H2Connection {
         send.send_request(req, false)
     }
 
+    /// A plain `GET` of `path` on the connection: the answer's status and body.
+    pub async fn get(&self, path: &str) -> (StatusCode, String) {
+        let req = Request::builder()
+            .method(Method::GET)
+            .uri(format!("https://{}{path}", self.authority))
+            .body(())
+            .unwrap();
+        let mut send = self.send.clone().ready().await.expect("connection ready");
+        let (answer, _) = send.send_request(req, true).expect("GET sent");
+        let (parts, body) = answer.await.expect("an answer").into_parts();
+        (parts.status, read_body(body).await)
+    }
+
     /// Opens a WebSocket on `path` offering `protocols`, as a browser would.
     pub async fn websocket(&self, path: &str, protocols: &str) -> Result<(H2Ws, String), Refused> {
         let mut headers = vec![("sec-websocket-version", "13")];
