@@ -359,3 +359,94 @@ async fn python_client_execs_on_two_clusters_by_path() {
     assert!(f.middlebox.websockets() >= 2);
     assert_no_prefix(&f);
 }
+
+/// The `demo` process, killed on drop.
+struct Demo(std::process::Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sessions the proxy admitted for `cluster`, from its metrics.
+fn admitted(metrics: &str, cluster: &str) -> u64 {
+    let prefix = format!("kube_ws_proxy_sessions_admitted_total{{cluster=\"{cluster}\",");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_serves_three_clusters_by_context() {
+    use std::io::BufRead;
+    let Some(k) = require_kubectl("1.33") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("demo.kubeconfig");
+    let mut child = Command::new(common::proxy_process::binary())
+        .args(["demo", "--listen", "127.0.0.1:0", "--kubeconfig"])
+        .arg(&kc)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let demo = Demo(child);
+    // What it prints, up to its last line (the kubeconfig is written by then).
+    let printed = tokio::task::spawn_blocking(move || {
+        let mut printed = String::new();
+        for line in out.lines() {
+            let line = line.unwrap();
+            printed += &line;
+            printed.push('\n');
+            if line.starts_with("Press Ctrl-C") {
+                return printed;
+            }
+        }
+        panic!("the demo ended: {printed}");
+    });
+    let printed = tokio::time::timeout(T, printed).await.unwrap().unwrap();
+    assert!(
+        printed.contains(&format!(
+            "--kubeconfig {} --context ws-only exec",
+            kc.display()
+        )),
+        "{printed}"
+    );
+    assert_eq!(
+        kubectl_contexts(&k, &kc).await,
+        ["new", "*old", "ws-only"],
+        "{printed}"
+    );
+    let admin: std::net::SocketAddr = printed
+        .split("admin listener: http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {printed}"));
+    // Each context reaches its own simulated cluster (each has its own scratch folder, where
+    // the pod's commands run), and the proxy counts the session for that cluster.
+    let mut folders = std::collections::BTreeSet::new();
+    for (name, _, _) in CLUSTERS {
+        let mut c = Command::new(&k);
+        c.arg("--kubeconfig")
+            .arg(&kc)
+            .args(["--context", name, "exec", "demo", "--", "pwd"])
+            .env_remove("KUBECONFIG")
+            .env("HOME", dir.path());
+        let o = run(c, None, T).await;
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        folders.insert(stdout(&o));
+        let (_, metrics) = common::proxy_process::http_get(admin, "/metrics");
+        assert_eq!(admitted(&metrics, name), 1, "{name}: {metrics}");
+    }
+    assert_eq!(folders.len(), CLUSTERS.len(), "{folders:?}");
+    drop(demo);
+}
