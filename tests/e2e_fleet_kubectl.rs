@@ -8,6 +8,7 @@
 
 use crate::common;
 use crate::e2e_fleet::{assert_no_prefix, cluster_flags, exercise, Fleet, CLUSTERS};
+use crate::e2e_python::python_at;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -334,17 +335,11 @@ async fn python_client_execs_on_two_clusters_by_path() {
         return;
     };
     let f = Fleet::start(false).await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/k8s_client.py");
     for i in [0, 2] {
         let name = CLUSTERS[i].0;
         let before = seen(&f);
-        let mut c = Command::new(&py);
-        c.arg(&script)
-            .arg(format!("http://{}/clusters/{name}", f.middlebox.addr))
-            .arg("exec-v5");
-        let o = run(c, None, T).await;
-        assert!(o.status.success(), "{name}: python: {}", stderr(&o));
-        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let server = format!("http://{}/clusters/{name}", f.middlebox.addr);
+        let r = python_at(&server, &py, &["exec-v5"]).await;
         assert_eq!(r["subprotocol"], "v5.channel.k8s.io", "{name}: {r}");
         assert_eq!(r["stdout"], "hello from python\ndone\n", "{name}: {r}");
         assert_eq!(r["returncode"], 3, "{name}: {r}");
