@@ -87,14 +87,21 @@ async fn kubectl_reads_the_kubeconfig_of_the_binary() {
         return;
     };
     let f = Fleet::start(false).await;
-    let kc = kubeconfig_of(&f, "http://proxy.example.com:8080/", &[]);
+    a_context_per_cluster(&f, &k).await;
+    over_tls_beside_the_unnamed_upstream(&f, &k).await;
+}
+
+/// The kubeconfig of the fleet's `--cluster` flags: a cluster, an empty user and a context per
+/// cluster, named after it, at the proxy's URL and the cluster's prefix.
+async fn a_context_per_cluster(f: &Fleet, k: &Path) {
+    let kc = kubeconfig_of(f, "http://proxy.example.com:8080/", &[]);
     assert_eq!(
-        kubectl_contexts(&k, &kc).await,
+        kubectl_contexts(k, &kc).await,
         ["new", "*old", "ws-only"],
         "{}",
         std::fs::read_to_string(&kc).unwrap()
     );
-    let view = kubectl_view(&k, &kc).await;
+    let view = kubectl_view(k, &kc).await;
     assert_eq!(view["current-context"], "old", "{view}");
     for (name, _, _) in CLUSTERS {
         let of = |list: &str| -> Value {
@@ -116,9 +123,11 @@ async fn kubectl_reads_the_kubeconfig_of_the_binary() {
             serde_json::json!({"cluster": name, "user": name})
         );
     }
+}
 
-    // Over TLS with the gateway's CA embedded and the unnamed upstream beside the clusters;
-    // the proxy's own credentials for a cluster (a config file's) are not in it.
+/// Over TLS with the gateway's CA embedded and the unnamed upstream beside the clusters; the
+/// proxy's own credentials for a cluster (a config file's) are not in it.
+async fn over_tls_beside_the_unnamed_upstream(f: &Fleet, k: &Path) {
     let dir = f.dir.path();
     let ca = dir.join("gateway-ca.pem");
     std::fs::write(
@@ -136,7 +145,7 @@ async fn kubectl_reads_the_kubeconfig_of_the_binary() {
     let ca_flag = format!("--certificate-authority={}", ca.display());
     let config_flag = format!("--config={}", config.display());
     let kc = kubeconfig_of(
-        &f,
+        f,
         "https://gw.example.com/k8s",
         &[&ca_flag, &config_flag, "--tls-server-name=proxy.internal"],
     );
@@ -145,10 +154,10 @@ async fn kubectl_reads_the_kubeconfig_of_the_binary() {
         assert!(!text.contains(secret), "{secret} in {text}");
     }
     assert_eq!(
-        kubectl_contexts(&k, &kc).await,
+        kubectl_contexts(k, &kc).await,
         ["*default", "new", "old", "prod-eu", "ws-only"]
     );
-    let view = kubectl_view(&k, &kc).await;
+    let view = kubectl_view(k, &kc).await;
     let clusters = view["clusters"].as_array().unwrap();
     let servers: Vec<&str> = clusters
         .iter()
