@@ -130,8 +130,8 @@ fn has_unnamed_upstream(args: &ServeArgs) -> Result<bool, StartError> {
 /// The clusters `args` configure, as kubectl reaches them through the proxy: `None` for the
 /// unnamed upstream (first, if there is one), then each named cluster in the order given
 /// (`--cluster`, then `clusters:`). Checked as at the start of the proxy (names, duplicates,
-/// one upstream per entry, credentials without an upstream), but nothing is built: no
-/// credential is read and no cluster is reached.
+/// one upstream per entry, credentials without an upstream), but nothing is built: no cluster
+/// is reached, and its credential, CA and kubeconfig files need not be there.
 pub fn configured_names(args: &ServeArgs) -> Result<Vec<Option<ClusterName>>, StartError> {
     let unnamed = has_unnamed_upstream(args)?;
     let (flags, entries) = (&args.upstream.clusters, &args.upstream.file_clusters);
