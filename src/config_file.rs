@@ -16,7 +16,10 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use serde::Deserialize;
 
-use crate::cli::{Cli, ClusterEntry, ConfigOrigin, FileSettings};
+use crate::cli::{Cli, ClusterEntry, Command, ConfigOrigin, FileSettings};
+
+/// The subcommand that reads the proxy's flags and config file, as serving does.
+const KUBECONFIG_COMMAND: &str = "kubeconfig";
 
 /// Why the command line and config file cannot be combined.
 #[derive(Debug, thiserror::Error)]
@@ -76,24 +79,31 @@ where
 {
     let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
     let matches = Cli::command().try_get_matches_from(&argv)?;
-    let config = match (
-        matches.subcommand_name(),
-        matches.get_one::<PathBuf>("config"),
-    ) {
-        (None, Some(path)) => path.clone(),
-        _ => return Ok(Cli::from_arg_matches(&matches)?),
+    // The proxy's flags: at the top, or those `kubeconfig` takes to name the same clusters.
+    let serve_matches = match matches.subcommand() {
+        None => &matches,
+        Some((KUBECONFIG_COMMAND, sub)) => sub,
+        Some(_) => return Ok(Cli::from_arg_matches(&matches)?),
+    };
+    let Some(config) = serve_matches.get_one::<PathBuf>("config").cloned() else {
+        return Ok(Cli::from_arg_matches(&matches)?);
     };
     let text = std::fs::read_to_string(&config).map_err(|source| ConfigError::Read {
         path: config.clone(),
         source,
     })?;
     let file = read_file(&config, &text)?;
-    let (extra, file_settings) = file_args(&config, file.flags, &matches)?;
+    let (extra, file_settings) = file_args(&config, file.flags, serve_matches)?;
     let mut all = argv.clone();
+    // After everything given: within the subcommand's flags when there is one.
     all.extend(extra);
     let mut cli = Cli::try_parse_from(all)?;
-    cli.serve.upstream.file_clusters = file.clusters;
-    cli.serve.process.config_origin = Some(ConfigOrigin {
+    let serve = match &mut cli.command {
+        Some(Command::Kubeconfig(args)) => &mut args.serve,
+        _ => &mut cli.serve,
+    };
+    serve.upstream.file_clusters = file.clusters;
+    serve.process.config_origin = Some(ConfigOrigin {
         argv,
         file_settings,
         file_digest: digest(text.as_bytes()),

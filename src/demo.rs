@@ -1,5 +1,5 @@
-//! `kube-ws-proxy demo`: the simulated SPDY-only cluster with the proxy in front of it, a
-//! kubeconfig pointing at the proxy, and commands to try.
+//! `kube-ws-proxy demo`: three simulated clusters of different kinds behind the proxy (or one,
+//! with `--sim-streaming`), a kubeconfig with a context for each, and commands to try.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -7,21 +7,32 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 
 use crate::cli::{DemoArgs, SimArgs};
-use crate::sim::{SimCluster, SimConfig, SimFrontProxy, SimTls};
+use crate::kubeconfig::{Document, Entry, Front};
+use crate::sim::{SimCluster, SimConfig, SimFrontProxy, SimStreaming, SimTls};
 
 type BoxError = Box<dyn std::error::Error>;
 
-/// A kubeconfig for a plain-HTTP server without credentials (or with a bearer token).
+/// The demo's clusters: an old one, a new one, and one behind a gateway that takes only
+/// WebSocket.
+const FLEET: [(&str, SimStreaming); 3] = [
+    ("old", SimStreaming::SpdyOnly),
+    ("new", SimStreaming::New),
+    ("ws-only", SimStreaming::WebSocketOnly),
+];
+
+/// A kubeconfig for a plain-HTTP server without credentials (or with a bearer token): one
+/// context, `demo`, in namespace `default`.
 pub fn kubeconfig(server: &str, token: Option<&str>) -> String {
-    let user = match token {
-        Some(t) => format!("  user:\n    token: {t}\n"),
-        None => "  user: {}\n".to_owned(),
-    };
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    server: {server}\n\
-         contexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\n    namespace: default\n\
-         current-context: demo\nusers:\n- name: demo\n{user}"
-    )
+    Document {
+        entries: vec![Entry {
+            name: "demo".into(),
+            server: server.into(),
+        }],
+        token: token.map(str::to_owned),
+        namespace: Some("default".into()),
+        ..Document::default()
+    }
+    .render()
 }
 
 /// A demo that would give the network a shell on this host.
@@ -49,45 +60,96 @@ fn check_listen(args: &DemoArgs) -> Result<(), RemoteDemoRefused> {
     Ok(())
 }
 
+/// A simulated cluster of the demo: its name (`None`: the unnamed upstream) and kind.
+struct DemoCluster {
+    name: Option<&'static str>,
+    sim: SimCluster,
+}
+
+/// The demo's simulated clusters: the three of [`FLEET`], or one of `single`'s kind.
+async fn start_clusters(single: Option<SimStreaming>) -> Result<Vec<DemoCluster>, BoxError> {
+    let kinds: Vec<(Option<&'static str>, SimStreaming)> = match single {
+        Some(kind) => vec![(None, kind)],
+        None => FLEET.iter().map(|(n, k)| (Some(*n), *k)).collect(),
+    };
+    let mut clusters = Vec::new();
+    for (name, streaming) in kinds {
+        let sim = SimCluster::start(SimConfig {
+            streaming,
+            ..SimConfig::default()
+        })
+        .await?;
+        clusters.push(DemoCluster { name, sim });
+    }
+    Ok(clusters)
+}
+
 /// Runs the demo until Ctrl-C.
 pub async fn run(args: DemoArgs) -> Result<(), BoxError> {
     check_listen(&args)?;
-    let sim = SimCluster::start(SimConfig {
-        streaming: args.sim_streaming,
-        ..SimConfig::default()
-    })
-    .await?;
-    // Parsed like the command line, so every flag keeps its documented default.
-    let serve = crate::cli::Cli::try_parse_from([
+    let clusters = start_clusters(args.sim_streaming).await?;
+    let mut argv = vec![
         "kube-ws-proxy".to_owned(),
         format!("--listen={}", args.listen),
         "--admin-listen=127.0.0.1:0".to_owned(),
-        format!("--upstream={}", sim.url()),
         "--drain-timeout=5s".to_owned(),
-    ])?
-    .serve;
+    ];
+    argv.extend(clusters.iter().map(|c| match c.name {
+        Some(name) => format!("--cluster={name}={}", c.sim.url()),
+        None => format!("--upstream={}", c.sim.url()),
+    }));
+    // Parsed like the command line, so every flag keeps its documented default.
+    let serve = crate::cli::Cli::try_parse_from(argv)?.serve;
     let proxy = crate::app::start(&serve).await?;
     let server = format!("http://{}", proxy.addr);
-    write_kubeconfig(&args.kubeconfig, &kubeconfig(&server, None))?;
-    let k = args.kubeconfig.display();
+    // The kubeconfig `kube-ws-proxy kubeconfig --server URL` makes of these flags.
+    let doc = crate::kubeconfig::for_clusters(&Front::at(&server)?, &serve)?;
+    crate::kubeconfig::write(&args.kubeconfig, &doc.render())?;
     println!(
-        "\nSimulated cluster ({streaming}): {sim_url}\nkube-ws-proxy in front of it: {server} (admin {admin})\n\
-         Kubeconfig written to {k}\n\nTry (kubectl 1.31+ speaks WebSocket and is translated to SPDY):\n\
-         \x20 kubectl --kubeconfig {k} get pods demo\n\
-         \x20 kubectl --kubeconfig {k} exec demo -- sh -c 'echo hello from the pod; uname -a'\n\
-         \x20 kubectl --kubeconfig {k} exec -it demo -- sh\n\
-         \x20 echo hi | kubectl --kubeconfig {k} exec -i demo -- cat\n\
-         \x20 kubectl --kubeconfig {k} attach -i demo\n\
-         \x20 kubectl --kubeconfig {k} port-forward pod/demo 9000:<a local port with a server>\n\
-         \nPress Ctrl-C to stop.",
-        sim_url = sim.url(),
-        streaming = args.sim_streaming,
-        admin = proxy.admin_addr,
+        "{}",
+        usage(&clusters, &doc, &args.kubeconfig, proxy.admin_addr)
     );
     crate::app::wait_for_signal().await;
     proxy.shutdown().await;
-    sim.shutdown().await;
+    for c in clusters {
+        c.sim.shutdown().await;
+    }
     Ok(())
+}
+
+/// What the demo runs and commands to try, one context per cluster.
+fn usage(clusters: &[DemoCluster], doc: &Document, kubeconfig: &Path, admin: SocketAddr) -> String {
+    let k = kubeconfig.display();
+    let mut out = String::from("\n");
+    for (c, entry) in clusters.iter().zip(&doc.entries) {
+        out += &format!(
+            "Simulated cluster {:<8} ({}): {}\n  through kube-ws-proxy: {}\n",
+            entry.name,
+            c.sim.streaming(),
+            c.sim.url(),
+            entry.server
+        );
+    }
+    let names: Vec<&str> = doc.entries.iter().map(|e| e.name.as_str()).collect();
+    let first = names[0];
+    let last = names[names.len() - 1];
+    out += &format!(
+        "kube-ws-proxy's admin listener: http://{admin} (/clusters, /readyz, /metrics)\n\
+         Kubeconfig written to {k}, a context per cluster: {contexts} (current: {first})\n\n\
+         Try (kubectl 1.31+ speaks WebSocket: translated to SPDY for an SPDY-only cluster, passed \
+         through to the others):\n\
+         \x20 kubectl --kubeconfig {k} config get-contexts\n\
+         \x20 kubectl --kubeconfig {k} --context {first} get pods demo\n\
+         \x20 kubectl --kubeconfig {k} --context {first} exec demo -- sh -c 'echo hello from the pod; uname -a'\n\
+         \x20 kubectl --kubeconfig {k} --context {last} exec -it demo -- sh\n\
+         \x20 echo hi | kubectl --kubeconfig {k} --context {last} exec -i demo -- cat\n\
+         \x20 kubectl --kubeconfig {k} --context {first} attach -i demo\n\
+         \x20 kubectl --kubeconfig {k} --context {last} logs -f demo\n\
+         \x20 kubectl --kubeconfig {k} --context {first} port-forward pod/demo 9000:<a local port with a server>\n\
+         \nPress Ctrl-C to stop.",
+        contexts = names.join(", "),
+    );
+    out
 }
 
 /// A `sim-cluster` flag file that could not be read.
@@ -149,10 +211,6 @@ pub async fn run_sim(args: SimArgs) -> Result<(), BoxError> {
     crate::app::wait_for_signal().await;
     sim.shutdown().await;
     Ok(())
-}
-
-fn write_kubeconfig(path: &Path, contents: &str) -> std::io::Result<()> {
-    std::fs::write(path, contents)
 }
 
 #[cfg(test)]

@@ -36,7 +36,8 @@ const TOP: &[(&str, &[&str])] = &[
         "app",
         &["cli", "config_file", "proxy", "translate", "audit"],
     ),
-    ("demo", &["app", "cli", "sim"]),
+    ("kubeconfig", &["app", "cli", "proxy"]),
+    ("demo", &["app", "cli", "sim", "kubeconfig"]),
 ];
 
 /// The rooms of `crate::proxy` and the rooms each may use.

@@ -11,7 +11,8 @@
 //! Layering (`src/layering.rs` enforces it, naming file and line; test code is exempt): a
 //! module uses only the modules below it that it names, never one above.
 //!
-//! - `demo` uses `app`, `cli`, `sim`; `app` uses `cli`, `config_file`, `proxy`, `translate`,
+//! - `demo` uses `app`, `cli`, `sim`, `kubeconfig`; `kubeconfig` uses `app`, `cli`, `proxy`;
+//!   `app` uses `cli`, `config_file`, `proxy`, `translate`,
 //!   `audit`; `config_file` uses `cli`, `proxy`; `cli` uses `proxy`, `audit`, `sim`.
 //! - `proxy` uses `translate`, `spdy`, `audit`.
 //! - `translate` uses `spdy`, `audit`: sessions feed the audit's recorder and fill its
@@ -30,6 +31,7 @@ pub mod config_file;
 pub mod demo;
 #[cfg(test)]
 mod function_length;
+pub mod kubeconfig;
 #[cfg(test)]
 mod layering;
 pub mod memory_trim;

@@ -35,6 +35,9 @@ async fn main() -> std::process::ExitCode {
         None => serve(cli.serve).await,
         Some(Command::Demo(args)) => kube_ws_proxy::demo::run(args).await,
         Some(Command::SimCluster(args)) => kube_ws_proxy::demo::run_sim(*args).await,
+        Some(Command::Kubeconfig(args)) => {
+            kube_ws_proxy::kubeconfig::run(&args).map_err(Into::into)
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

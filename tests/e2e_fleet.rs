@@ -31,22 +31,22 @@ use serde_json::Value;
 const T: Duration = Duration::from_secs(120);
 
 /// The clusters: name, kind, token.
-const CLUSTERS: [(&str, SimStreaming, &str); 3] = [
+pub(crate) const CLUSTERS: [(&str, SimStreaming, &str); 3] = [
     ("old", SimStreaming::SpdyOnly, "token-of-old"),
     ("new", SimStreaming::New, "token-of-new"),
     ("ws-only", SimStreaming::WebSocketOnly, "token-of-ws-only"),
 ];
 
-struct Fleet {
-    sims: Vec<SimCluster>,
-    proxy: ProxyProcess,
-    middlebox: Middlebox,
-    dir: tempfile::TempDir,
+pub(crate) struct Fleet {
+    pub(crate) sims: Vec<SimCluster>,
+    pub(crate) proxy: ProxyProcess,
+    pub(crate) middlebox: Middlebox,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Fleet {
     /// The three clusters behind one proxy; each requires its own token when `tokens`.
-    async fn start(tokens: bool) -> Fleet {
+    pub(crate) async fn start(tokens: bool) -> Fleet {
         Fleet::start_with(tokens, |_| Vec::new()).await
     }
 
@@ -64,15 +64,8 @@ impl Fleet {
             .expect("start sim cluster");
             sims.push(sim);
         }
-        let flags: Vec<String> = CLUSTERS
-            .iter()
-            .zip(&sims)
-            .map(|((name, _, _), sim)| format!("{name}={}", sim.url()))
-            .collect();
-        let mut args = Vec::new();
-        for flag in &flags {
-            args.extend(["--cluster", flag.as_str()]);
-        }
+        let flags = cluster_flags(&sims);
+        let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
         let extra = extra(dir.path());
         args.extend(extra.iter().map(String::as_str));
         let proxy = ProxyProcess::launch(&args, &[]);
@@ -99,7 +92,7 @@ impl Fleet {
         write_kubeconfig(&dir, &format!("{entry}/clusters/{name}"), None)
     }
 
-    fn kubectl(&self, bin: &Path, kubeconfig: &Path) -> Command {
+    pub(crate) fn kubectl(&self, bin: &Path, kubeconfig: &Path) -> Command {
         let mut cmd = Command::new(bin);
         cmd.arg("--kubeconfig")
             .arg(kubeconfig)
@@ -111,7 +104,7 @@ impl Fleet {
     }
 
     /// Streaming sessions cluster `i` served.
-    fn sessions(&self, i: usize) -> usize {
+    pub(crate) fn sessions(&self, i: usize) -> usize {
         self.sims[i]
             .events()
             .iter()
@@ -120,11 +113,19 @@ impl Fleet {
     }
 }
 
-/// exec (output, stdin, exit code), get and port-forward on cluster `i`; what each cluster
-/// served is counted by the caller.
-async fn exercise(f: &Fleet, i: usize, kubectl: &Path, kubeconfig: &Path) {
+/// The proxy's flags for the clusters `sims` run: `--cluster NAME=URL` for each.
+pub(crate) fn cluster_flags(sims: &[SimCluster]) -> Vec<String> {
+    CLUSTERS
+        .iter()
+        .zip(sims)
+        .flat_map(|((name, _, _), sim)| ["--cluster".to_owned(), format!("{name}={}", sim.url())])
+        .collect()
+}
+
+/// exec (output, stdin, exit code), get and port-forward on cluster `i`, each kubectl made by
+/// `k`; what each cluster served is counted by the caller.
+pub(crate) async fn exercise(i: usize, k: &dyn Fn() -> Command) {
     let name = CLUSTERS[i].0;
-    let k = || f.kubectl(kubectl, kubeconfig);
     let mut c = k();
     c.args(["exec", "web", "--", "echo", name]);
     let o = run(c, None, T).await;
@@ -161,7 +162,8 @@ async fn kubectl_1_33_streams_to_each_cluster_through_the_gateway() {
     let f = Fleet::start(false).await;
     for (i, (name, _, _)) in CLUSTERS.iter().enumerate() {
         let before: Vec<usize> = (0..CLUSTERS.len()).map(|j| f.sessions(j)).collect();
-        exercise(&f, i, &k, &f.kubeconfig(i, true)).await;
+        let kubeconfig = f.kubeconfig(i, true);
+        exercise(i, &|| f.kubectl(&k, &kubeconfig)).await;
         // Its sessions reached it, and no other cluster.
         for (j, was) in before.iter().enumerate() {
             let now = f.sessions(j);
@@ -185,14 +187,15 @@ async fn kubectl_1_28_speaks_spdy_to_each_cluster() {
     let f = Fleet::start(false).await;
     for i in 0..CLUSTERS.len() {
         let before = f.sessions(i);
-        exercise(&f, i, &k, &f.kubeconfig(i, false)).await;
+        let kubeconfig = f.kubeconfig(i, false);
+        exercise(i, &|| f.kubectl(&k, &kubeconfig)).await;
         assert!(f.sessions(i) >= before + 3);
     }
     assert_no_prefix(&f);
 }
 
 /// No request a cluster saw carried the cluster prefix.
-fn assert_no_prefix(f: &Fleet) {
+pub(crate) fn assert_no_prefix(f: &Fleet) {
     for (i, sim) in f.sims.iter().enumerate() {
         for r in sim.requests() {
             assert!(

@@ -19,10 +19,13 @@ fn script() -> std::path::PathBuf {
 }
 
 async fn python(h: &Harness, py: &Path, args: &[&str]) -> serde_json::Value {
+    python_at(&format!("http://{}", h.middlebox.addr), py, args).await
+}
+
+/// What `k8s_client.py` saw with `server` as its client's host (a URL with a path too).
+pub(crate) async fn python_at(server: &str, py: &Path, args: &[&str]) -> serde_json::Value {
     let mut cmd = std::process::Command::new(py);
-    cmd.arg(script())
-        .arg(format!("http://{}", h.middlebox.addr))
-        .args(args);
+    cmd.arg(script()).arg(server).args(args);
     let o = run(cmd, None, T).await;
     assert!(o.status.success(), "python client failed: {}", stderr(&o));
     let line = String::from_utf8_lossy(&o.stdout);

@@ -24,6 +24,7 @@ mod e2e_exec_errors;
 mod e2e_fleet;
 mod e2e_fleet_http2;
 mod e2e_fleet_limits;
+mod e2e_fleet_kubectl;
 mod e2e_fleet_reload;
 mod e2e_front_door;
 mod e2e_front_door_errors;

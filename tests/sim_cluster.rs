@@ -93,3 +93,68 @@ async fn a_dropped_cluster_removes_its_own_scratch_directory_but_not_a_given_one
     drop(sim);
     assert_eq!(std::fs::read(pod.join("kept.txt")).unwrap(), b"kept");
 }
+
+/// A watch of one pod starts with its `ADDED` and goes on with `MODIFIED` events, the resource
+/// version going up; a followed log ends after `limitBytes`.
+#[tokio::test]
+async fn it_serves_watches_and_ends_a_log_at_limit_bytes() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+    let addr = sim.addr();
+    let events = tokio::task::spawn_blocking(move || {
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(T)).unwrap();
+        write!(
+            tcp,
+            "GET /api/v1/namespaces/default/pods?watch=true&fieldSelector=metadata.name%3Dweb \
+             HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        .unwrap();
+        // Chunked: a size line, then the event, each on a line of its own.
+        let lines = BufReader::new(tcp).lines().map(Result::unwrap);
+        lines
+            .filter(|l| l.starts_with('{'))
+            .take(3)
+            .map(|l| serde_json::from_str::<serde_json::Value>(&l).unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let seen: Vec<(&str, &str, &str)> = events
+        .iter()
+        .map(|e| {
+            let m = &e["object"]["metadata"];
+            let (kind, name, version) = (&e["type"], &m["name"], &m["resourceVersion"]);
+            (
+                kind.as_str().unwrap(),
+                name.as_str().unwrap(),
+                version.as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("ADDED", "web", "1"),
+            ("MODIFIED", "web", "2"),
+            ("MODIFIED", "web", "3")
+        ]
+    );
+    let log = tokio::task::spawn_blocking(move || {
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(T)).unwrap();
+        write!(
+            tcp,
+            "GET /api/v1/namespaces/default/pods/web/log?follow=true&limitBytes=140 HTTP/1.0\r\n\r\n"
+        )
+        .unwrap();
+        let mut all = String::new();
+        tcp.read_to_string(&mut all).unwrap();
+        all.split_once("\r\n\r\n").unwrap().1.to_owned()
+    })
+    .await
+    .unwrap();
+    let lines: String = (1..=13).map(|n| format!("log line {n}\n")).collect();
+    assert_eq!(log, lines[..140]);
+    sim.shutdown().await;
+}

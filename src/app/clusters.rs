@@ -16,7 +16,7 @@ use super::StartError;
 use crate::cli::{nonzero, ClusterEntry, ClusterFlag, ServeArgs};
 use crate::config_file::digest;
 use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
-use crate::proxy::route::cluster::{Cluster, ClusterName};
+use crate::proxy::route::cluster::{Cluster, ClusterName, DEFAULT_CLUSTER};
 use crate::proxy::route::fleet::Fleet;
 use crate::proxy::sessions::registry::Sessions;
 use crate::proxy::upstream::endpoint::{Pem, Upstream, UpstreamTls};
@@ -92,9 +92,7 @@ pub(super) fn fleet_from_args(
     sessions: &Sessions,
 ) -> Result<(Fleet, BTreeMap<ClusterName, ClusterSpec>), StartError> {
     let flags = args.upstream_flags();
-    let named_only = flags.upstream.is_none() && flags.kubeconfig.is_none() && !flags.in_cluster;
-    let default = if named_only {
-        refuse_stray_credentials(args)?;
+    let default = if !has_unnamed_upstream(args)? {
         None
     } else {
         let spec = ClusterSpec::new(
@@ -119,6 +117,45 @@ pub(super) fn fleet_from_args(
     }
     let fleet = Fleet::new(default, named).map_err(|e| StartError::Upstream(e.to_string()))?;
     Ok((fleet, specs))
+}
+
+/// Whether `args` configure the unnamed upstream (`--upstream`, `--kubeconfig`,
+/// `--in-cluster`); without one, the flags that would give it credentials are refused.
+fn has_unnamed_upstream(args: &ServeArgs) -> Result<bool, StartError> {
+    let u = &args.upstream;
+    let named_only = u.upstream.is_none() && u.kubeconfig.is_none() && !u.in_cluster;
+    if named_only {
+        refuse_stray_credentials(args)?;
+    }
+    Ok(!named_only)
+}
+
+/// The clusters `args` configure, as kubectl reaches them through the proxy: `None` for the
+/// unnamed upstream (first, if there is one), then each named cluster in the order given
+/// (`--cluster`, then `clusters:`). Checked as at the start of the proxy (names, duplicates,
+/// one upstream per entry, credentials without an upstream), but nothing is built: no cluster
+/// is reached, and its credential, CA and kubeconfig files need not be there.
+pub fn configured_names(args: &ServeArgs) -> Result<Vec<Option<ClusterName>>, StartError> {
+    let unnamed = has_unnamed_upstream(args)?;
+    let (flags, entries) = (&args.upstream.clusters, &args.upstream.file_clusters);
+    // Checks every name, and refuses one given twice.
+    let specs = named_specs(args, flags, entries)?;
+    if unnamed && specs.keys().any(|n| n.as_str() == DEFAULT_CLUSTER) {
+        let e = crate::proxy::route::fleet::FleetError::DefaultTaken(DEFAULT_CLUSTER);
+        return Err(StartError::Upstream(e.to_string()));
+    }
+    if !unnamed && specs.is_empty() {
+        return Err(StartError::NoUpstream);
+    }
+    let given = flags
+        .iter()
+        .map(|f| f.name.as_str())
+        .chain(entries.iter().map(|e| e.name.as_str()));
+    let mut names = vec![None; usize::from(unnamed)];
+    for name in given {
+        names.push(Some(cluster_name(name)?));
+    }
+    Ok(names)
 }
 
 /// The named clusters of `flags` (`--cluster`) and `entries` (`clusters:`), by name, with the

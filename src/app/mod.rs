@@ -6,6 +6,8 @@ mod clusters;
 mod fleet_change;
 mod reload;
 
+pub use clusters::configured_names;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -14,6 +14,7 @@ mod audit;
 mod auth;
 mod clusters;
 mod keepalive;
+mod kubeconfig;
 mod limits;
 mod listeners;
 mod process;
@@ -30,6 +31,7 @@ pub use self::audit::AuditArgs;
 pub use self::auth::AuthArgs;
 pub use self::clusters::{ClusterEntry, ClusterFlag};
 pub use self::keepalive::KeepaliveArgs;
+pub use self::kubeconfig::KubeconfigArgs;
 pub use self::limits::LimitArgs;
 pub use self::listeners::ListenerArgs;
 pub use self::process::{ConfigOrigin, FileSettings, LogFormat, ProcessArgs};
@@ -68,9 +70,19 @@ pub struct Cli {
 /// Subcommands besides the default (serving).
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Start a simulated SPDY-only cluster and the proxy in front of it, write a kubeconfig and
-    /// print kubectl commands to try.
+    /// Start three simulated clusters (old SPDY-only, new, WebSocket-only) behind the proxy,
+    /// write a kubeconfig with a context for each and print kubectl commands to try.
+    ///
+    /// With `--sim-streaming KIND`, one simulated cluster of that kind, as the unnamed upstream.
     Demo(DemoArgs),
+    /// Print a kubeconfig for kubectl users of the proxy: a cluster, user and context per
+    /// configured cluster (`server: URL/clusters/NAME`), and one for the unnamed upstream.
+    ///
+    /// Give it `--server` and the flags (or `--config` file) the proxy runs with; no cluster
+    /// is reached and no credential of the proxy's is read or printed. Users are left empty:
+    /// set credentials with `kubectl config set-credentials NAME ...`.
+    // Boxed: it holds all of the proxy's flags.
+    Kubeconfig(Box<KubeconfigArgs>),
     /// Run only a simulated cluster (an API server and kubelet on loopback).
     ///
     /// SPDY-only unless `--streaming` says otherwise. With any of `--require-token`,

@@ -30,9 +30,12 @@ pub struct DemoArgs {
         value_name = "FILE"
     )]
     pub kubeconfig: PathBuf,
-    /// Streaming protocols of the simulated cluster (see `sim-cluster --streaming`).
-    #[arg(long, default_value = "spdy-only", value_name = "KIND")]
-    pub sim_streaming: SimStreaming,
+    /// One simulated cluster of this kind instead of three (see `sim-cluster --streaming`).
+    ///
+    /// Without it, three: `old` (spdy-only), `new` and `ws-only` (websocket-only), each under
+    /// `/clusters/NAME/`. With it, one, served without a prefix as before.
+    #[arg(long, value_name = "KIND")]
+    pub sim_streaming: Option<SimStreaming>,
 }
 
 // Authentication flags are named like kube-apiserver's.

@@ -22,6 +22,7 @@ use super::peer_cert::PeerCert;
 use super::query::Query;
 use super::response::{bad_request, full, json_response, status_response, text_response, Body};
 use super::status::Status;
+use super::watch;
 use super::{
     kubelet, logs, portforward, reviews, spdy, tunnel, websocket, Inner, SeenRequest, SessionKind,
 };
@@ -317,6 +318,14 @@ async fn route(
                 .collect();
             let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
             kubelet::serve(inner, kill, req, user, &id, &rest).await
+        }
+        ["api", "v1", "pods"] | ["api", "v1", "namespaces", _, "pods"]
+            if method == Method::GET
+                && segments.get(3).is_none_or(|ns| valid_name(ns))
+                && watch::wanted(&Query::parse(req.uri().query())) =>
+        {
+            let ns = segments.get(3).map(|ns| ns.to_string());
+            watch::serve(inner, &Query::parse(req.uri().query()), ns.as_deref())
         }
         _ => {
             let is_read = method == Method::GET || method == Method::HEAD;

@@ -2,7 +2,8 @@
 //! `base64.binary.k8s.io`, none; PROTOCOL.md Appendix B).
 //!
 //! The log of every container is `log line 1` … `log line 10`; with `follow=true` one more line
-//! follows every 200 ms until `log line 300` or until the client goes away.
+//! follows every 200 ms until `log line 300` or until the client goes away. Over plain HTTP,
+//! `limitBytes` ends it after that many bytes, as the kubelet does.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -58,6 +59,8 @@ struct LogOptions {
     /// First line to emit (after `tailLines`).
     first: u32,
     timestamps: bool,
+    /// `limitBytes`: the log ends after this many bytes (plain HTTP).
+    limit: Option<usize>,
 }
 
 impl LogOptions {
@@ -81,6 +84,10 @@ impl LogOptions {
                 first
             },
             timestamps: query.flag("timestamps"),
+            limit: query
+                .first("limitBytes")
+                .and_then(|l| l.parse::<usize>().ok())
+                .filter(|l| *l > 0),
         }
     }
 
@@ -108,8 +115,8 @@ impl LogOptions {
 }
 
 /// A response body fed from a channel; the client going away drops the receiver.
-struct ChannelBody {
-    rx: mpsc::Receiver<Bytes>,
+pub(crate) struct ChannelBody {
+    pub(crate) rx: mpsc::Receiver<Bytes>,
 }
 
 impl hyper::body::Body for ChannelBody {
@@ -214,6 +221,7 @@ fn followed_body(inner: Arc<Inner>, opts: LogOptions, session: u64) -> Body {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         let mut reason = "completed";
+        let mut room = opts.limit.unwrap_or(usize::MAX);
         for n in opts.first..=opts.last() {
             if !opts.immediate(n) {
                 tokio::select! {
@@ -221,8 +229,14 @@ fn followed_body(inner: Arc<Inner>, opts: LogOptions, session: u64) -> Body {
                     _ = inner.shutdown.cancelled() => { reason = "shutdown"; break; }
                 }
             }
-            if tx.send(opts.line(n)).await.is_err() {
+            let mut line = opts.line(n);
+            line.truncate(room);
+            room -= line.len();
+            if tx.send(line).await.is_err() {
                 reason = "client gone";
+                break;
+            }
+            if room == 0 {
                 break;
             }
         }
@@ -240,6 +254,7 @@ fn whole_body(inner: &Inner, opts: LogOptions, session: u64) -> Body {
     for n in opts.first..=opts.last() {
         text.extend_from_slice(&opts.line(n));
     }
+    text.truncate(opts.limit.unwrap_or(usize::MAX));
     inner.event(SimEvent::SessionEnded {
         session,
         reason: "completed".into(),

@@ -50,7 +50,10 @@
 //!   port-forward over SPDY and the legacy WebSocket protocols, with the kubelet's paths and
 //!   options, and `run` (a POST that runs a command to its end and answers its output).
 //! * `pods/{pod}/log`: plain (chunked) and WebSocket (`binary.k8s.io`, `base64.binary.k8s.io`);
-//!   lines `log line N`, N = 1..=10, and with `follow=true` one more line every 200 ms up to 300.
+//!   lines `log line N`, N = 1..=10, and with `follow=true` one more line every 200 ms up to 300;
+//!   `limitBytes` ends a plain log after that many bytes.
+//! * `pods?watch=true` (namespaced or not): a watch, `ADDED` then `MODIFIED` events of the pods
+//!   (src/sim/watch.rs).
 //!
 //! # Authentication and impersonation
 //!
@@ -126,6 +129,7 @@ mod streaming;
 mod subprotocols;
 mod tls;
 mod tunnel;
+mod watch;
 mod websocket;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
