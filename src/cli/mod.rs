@@ -31,7 +31,7 @@ pub use self::auth::AuthArgs;
 pub use self::clusters::{ClusterEntry, ClusterFlag};
 pub use self::keepalive::KeepaliveArgs;
 pub use self::limits::LimitArgs;
-pub use self::listeners::ListenerArgs;
+pub use self::listeners::{ListenerArgs, SniCertFlag};
 pub use self::process::{ConfigOrigin, FileSettings, LogFormat, ProcessArgs};
 pub use self::sim::{DemoArgs, SimArgs};
 pub use self::streaming::StreamingArgs;

@@ -66,7 +66,10 @@ impl HostName {
             return Err(HostRefusal::BadName);
         }
         for label in name.split(|&b| b == b'.') {
-            if !label.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-') {
+            if !label
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            {
                 return Err(HostRefusal::BadByte);
             }
             let hyphen_edge = label.first() == Some(&b'-') || label.last() == Some(&b'-');
@@ -252,10 +255,7 @@ mod tests {
             );
         }
         let long_label = format!("{}.example", "a".repeat(64));
-        assert_eq!(
-            Host::parse_authority(long_label.as_bytes()),
-            Err(BadName)
-        );
+        assert_eq!(Host::parse_authority(long_label.as_bytes()), Err(BadName));
         let long_name = format!("{}a", "a.".repeat(127));
         assert_eq!(long_name.len(), 255);
         assert_eq!(Host::parse_authority(long_name.as_bytes()), Err(BadName));
@@ -276,10 +276,7 @@ mod tests {
         assert_eq!(host(None, &[]), Ok(None));
         assert_eq!(host(None, &[""]), Ok(None));
         assert_eq!(host(Some("a.k"), &["b.k"]), Err(HostRefusal::Mismatch));
-        assert_eq!(
-            host(None, &["a.k", "a.k"]),
-            Err(HostRefusal::SeveralHosts)
-        );
+        assert_eq!(host(None, &["a.k", "a.k"]), Err(HostRefusal::SeveralHosts));
         assert_eq!(host(Some("a.k"), &["%"]), Err(HostRefusal::BadByte));
     }
 
