@@ -194,7 +194,9 @@ async fn exercise(h: &Hosts, i: usize, kubectl: &Path) {
     // Every request reached the cluster without a prefix, and kubectl named it by host.
     let asked = h.forward.requests();
     assert!(
-        asked.iter().any(|r| r.contains(&format!("{name}.{SUFFIX}:"))),
+        asked
+            .iter()
+            .any(|r| r.contains(&format!("{name}.{SUFFIX}:"))),
         "{asked:?}"
     );
 }
@@ -214,10 +216,18 @@ async fn kubectl_1_28_execs_on_two_clusters_by_host_name_with_their_sni_certific
     let addr = h.proxy.addr;
     let a_host = format!("a.{SUFFIX}");
     let b_host = format!("b.{SUFFIX}");
-    assert!(connect_as(addr, &a_host, &ca_fleet.pem, None, &[]).await.is_err());
-    assert!(connect_as(addr, &b_host, &ca_a.pem, None, &[]).await.is_err());
-    assert!(connect_as(addr, &a_host, &ca_a.pem, None, &[]).await.is_ok());
-    assert!(connect_as(addr, &b_host, &ca_fleet.pem, None, &[]).await.is_ok());
+    assert!(connect_as(addr, &a_host, &ca_fleet.pem, None, &[])
+        .await
+        .is_err());
+    assert!(connect_as(addr, &b_host, &ca_a.pem, None, &[])
+        .await
+        .is_err());
+    assert!(connect_as(addr, &a_host, &ca_a.pem, None, &[])
+        .await
+        .is_ok());
+    assert!(connect_as(addr, &b_host, &ca_fleet.pem, None, &[])
+        .await
+        .is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,8 +265,13 @@ async fn status_over(addr: SocketAddr, sni: &str, ca: &Ca, request: &str) -> (u1
 
 /// The status of a GET of `uri` on an HTTP/2 connection made for `sni`.
 async fn h2_status(addr: SocketAddr, sni: &str, ca: &Ca, uris: &[String]) -> Vec<u16> {
-    let tls = connect_as(addr, sni, &ca.pem, None, &[b"h2"]).await.unwrap();
-    let (mut send, conn) = h2::client::Builder::new().handshake::<_, Bytes>(tls).await.unwrap();
+    let tls = connect_as(addr, sni, &ca.pem, None, &[b"h2"])
+        .await
+        .unwrap();
+    let (mut send, conn) = h2::client::Builder::new()
+        .handshake::<_, Bytes>(tls)
+        .await
+        .unwrap();
     let driver = tokio::spawn(conn);
     let mut codes = Vec::new();
     for uri in uris {
@@ -281,7 +296,11 @@ async fn another_clusters_request_on_a_connection_made_for_one_is_misdirected() 
     let pods = "/api/v1/namespaces/default/pods/web";
     let before: Vec<usize> = h.sims.iter().map(|s| s.requests().len()).collect();
     // HTTP/1.1: made for a, asking for b (or for no cluster's name): 421.
-    for host in [format!("b.{SUFFIX}"), "proxy.example.com".into(), "127.0.0.1".into()] {
+    for host in [
+        format!("b.{SUFFIX}"),
+        "proxy.example.com".into(),
+        "127.0.0.1".into(),
+    ] {
         let (code, answer) = status_over(addr, &a, ca_a, &get(&host, pods)).await;
         assert_eq!(code, 421, "{host}: {answer}");
         assert!(!answer.contains("b.kube"), "{answer}");
@@ -313,9 +332,12 @@ async fn another_clusters_request_on_a_connection_made_for_one_is_misdirected() 
     let after: Vec<usize> = h.sims.iter().map(|s| s.requests().len()).collect();
     assert_eq!(after[1], before[1], "b was reached");
     assert_eq!(after[0], before[0] + 3);
-    assert!(h.sims[0].requests().iter().any(|r| r.path == "/clusters/b/api"));
-    let misdirected = h.proxy.metric(
-        r#"kube_ws_proxy_handshake_rejections_total{cluster="",reason="misdirected"}"#,
-    );
+    assert!(h.sims[0]
+        .requests()
+        .iter()
+        .any(|r| r.path == "/clusters/b/api"));
+    let misdirected = h
+        .proxy
+        .metric(r#"kube_ws_proxy_handshake_rejections_total{cluster="",reason="misdirected"}"#);
     assert_eq!(misdirected, Some(4.0));
 }

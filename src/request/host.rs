@@ -51,6 +51,9 @@ pub enum HostRefusal {
     /// An absolute-form target (or `:authority`) whose host is not the `Host` header's.
     #[error("the request's target and its Host header name different hosts")]
     Mismatch,
+    /// An HTTP/1.1 request without a `Host` header (RFC 9112 §3.2 asks for a 400).
+    #[error("the HTTP/1.1 request has no Host header")]
+    MissingHost,
 }
 
 impl HostName {
@@ -141,14 +144,19 @@ fn port(after: &[u8]) -> Result<(), HostRefusal> {
 
 /// The host of a request: its target's authority (absolute form, or HTTP/2's `:authority`),
 /// else its `Host` header; `None` when it names none. Refused: a host that is not one, several
-/// `Host` headers, or a target and a `Host` header that name different hosts.
+/// `Host` headers, none where one is `required` (HTTP/1.1, as Go's server refuses it too), or a
+/// target and a `Host` header that name different hosts.
 pub fn request_host<'h>(
     authority: Option<&[u8]>,
     mut host_headers: impl Iterator<Item = &'h [u8]>,
+    required: bool,
 ) -> Result<Option<Host>, HostRefusal> {
     let header = host_headers.next();
     if host_headers.next().is_some() {
         return Err(HostRefusal::SeveralHosts);
+    }
+    if required && header.is_none() {
+        return Err(HostRefusal::MissingHost);
     }
     let header = header.map(Host::parse_authority).transpose()?.flatten();
     let Some(authority) = authority else {
@@ -267,6 +275,7 @@ mod tests {
             request_host(
                 authority.map(str::as_bytes),
                 headers.iter().map(|h| h.as_bytes()),
+                false,
             )
             .map(|h| h.and_then(|h| h.name().map(|n| n.to_string())))
         };
@@ -278,6 +287,10 @@ mod tests {
         assert_eq!(host(Some("a.k"), &["b.k"]), Err(HostRefusal::Mismatch));
         assert_eq!(host(None, &["a.k", "a.k"]), Err(HostRefusal::SeveralHosts));
         assert_eq!(host(Some("a.k"), &["%"]), Err(HostRefusal::BadByte));
+        // HTTP/1.1 needs a Host header, also beside an absolute-form target.
+        let http1 = |authority: Option<&[u8]>| request_host(authority, std::iter::empty(), true);
+        assert_eq!(http1(Some(b"a.k")), Err(HostRefusal::MissingHost));
+        assert_eq!(http1(None), Err(HostRefusal::MissingHost));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::proxy::client::waiting_connections::{Waiter, SHED_GRACE};
 use crate::proxy::client::write_timeout::{Responses, Stalled, WatchedBody};
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::{HandshakeRejection, SessionKind};
-use crate::proxy::route::by_host::{cluster_by_host, HostUnrouted};
+use crate::proxy::route::by_host::{cluster_by_host, HostFields, HostUnrouted};
 use crate::proxy::route::classify::{classify, Class};
 use crate::proxy::route::fleet::Unrouted;
 use crate::proxy::route::kubelet::{kubelet_call, KubeletRun};
@@ -490,10 +490,16 @@ fn to_cluster<B>(
     let shared = front.shared();
     let by_host = match &shared.cluster_host_suffix {
         Some(suffix) => {
-            let authority = req.uri().authority().map(|a| a.as_str().as_bytes());
-            let hosts = req.headers().get_all(http::header::HOST).iter();
-            cluster_by_host(suffix, authority, hosts.map(|h| h.as_bytes()), sni)
-                .map_err(|e| unrouted(shared, e))?
+            let fields = HostFields {
+                authority: req.uri().authority().map(|a| a.as_str().as_bytes()),
+                host_headers: req
+                    .headers()
+                    .get_all(http::header::HOST)
+                    .iter()
+                    .map(|h| h.as_bytes()),
+                http11: req.version() == http::Version::HTTP_11,
+            };
+            cluster_by_host(suffix, fields, sni).map_err(|e| unrouted(shared, e))?
         }
         None => None,
     };

@@ -24,17 +24,23 @@ pub enum HostUnrouted {
     Misdirected,
 }
 
-/// The cluster name a request's host gives under `suffix`, if it gives one, from its target's
-/// `authority` and its `host_headers`; refused when the host cannot be read, or when `sni`
-/// (the connection's TLS server name) names a cluster and the request's host does not name
-/// the same one.
-pub fn cluster_by_host<'h>(
+/// The `Host` headers and target authority of a request, and whether it is HTTP/1.1 (which
+/// must have a `Host` header).
+pub struct HostFields<'h, I: Iterator<Item = &'h [u8]>> {
+    pub authority: Option<&'h [u8]>,
+    pub host_headers: I,
+    pub http11: bool,
+}
+
+/// The cluster name a request's host gives under `suffix`, if it gives one, from its
+/// `fields`; refused when the host cannot be read, or when `sni` (the connection's TLS server
+/// name) names a cluster and the request's host does not name the same one.
+pub fn cluster_by_host<'h, I: Iterator<Item = &'h [u8]>>(
     suffix: &HostSuffix,
-    authority: Option<&[u8]>,
-    host_headers: impl Iterator<Item = &'h [u8]>,
+    fields: HostFields<'h, I>,
     sni: Option<&HostName>,
 ) -> Result<Option<String>, HostUnrouted> {
-    let host = request_host(authority, host_headers)?;
+    let host = request_host(fields.authority, fields.host_headers, fields.http11)?;
     let named = host
         .as_ref()
         .and_then(|h| h.name())
@@ -53,12 +59,12 @@ mod tests {
     fn by_host(host: &str, sni: Option<&str>) -> Result<Option<String>, HostUnrouted> {
         let suffix = HostSuffix::parse("kube.example.com").unwrap();
         let sni = sni.map(|s| HostName::parse(s.as_bytes()).unwrap());
-        cluster_by_host(
-            &suffix,
-            None,
-            std::iter::once(host.as_bytes()),
-            sni.as_ref(),
-        )
+        let fields = HostFields {
+            authority: None,
+            host_headers: std::iter::once(host.as_bytes()),
+            http11: true,
+        };
+        cluster_by_host(&suffix, fields, sni.as_ref())
     }
 
     #[test]
