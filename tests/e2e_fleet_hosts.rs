@@ -9,7 +9,8 @@
 //! to the SPDY-dropping gateway, which sees the bytes: plain calls arrive in absolute form
 //! (`GET http://a.kube.example.com:PORT/...`), upgrades in tunnels. A raw client checks that a
 //! request naming another cluster than its connection's SNI is refused with 421, over HTTP/1.1
-//! and HTTP/2 (connection coalescing), and that a host-named cluster gets its path as it is.
+//! and HTTP/2 (connection coalescing, RFC 8441 WebSockets too), and that a host-named cluster
+//! gets its path as it is.
 
 use crate::common;
 
@@ -21,13 +22,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::clients::require_kubectl;
 use common::connect_proxy::ConnectProxy;
+use common::h2_ws::H2Connection;
 use common::harness::{run, stderr, stdout};
 use common::middlebox::Middlebox;
 use common::pki::{b64, Ca};
 use common::proxy_process::ProxyProcess;
 use common::tls_client::connect_as;
+use common::ws_client;
+use futures_util::StreamExt;
 use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent, SimStreaming};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
 
 const T: Duration = Duration::from_secs(120);
 
@@ -328,10 +333,12 @@ async fn another_clusters_request_on_a_connection_made_for_one_is_misdirected() 
     )
     .await;
     assert_eq!(codes, [421, 200]);
-    // b never saw a request; a saw its own three, one with the `/clusters/b/` path as sent.
+    websocket_over_h2(addr, &a, ca_a).await;
+    // b never saw a request; a saw its own (its three plain ones, and the exec: asked first as
+    // a WebSocket under `auto`, then in SPDY), one with the `/clusters/b/` path as sent.
     let after: Vec<usize> = h.sims.iter().map(|s| s.requests().len()).collect();
     assert_eq!(after[1], before[1], "b was reached");
-    assert_eq!(after[0], before[0] + 3);
+    assert!(after[0] >= before[0] + 4, "{before:?} -> {after:?}");
     assert!(h.sims[0]
         .requests()
         .iter()
@@ -339,5 +346,30 @@ async fn another_clusters_request_on_a_connection_made_for_one_is_misdirected() 
     let misdirected = h
         .proxy
         .metric(r#"kube_ws_proxy_handshake_rejections_total{cluster="",reason="misdirected"}"#);
-    assert_eq!(misdirected, Some(4.0));
+    assert_eq!(misdirected, Some(5.0));
+}
+
+/// RFC 8441: on an HTTP/2 connection made for a, a WebSocket exec whose `:authority` names b
+/// is misdirected; one naming a runs on a.
+async fn websocket_over_h2(addr: SocketAddr, a: &str, ca: &Ca) {
+    let mut h2 = H2Connection::connect_as(addr, a, &ca.pem, 65_535, 1 << 20).await;
+    assert!(h2.extended_connect_enabled());
+    let path = ws_client::exec_path("web", &["echo", "on-a"], false, true, true);
+    h2.set_authority(format!("b.{SUFFIX}:{}", addr.port()));
+    let refused = h2.websocket(&path, "v5.channel.k8s.io").await.err();
+    assert_eq!(refused.map(|r| r.status.as_u16()), Some(421));
+    h2.set_authority(format!("{a}:{}", addr.port()));
+    let (mut ws, _) = h2.websocket(&path, "v5.channel.k8s.io").await.unwrap();
+    // The session's stdout (channel 1) until the cluster closes it.
+    let mut stdout: Vec<u8> = Vec::new();
+    while let Some(Ok(message)) = ws.next().await {
+        match message {
+            Message::Binary(data) if data.first() == Some(&1) => {
+                stdout.extend_from_slice(&data[1..])
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(stdout, b"on-a\n");
 }
