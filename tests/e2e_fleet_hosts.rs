@@ -373,3 +373,39 @@ async fn websocket_over_h2(addr: SocketAddr, a: &str, ca: &Ca) {
     }
     assert_eq!(stdout, b"on-a\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_own_certificate_is_reloaded_when_its_files_change() {
+    let h = Hosts::start(true).await;
+    let addr = h.proxy.addr;
+    let a = format!("a.{SUFFIX}");
+    let rotated = Ca::new("cluster a, rotated");
+    assert!(connect_as(addr, &a, &rotated.pem, None, &[]).await.is_err());
+    // The key first, then the certificate: a pair that does not match is not taken meanwhile.
+    let leaf = rotated.server_for(&[&a]);
+    std::fs::write(h.dir.path().join("a.key"), &leaf.key_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (ca_a, _) = h.cas.as_ref().unwrap();
+    assert!(connect_as(addr, &a, &ca_a.pem, None, &[]).await.is_ok());
+    std::fs::write(h.dir.path().join("a.crt"), &leaf.cert_pem).unwrap();
+    let mut served = false;
+    for _ in 0..50 {
+        if connect_as(addr, &a, &rotated.pem, None, &[]).await.is_ok() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(served, "a's rotated certificate was not served");
+    let failed = h
+        .proxy
+        .metric(r#"kube_ws_proxy_serving_certificate_reloads_total{result="failed"}"#);
+    assert!(failed >= Some(1.0), "{failed:?}");
+    // b still gets the wildcard.
+    let (_, ca_fleet) = h.cas.as_ref().unwrap();
+    assert!(
+        connect_as(addr, &format!("b.{SUFFIX}"), &ca_fleet.pem, None, &[])
+            .await
+            .is_ok()
+    );
+}
