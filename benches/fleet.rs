@@ -79,7 +79,7 @@ fn route_ns(count: u64, routes: u64) -> f64 {
     let start = Instant::now();
     for _ in 0..routes {
         let target = RequestTarget::parse(&path, query).unwrap();
-        let routed = fleet.route(&path, query, target).unwrap();
+        let routed = fleet.route(None, &path, query, target).unwrap();
         std::hint::black_box(routed);
     }
     start.elapsed().as_nanos() as f64 / routes as f64

@@ -420,6 +420,8 @@ mod tests {
             "audit-log" => "-".into(),
             "max-sessions" => "7".into(),
             "cluster" => "a=http://127.0.0.1:2".into(),
+            "cluster-host-suffix" => "kube.example.com".into(),
+            "tls-sni-cert" => "a=/tmp/a.crt,/tmp/a.key".into(),
             _ => panic!("give --{long} a sample value for the config-file test"),
         }
     }

@@ -11,6 +11,7 @@
 //! Without `go` the test is skipped with a note, unless `CI` is set, where that is a failure.
 
 mod cluster_prefix;
+mod request_host;
 
 use crate::common;
 

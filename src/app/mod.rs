@@ -1,9 +1,10 @@
 //! Starting the proxy: binding the listeners, wiring the shared state and the clusters
-//! ([`clusters`]), reloading the clusters when the config file changes ([`reload`], with
+//! ([`clusters`], reached by host name too: [`host_routing`]), reloading the clusters when the config file changes ([`reload`], with
 //! [`fleet_change`]), stopping on a signal.
 
 mod clusters;
 mod fleet_change;
+mod host_routing;
 mod reload;
 
 pub use clusters::configured_names;
@@ -36,6 +37,8 @@ pub enum StartError {
     Upstream(String),
     #[error("listener TLS: {0}")]
     Tls(#[from] crate::proxy::listen::tls::ListenerTlsError),
+    #[error("routing by host name: {0}")]
+    HostRouting(String),
     #[error("cannot open the audit log {path}: {source}")]
     AuditLog {
         path: String,
@@ -177,8 +180,10 @@ fn configure_sessions(state: &mut Shared, args: &ServeArgs) {
     state.handshake_timeout = args.limits.handshake_timeout;
 }
 
-/// The client connections' settings: the listener's TLS, timeouts and budgets.
+/// The client connections' settings: routing by host name, the listener's TLS (with the
+/// clusters' own certificates), timeouts and budgets.
 fn configure_connections(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
+    state.cluster_host_suffix = host_routing::suffix(args)?;
     if let (Some(cert), Some(key)) = (
         &args.listeners.tls_cert_file,
         &args.listeners.tls_private_key_file,
@@ -188,6 +193,7 @@ fn configure_connections(state: &mut Shared, args: &ServeArgs) -> Result<(), Sta
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: args.listeners.client_ca_file.clone(),
+                by_name: host_routing::named_certs(args, state.cluster_host_suffix.as_ref())?,
             },
             state.metrics.clone(),
         )?);

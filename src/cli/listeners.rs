@@ -6,6 +6,33 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+/// One `--tls-sni-cert NAME=CERT,KEY`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SniCertFlag {
+    /// The cluster's name, as given (checked when the proxy starts).
+    pub name: String,
+    /// Its certificate chain and private key (PEM).
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Parses `NAME=CERT,KEY`.
+pub fn parse_sni_cert(value: &str) -> Result<SniCertFlag, String> {
+    let (name, files) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?}: expected NAME=CERT,KEY"))?;
+    match files.split_once(',') {
+        Some((cert, key)) if !name.is_empty() && !cert.is_empty() && !key.is_empty() => {
+            Ok(SniCertFlag {
+                name: name.to_owned(),
+                cert: cert.into(),
+                key: key.into(),
+            })
+        }
+        _ => Err(format!("{value:?}: expected NAME=CERT,KEY")),
+    }
+}
+
 /// Listeners and TLS.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Listeners and TLS")]
@@ -52,6 +79,21 @@ pub struct ListenerArgs {
     )]
     pub tls_private_key_file: Option<PathBuf>,
 
+    /// A cluster's own serving certificate, for its host name (repeatable): `NAME=CERT,KEY`.
+    ///
+    /// Served to clients asking (SNI) for `NAME.SUFFIX` of `--cluster-host-suffix`, instead of
+    /// `--tls-cert-file` (which serves every other name: a wildcard `*.SUFFIX` certificate
+    /// there covers every cluster). Re-read when its files change.
+    #[arg(
+        long = "tls-sni-cert",
+        env = "KUBE_WS_PROXY_TLS_SNI_CERTS",
+        value_delimiter = ';',
+        value_parser = parse_sni_cert,
+        requires_all = ["tls_cert_file", "cluster_host_suffix"],
+        value_name = "NAME=CERT,KEY"
+    )]
+    pub tls_sni_certs: Vec<SniCertFlag>,
+
     /// PEM CA bundle: accept client certificates it signs on the TLS listener.
     ///
     /// A client certificate identifies the caller in impersonate and front-proxy modes (CN is
@@ -89,4 +131,30 @@ pub struct ListenerArgs {
     /// choose what the API server records as the request's source.
     #[arg(long, env = "KUBE_WS_PROXY_TRUST_X_FORWARDED_FOR")]
     pub trust_x_forwarded_for: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sni_certs_are_name_equals_cert_comma_key() {
+        assert_eq!(
+            parse_sni_cert("prod-eu=/tls/eu.crt,/tls/eu.key").unwrap(),
+            SniCertFlag {
+                name: "prod-eu".into(),
+                cert: "/tls/eu.crt".into(),
+                key: "/tls/eu.key".into(),
+            }
+        );
+        for bad in [
+            "prod-eu",
+            "prod-eu=/a.crt",
+            "=/a.crt,/a.key",
+            "a=,/a.key",
+            "a=/a.crt,",
+        ] {
+            assert!(parse_sni_cert(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -33,7 +33,7 @@ pub use self::clusters::{ClusterEntry, ClusterFlag};
 pub use self::keepalive::KeepaliveArgs;
 pub use self::kubeconfig::KubeconfigArgs;
 pub use self::limits::LimitArgs;
-pub use self::listeners::ListenerArgs;
+pub use self::listeners::{ListenerArgs, SniCertFlag};
 pub use self::process::{ConfigOrigin, FileSettings, LogFormat, ProcessArgs};
 pub use self::sim::{DemoArgs, SimArgs};
 pub use self::streaming::StreamingArgs;

@@ -112,6 +112,15 @@ pub struct UpstreamArgs {
     )]
     pub clusters: Vec<ClusterFlag>,
 
+    /// Route requests for host `NAME.DOMAIN` to cluster NAME, e.g. `kube.example.com`.
+    ///
+    /// On such a host the path is the cluster's own (no `/clusters/` prefix is read); a name
+    /// under the domain that is no cluster's gets a 404. Other hosts are routed by path. Over
+    /// TLS, a request whose host names another cluster than the connection's server name
+    /// (SNI) is refused with 421.
+    #[arg(long, env = "KUBE_WS_PROXY_CLUSTER_HOST_SUFFIX", value_name = "DOMAIN")]
+    pub cluster_host_suffix: Option<String>,
+
     /// The `clusters:` of the `--config` file.
     #[arg(skip)]
     pub file_clusters: Vec<ClusterEntry>,

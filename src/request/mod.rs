@@ -6,6 +6,7 @@
 
 pub mod cluster_prefix;
 pub mod go_url;
+pub mod host;
 pub mod node;
 pub mod pod;
 pub mod target;

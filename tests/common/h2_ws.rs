@@ -42,7 +42,19 @@ impl H2Connection {
         stream_window: u32,
         connection_window: u32,
     ) -> H2Connection {
-        let tls = super::tls_client::connect(addr, ca_pem, None, &[b"h2"])
+        Self::connect_as(addr, "127.0.0.1", ca_pem, stream_window, connection_window).await
+    }
+
+    /// [`connect`](Self::connect), asking (SNI) for `server_name`, which is also the
+    /// `:authority`'s host until [`set_authority`](Self::set_authority).
+    pub async fn connect_as(
+        addr: std::net::SocketAddr,
+        server_name: &str,
+        ca_pem: &str,
+        stream_window: u32,
+        connection_window: u32,
+    ) -> H2Connection {
+        let tls = super::tls_client::connect_as(addr, server_name, ca_pem, None, &[b"h2"])
             .await
             .expect("TLS to the proxy");
         assert_eq!(
@@ -59,7 +71,7 @@ impl H2Connection {
         let driver = tokio::spawn(conn);
         let mut c = H2Connection {
             send,
-            authority: addr.to_string(),
+            authority: format!("{server_name}:{}", addr.port()),
             driver,
         };
         // The server's SETTINGS come in with the first frames the driver reads.
@@ -70,6 +82,11 @@ impl H2Connection {
         }
         c.send = c.send.clone().ready().await.expect("connection ready");
         c
+    }
+
+    /// The `:authority` of the streams opened from now on (`host:port`).
+    pub fn set_authority(&mut self, authority: String) {
+        self.authority = authority;
     }
 
     /// Whether the proxy's SETTINGS carried SETTINGS_ENABLE_CONNECT_PROTOCOL = 1.

@@ -6,6 +6,7 @@
 pub mod bearer;
 pub mod browser;
 pub mod clients;
+pub mod connect_proxy;
 pub mod exec_suite;
 pub mod forward;
 pub mod go_front;

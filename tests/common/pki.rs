@@ -64,6 +64,14 @@ impl Ca {
         self.sign(params)
     }
 
+    /// A serving certificate for `names` (host names, wildcards such as `*.kube.example.com`).
+    pub fn server_for(&self, names: &[&str]) -> Leaf {
+        let names = names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(params)
+    }
+
     /// A client certificate for user `cn` in group `org`.
     pub fn client(&self, cn: &str, org: Option<&str>) -> Leaf {
         self.client_in_groups(cn, org.as_slice())

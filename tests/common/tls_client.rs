@@ -19,6 +19,17 @@ pub async fn connect(
     client: Option<&Leaf>,
     alpn: &[&[u8]],
 ) -> std::io::Result<TlsStream<TcpStream>> {
+    connect_as(addr, "127.0.0.1", ca_pem, client, alpn).await
+}
+
+/// [`connect`], asking for (SNI) and verifying the certificate of `server_name`.
+pub async fn connect_as(
+    addr: std::net::SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+    client: Option<&Leaf>,
+    alpn: &[&[u8]],
+) -> std::io::Result<TlsStream<TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
@@ -41,7 +52,7 @@ pub async fn connect(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
-    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await

@@ -33,6 +33,7 @@ use crate::proxy::client::waiting_connections::{Waiter, SHED_GRACE};
 use crate::proxy::client::write_timeout::{Responses, Stalled, WatchedBody};
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::{HandshakeRejection, SessionKind};
+use crate::proxy::route::by_host::{cluster_by_host, HostFields, HostUnrouted};
 use crate::proxy::route::classify::{classify, Class};
 use crate::proxy::route::fleet::Unrouted;
 use crate::proxy::route::kubelet::{kubelet_call, KubeletRun};
@@ -54,6 +55,7 @@ use crate::proxy::wire::client_stream::{ConnectionId, HandshakeForm};
 use crate::proxy::wire::headers::caller_address;
 use crate::proxy::wire::maybe_tls::MaybeTls;
 use crate::proxy::wire::status_response::failure;
+use crate::request::host::HostName;
 use crate::request::node::{form_media_type, FormBody, KubeletCall};
 use crate::request::target::RequestTarget;
 use crate::translate::subprotocol::BearerToken;
@@ -122,12 +124,13 @@ async fn serve_connection(
         first_request_by,
         waiter: waiting.waiter(),
     };
-    let Some((io, certificate)) = handshake(tcp, peer, state, &clocks).await else {
+    let Some((io, certificate, sni)) = handshake(tcp, peer, state, &clocks).await else {
         return;
     };
     let conn = Arc::new(Connection {
         peer,
         certificate,
+        sni,
         id: ConnectionId::next(),
         activity: Activity::counted(clocks.waiter.clone()),
         responses: state.response_write_timeout.map(Responses::new),
@@ -143,17 +146,18 @@ struct Clocks {
     waiter: Arc<Waiter>,
 }
 
-/// The connection's stream and its client certificate: TLS when configured, its handshake
-/// within the request-header clock. `None` when the connection is dropped instead (handshake
-/// failed or timed out, or evicted while waiting), each counted as a shed connection.
+/// The connection's stream, its client certificate and the server name its TLS handshake
+/// asked for (SNI): TLS when configured, its handshake within the request-header clock. `None`
+/// when the connection is dropped instead (handshake failed or timed out, or evicted while
+/// waiting), each counted as a shed connection.
 async fn handshake(
     tcp: TcpStream,
     peer: SocketAddr,
     state: &Shared,
     clocks: &Clocks,
-) -> Option<(ClientIo, PeerCertificate)> {
+) -> Option<(ClientIo, PeerCertificate, Option<HostName>)> {
     let Some(acceptor) = &state.tls else {
-        return Some((ClientIo::Plain(tcp), PeerCertificate::None));
+        return Some((ClientIo::Plain(tcp), PeerCertificate::None, None));
     };
     let handshake = tokio::time::timeout_at(clocks.first_request_by, acceptor.accept(tcp));
     let handshake = tokio::select! {
@@ -166,7 +170,14 @@ async fn handshake(
     match handshake {
         Ok(Ok(stream)) => {
             let certificate = peer_certificate(&stream, peer, state);
-            Some((ClientIo::Tls(Box::new(stream)), certificate))
+            // At most one bounded name per connection; one rustls took but we cannot read
+            // names no cluster.
+            let sni = stream
+                .get_ref()
+                .1
+                .server_name()
+                .and_then(|name| HostName::parse(name.as_bytes()).ok());
+            Some((ClientIo::Tls(Box::new(stream)), certificate, sni))
         }
         Ok(Err(e)) => {
             debug!(error = %e, %peer, "TLS handshake failed");
@@ -403,6 +414,8 @@ pub struct Connection {
     pub peer: SocketAddr,
     /// What the verified client certificate says, if one was presented.
     pub certificate: PeerCertificate,
+    /// The server name its TLS handshake asked for (SNI), if any.
+    pub sni: Option<HostName>,
     /// Its number in logs.
     pub id: ConnectionId,
     /// Its requests in flight (the idle clock); an HTTP/2 session counts as one while it runs.
@@ -451,7 +464,7 @@ pub async fn route(
         let (code, reason) = refusal.status();
         return failure(code, reason, refusal.to_string());
     }
-    let (state, target) = match to_cluster(front, &mut req) {
+    let (state, target) = match to_cluster(front, &mut req, conn.sni.as_ref()) {
         Ok(routed) => routed,
         Err(answer) => return *answer,
     };
@@ -464,38 +477,37 @@ pub async fn route(
 }
 
 /// The one reading of the request's target, as kube-apiserver will act on it, and the cluster
-/// it goes to: everything after this (classification, audit, recording, what goes upstream)
-/// uses that reading, without the cluster prefix, which is also taken off the request itself.
-/// `Err`: the answer to a target that is refused (400) or names no cluster (404), boxed: it is
-/// the rare case.
+/// it goes to (by its host under `--cluster-host-suffix`, checked against the connection's
+/// `sni`, else by its path): everything after this (classification, audit, recording, what
+/// goes upstream) uses that reading, without the cluster prefix, which is also taken off the
+/// request itself. `Err`: the answer to a request that is refused (400), misdirected (421) or
+/// names no cluster (404), boxed: it is the rare case.
 fn to_cluster<B>(
     front: &FrontDoor,
     req: &mut Request<B>,
+    sni: Option<&HostName>,
 ) -> Result<(Arc<ProxyState>, RequestTarget), Box<Response<ProxyBody>>> {
     let shared = front.shared();
+    let by_host = match &shared.cluster_host_suffix {
+        Some(suffix) => {
+            let fields = HostFields {
+                authority: req.uri().authority().map(|a| a.as_str().as_bytes()),
+                host_headers: req
+                    .headers()
+                    .get_all(http::header::HOST)
+                    .iter()
+                    .map(|h| h.as_bytes()),
+                http11: req.version() == http::Version::HTTP_11,
+            };
+            cluster_by_host(suffix, fields, sni).map_err(|e| unrouted(shared, e))?
+        }
+        None => None,
+    };
     let (path, query) = (req.uri().path(), req.uri().query());
     let routed = RequestTarget::parse(path, query)
         .map_err(Unrouted::from)
-        .and_then(|target| front.fleet().route(path, query, target));
-    let routed = match routed {
-        Ok(routed) => routed,
-        Err(e) => {
-            let (reason, code, status) = match e {
-                Unrouted::UnknownCluster | Unrouted::NoCluster => (
-                    HandshakeRejection::UnknownCluster,
-                    StatusCode::NOT_FOUND,
-                    "NotFound",
-                ),
-                _ => (
-                    HandshakeRejection::BadRequest,
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                ),
-            };
-            shared.metrics.unrouted_rejected(reason);
-            return Err(Box::new(failure(code, status, e.to_string())));
-        }
-    };
+        .and_then(|target| front.fleet().route(by_host.as_deref(), path, query, target))
+        .map_err(|e| unrouted(shared, e))?;
     if let Some(rewritten) = &routed.rewritten {
         let mut parts = req.uri().clone().into_parts();
         parts.path_and_query = Some(
@@ -507,6 +519,30 @@ fn to_cluster<B>(
     }
     let state = Arc::new(ProxyState::new(shared.clone(), routed.cluster));
     Ok((state, routed.target))
+}
+
+/// The answer to a request routed to no cluster, counted without a cluster label.
+fn unrouted(shared: &Shared, e: impl Into<Unrouted>) -> Box<Response<ProxyBody>> {
+    let e = e.into();
+    let (reason, code, status) = match e {
+        Unrouted::UnknownCluster | Unrouted::NoCluster => (
+            HandshakeRejection::UnknownCluster,
+            StatusCode::NOT_FOUND,
+            "NotFound",
+        ),
+        Unrouted::Host(HostUnrouted::Misdirected) => (
+            HandshakeRejection::Misdirected,
+            StatusCode::MISDIRECTED_REQUEST,
+            "MisdirectedRequest",
+        ),
+        _ => (
+            HandshakeRejection::BadRequest,
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+        ),
+    };
+    shared.metrics.unrouted_rejected(reason);
+    Box::new(failure(code, status, e.to_string()))
 }
 
 async fn route_authenticated(

@@ -126,6 +126,9 @@ pub enum HandshakeRejection {
     /// A request naming no configured cluster (`/clusters/NAME/` with an unknown name, or no
     /// prefix where every cluster is named): 404.
     UnknownCluster,
+    /// A request whose host names another cluster than the TLS server name (SNI) of its
+    /// connection: 421.
+    Misdirected,
 }
 
 impl HandshakeRejection {
@@ -139,6 +142,7 @@ impl HandshakeRejection {
             HandshakeRejection::RefusedSessions => "refused_sessions",
             HandshakeRejection::NodeProxySession => "node_proxy_session",
             HandshakeRejection::UnknownCluster => "unknown_cluster",
+            HandshakeRejection::Misdirected => "misdirected",
         }
     }
 }
@@ -971,6 +975,7 @@ mod tests {
         for reason in [
             HandshakeRejection::BadRequest,
             HandshakeRejection::UnknownCluster,
+            HandshakeRejection::Misdirected,
         ] {
             m.unrouted_rejected(reason);
         }
@@ -1013,6 +1018,7 @@ mod tests {
             HandshakeRejection::RefusedSessions,
             HandshakeRejection::NodeProxySession,
             HandshakeRejection::UnknownCluster,
+            HandshakeRejection::Misdirected,
         ] {
             m.handshake_rejected(cluster, reason);
         }
@@ -1049,6 +1055,7 @@ mod tests {
             "refused_sessions",
             "node_proxy_session",
             "unknown_cluster",
+            "misdirected",
             "request_header_timeout",
             "idle_timeout",
             "tls_handshake_failed",

@@ -1,4 +1,6 @@
-//! The clusters behind one proxy, and the pick per request: by its `/clusters/NAME/` prefix
+//! The clusters behind one proxy, and the pick per request: by its host name when that is
+//! `NAME.SUFFIX` under `--cluster-host-suffix` ([`by_host`](super::by_host)), its path then
+//! going as it is (no prefix is read); else by its `/clusters/NAME/` prefix
 //! ([`cluster_prefix`]), which is removed before the request goes on, or the unnamed upstream
 //! of `--upstream`/`--kubeconfig`/`--in-cluster` for a request without one.
 //!
@@ -10,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::by_host::HostUnrouted;
 use super::cluster::{Cluster, ClusterName, DEFAULT_CLUSTER};
 use crate::request::cluster_prefix::{self, ClusterPrefix, PrefixRefusal};
 use crate::request::target::{RequestTarget, TargetError};
@@ -68,6 +71,10 @@ pub enum Unrouted {
     /// The target without the prefix cannot be read (400).
     #[error(transparent)]
     Target(#[from] TargetError),
+    /// The request's host cannot be read (400), or names another cluster than its
+    /// connection's TLS server name (421).
+    #[error(transparent)]
+    Host(#[from] HostUnrouted),
 }
 
 impl Fleet {
@@ -115,13 +122,22 @@ impl Fleet {
     }
 
     /// Where the request with path `raw_path` and query `query` as sent, read as `target`,
-    /// goes.
+    /// goes; `by_host` is the cluster name its host gives (`NAME.SUFFIX`), if it gives one.
     pub fn route(
         &self,
+        by_host: Option<&str>,
         raw_path: &str,
         query: Option<&str>,
         target: RequestTarget,
     ) -> Result<Routed, Unrouted> {
+        if let Some(name) = by_host {
+            // The host names the cluster; the path is all the cluster's own.
+            return Ok(Routed {
+                cluster: self.named_cluster(name)?.clone(),
+                target,
+                rewritten: None,
+            });
+        }
         let unprefixed = |target| match &self.default {
             Some(cluster) => Ok(Routed {
                 cluster: cluster.clone(),
@@ -137,10 +153,7 @@ impl Fleet {
             ClusterPrefix::Unprefixed => unprefixed(target),
             ClusterPrefix::Refused(why) => Err(Unrouted::Refused(why)),
             ClusterPrefix::Named { name, rest } => {
-                let cluster = ClusterName::parse(name)
-                    .ok()
-                    .and_then(|name| self.named.get(&name))
-                    .ok_or(Unrouted::UnknownCluster)?;
+                let cluster = self.named_cluster(name)?;
                 let path = if rest.is_empty() { "/" } else { rest };
                 let target = RequestTarget::parse(path, query)?;
                 let rewritten = match query {
@@ -154,6 +167,14 @@ impl Fleet {
                 })
             }
         }
+    }
+
+    /// The named cluster `name`, or the refusal of an unknown one.
+    fn named_cluster(&self, name: &str) -> Result<&Arc<Cluster>, Unrouted> {
+        ClusterName::parse(name)
+            .ok()
+            .and_then(|name| self.named.get(&name))
+            .ok_or(Unrouted::UnknownCluster)
     }
 
     /// Every cluster: the unnamed one first, then the named ones by name.
@@ -195,7 +216,7 @@ mod tests {
             None => (pq, None),
         };
         let target = RequestTarget::parse(path, query)?;
-        fleet.route(path, query, target).map(|r| {
+        fleet.route(None, path, query, target).map(|r| {
             (
                 r.cluster.label().to_owned(),
                 r.target.canonical().to_owned(),
@@ -292,5 +313,45 @@ mod tests {
         // Without an unnamed upstream the name is free.
         let alone = Fleet::new(None, [cluster(Some("default"), "http://127.0.0.1:2")]).unwrap();
         assert_eq!(route(&alone, "/clusters/default/api").unwrap().0, "default");
+    }
+
+    #[test]
+    fn a_host_named_cluster_takes_the_path_as_it_is() {
+        let fleet = Fleet::new(
+            Some(cluster(None, "http://127.0.0.1:1")),
+            [
+                cluster(Some("a"), "http://127.0.0.1:2"),
+                cluster(Some("b"), "http://127.0.0.1:3"),
+            ],
+        )
+        .unwrap();
+        let by_host = |host: Option<&str>, pq: &str| {
+            let target = RequestTarget::parse_path_and_query(pq).unwrap();
+            fleet
+                .route(host, pq, None, target)
+                .map(|r| (r.cluster.label().to_owned(), r.rewritten))
+        };
+        // No prefix is read on a host that names a cluster: `/clusters/b/` is a's own path.
+        assert_eq!(by_host(Some("a"), "/api"), Ok(("a".into(), None)));
+        assert_eq!(
+            by_host(Some("a"), "/clusters/b/api"),
+            Ok(("a".into(), None))
+        );
+        assert_eq!(
+            by_host(Some("a"), "/clusters/a/../b/api"),
+            Ok(("a".into(), None))
+        );
+        // An unknown name under the suffix is unknown, never the unnamed upstream.
+        assert_eq!(by_host(Some("c"), "/api"), Err(Unrouted::UnknownCluster));
+        assert_eq!(
+            by_host(Some("default"), "/api"),
+            Err(Unrouted::UnknownCluster)
+        );
+        // A host that names no cluster: the path decides.
+        assert_eq!(by_host(None, "/api"), Ok(("default".into(), None)));
+        assert_eq!(
+            by_host(None, "/clusters/b/api"),
+            Ok(("b".into(), Some("/api".into())))
+        );
     }
 }

@@ -9,11 +9,14 @@
 //! - [`cluster`]: one cluster behind the proxy (its upstream, credentials, auth and streaming
 //!   mode, what `auto` learned), and its name.
 //! - [`fleet`]: the configured clusters and the pick per request (`/clusters/NAME/...`).
+//! - [`by_host`]: the cluster a request's host names (`NAME.SUFFIX`), checked against the
+//!   connection's TLS server name.
 //!
 //! Decisions only: route never runs a session. May use `auth`, `upstream`, `observability` (a
 //! cluster's readiness check) and `wire`; used by
 //! `sessions` and `listen`.
 
+pub mod by_host;
 pub mod classify;
 pub mod cluster;
 pub mod fleet;

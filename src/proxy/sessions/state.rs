@@ -19,6 +19,7 @@ use crate::proxy::route::cluster::Cluster;
 use crate::proxy::route::kubelet::NodeProxySessions;
 use crate::proxy::route::stream_request::StreamRequest;
 use crate::proxy::upstream::spdy_dial::upstream_headers;
+use crate::request::host::HostSuffix;
 use crate::session_memory::{LaneLimits, MemoryBudget};
 use crate::translate::remote_command::SessionLimits;
 use crate::translate::ws::{Config, Keepalive};
@@ -161,6 +162,9 @@ pub struct Shared {
     pub http2_websockets: bool,
     /// TLS for the main listener; plain HTTP when absent.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The domain under which each cluster has its host name, `NAME.SUFFIX`
+    /// (`--cluster-host-suffix`); `None`: the host is not read.
+    pub cluster_host_suffix: Option<HostSuffix>,
     /// Prometheus metrics served on the admin listener.
     pub metrics: Metrics,
     /// Running streaming sessions: admission (`--max-sessions`) and drain signals.
@@ -208,6 +212,7 @@ impl Default for Shared {
             waiting_connections: WaitingConnections::new(DEFAULT_MAX_PENDING as usize),
             http2_websockets: true,
             tls: None,
+            cluster_host_suffix: None,
             metrics,
             sessions: Sessions::new(None),
             audit: None,

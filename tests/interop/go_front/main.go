@@ -28,6 +28,9 @@ import (
 // reading is what Go made of one request.
 type reading struct {
 	Method string `json:"method"`
+	// Host is what Go takes as the request's host (Request.Host): an absolute-form target's
+	// authority, else the Host header (or HTTP/2's :authority).
+	Host string `json:"host"`
 	// PathHex is URL.Path, hex-encoded (it may hold any byte).
 	PathHex string `json:"path_hex"`
 	Path    string `json:"path"`
@@ -208,6 +211,7 @@ func read(r *http.Request) reading {
 	}
 	return reading{
 		Method:  r.Method,
+		Host:    r.Host,
 		PathHex: hex.EncodeToString([]byte(r.URL.Path)),
 		Path:    r.URL.Path,
 		Fronts: fronts{
