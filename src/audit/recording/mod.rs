@@ -6,9 +6,11 @@
 //! - `json_escape`: recorded text as the inside of a JSON string, the recorder's hot loop.
 //! - [`recorder`]: the proxy's recordings and each session's handle, bounded memory.
 //! - `writer`: the thread that writes them.
+//! - `queue`: the order in which it writes them: cut-off output first.
 
 pub mod asciicast;
 mod json_escape;
+mod queue;
 pub mod recorder;
 mod state;
 mod writer;

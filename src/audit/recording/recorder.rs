@@ -18,7 +18,10 @@
 //! a kubelet gone) pass on what it still holds at its share of the writer: seconds, when the
 //! writer is behind, for a session that can only end. Such output can no longer grow, so it
 //! takes a second shared lane, the cut lane ([`CUT_BYTES`]), which only cut-off output uses
-//! and which is therefore free when a fault strikes.
+//! and which is therefore free when a fault strikes. The lane only gets room back as the
+//! writer writes what is in it, so the writer writes that output before other sessions'
+//! events (it is sent marked urgent): in arrival order it would wait behind the whole shared
+//! budget, and the lane would turn over at the pace of that backlog, not of the cut output.
 //!
 //! A recording whose write fails stops; [`Recorder::failed`] tells the session, which under
 //! `--record=required` ends with a Status that says why.
@@ -375,8 +378,8 @@ impl Recorder {
         cut: impl std::future::Future<Output = ()>,
     ) -> bool {
         let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
-        if let Some(budget) = self.wait_for_turn(count, cost, cut).await {
-            self.send_reserved(budget, count, chunks.iter().map(Recorded::Output));
+        if let Some(room) = self.wait_for_turn(count, cost, cut).await {
+            self.send_reserved(room, count, chunks.iter().map(Recorded::Output));
         }
         self.may_pass_on().await
     }
@@ -432,8 +435,8 @@ impl Recorder {
         cut: impl std::future::Future<Output = ()>,
     ) -> bool {
         let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
-        if let Some(budget) = self.wait_for_turn(count, cost, cut).await {
-            self.send_reserved(budget, count, events.iter().filter_map(T::recorded));
+        if let Some(room) = self.wait_for_turn(count, cost, cut).await {
+            self.send_reserved(room, count, events.iter().filter_map(T::recorded));
         }
         !self.required
             || self
@@ -452,6 +455,9 @@ impl Recorder {
     /// Takes `cost` of the session's express lane if it is that small and the lane is free,
     /// else waits for it (at most all of it) from the shared budget, or from the cut lane once
     /// `cut` resolves; `None` when there is nothing to record or the recording has failed.
+    /// Events given room in the cut lane are urgent: the writer writes them first, so that
+    /// the lane turns over as fast as cut-off output can be written, not at the pace of
+    /// everything queued before it.
     ///
     /// The events themselves are not held across this wait: a generic iterator held there
     /// would make the session's future lose `Send` (a known limit of the compiler with
@@ -461,13 +467,16 @@ impl Recorder {
         count: usize,
         cost: usize,
         cut: impl std::future::Future<Output = ()>,
-    ) -> Option<OwnedSemaphorePermit> {
+    ) -> Option<Room> {
         if count == 0 || self.state.has_failed() {
             return None;
         }
+        let room = |permit: Result<OwnedSemaphorePermit, _>, urgent| {
+            permit.ok().map(|permit| Room { permit, urgent })
+        };
         if cost <= EXPRESS_BYTES {
             if let Ok(express) = self.express.clone().try_acquire_many_owned(cost as u32) {
-                return Some(express);
+                return room(Ok(express), false);
             }
         }
         let cost = cost.min(BUDGET_BYTES) as u32;
@@ -476,28 +485,28 @@ impl Recorder {
         tokio::select! {
             // The budget if it is free now: the cut lane is for output that would wait.
             biased;
-            budget = &mut budget => budget.ok(),
+            budget = &mut budget => room(budget, false),
             () = cut => {
                 // Its turn for the budget is kept: whichever comes first, the turn or room in
                 // the cut lane (other sessions' cut output may fill that lane too).
                 tokio::select! {
                     biased;
-                    budget = &mut budget => budget.ok(),
-                    lane = self.cut_lane.clone().acquire_many_owned(cost) => lane.ok(),
+                    budget = &mut budget => room(budget, false),
+                    lane = self.cut_lane.clone().acquire_many_owned(cost) => room(lane, true),
                 }
             }
         }
     }
 
-    /// Queues the `count` wanted ones of `events` for the writer, sharing `budget` out.
+    /// Queues the `count` wanted ones of `events` for the writer, sharing `room` out.
     fn send_reserved<'a>(
         &self,
-        budget: OwnedSemaphorePermit,
+        room: Room,
         mut count: usize,
         events: impl Iterator<Item = Recorded<'a>>,
     ) {
         let at = self.state.elapsed();
-        let mut budget = Some(budget);
+        let mut budget = Some(room.permit);
         let mut queued = 0;
         for event in events.filter(|e| self.wanted(*e)) {
             queued += event.len() as u64;
@@ -515,6 +524,7 @@ impl Recorder {
                 id: self.id,
                 at,
                 kind: event.kind(),
+                urgent: room.urgent,
                 _budget: share,
             });
         }
@@ -527,6 +537,13 @@ impl Recorder {
     fn wanted(&self, event: Recorded<'_>) -> bool {
         self.record_stdin || !matches!(event, Recorded::Input(_))
     }
+}
+
+/// Room for a batch of events until the writer has written them.
+struct Room {
+    permit: OwnedSemaphorePermit,
+    /// It is in the cut lane: the writer is to write the events first.
+    urgent: bool,
 }
 
 /// Something a session hands its recorder in a batch ([`Recorder::record`]).
@@ -603,22 +620,28 @@ impl Recorder {
     /// A recorder whose writer never writes by itself: the test says what it wrote, and when
     /// a write failed.
     pub(crate) fn held(required: bool) -> (Recorder, HeldWriter) {
-        let (tx, rx) = unbounded_channel();
+        let (rec, rx) = Recorder::unwritten(required);
         // The messages (and their budget) stay queued for as long as the test runs.
         std::mem::forget(rx);
-        let state = Arc::new(RecordingState::new());
+        let state = rec.state.clone();
+        (rec, HeldWriter(state))
+    }
+
+    /// A recorder with budget and lanes of its own, and what it sends the writer.
+    fn unwritten(required: bool) -> (Recorder, tokio::sync::mpsc::UnboundedReceiver<Message>) {
+        let (tx, rx) = unbounded_channel();
         let rec = Recorder {
             id: 1,
             tx,
             budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
             cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
-            state: state.clone(),
+            state: Arc::new(RecordingState::new()),
             record_stdin: false,
             required,
             path: "held".into(),
         };
-        (rec, HeldWriter(state))
+        (rec, rx)
     }
 }
 
@@ -899,6 +922,37 @@ mod tests {
         let shown = event_text(lines[1..].iter().map(String::as_str));
         assert_eq!(shown.len(), 200 * 1024 + 3 + 100 * 1024);
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn only_output_in_the_cut_lane_is_sent_urgent() {
+        let (rec, mut rx) = Recorder::unwritten(false);
+        let mut urgent = |what: &str| match rx.try_recv() {
+            Ok(Message::Event { urgent, .. }) => urgent,
+            _ => panic!("{what}: no event sent"),
+        };
+        let (small, big) = (Bytes::from_static(b"x"), Bytes::from(vec![b'y'; 64 * 1024]));
+        let cut = std::future::ready;
+        // Cut off, but room in its express lane or in the budget: in turn, as it came.
+        rec.outputs_until_cut(&[small.clone()], cut(())).await;
+        assert!(!urgent("express lane"));
+        rec.outputs_until_cut(&[big.clone()], cut(())).await;
+        assert!(!urgent("budget"));
+        // With the budget spent, cut-off output too big for the express lane takes the cut
+        // lane: every event of the batch is urgent.
+        let held = rec
+            .budget
+            .clone()
+            .try_acquire_many_owned(rec.budget.available_permits() as u32)
+            .unwrap();
+        rec.outputs_until_cut(&[small.clone(), big.clone()], cut(()))
+            .await;
+        assert!(urgent("cut lane, first"));
+        assert!(urgent("cut lane, second"));
+        // Not cut off, it waits for the budget; given back, it goes in turn.
+        drop(held);
+        rec.outputs(&[big]).await;
+        assert!(!urgent("budget again"));
     }
 
     #[tokio::test]
