@@ -33,10 +33,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use prometheus::IntCounter;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::asciicast::Header;
+use super::queue::{self, Outbox};
 use super::state::RecordingState;
 use super::writer::{self, EventKind, Message};
 use crate::audit::bounds;
@@ -143,7 +143,7 @@ impl RecordingError {
 #[derive(Debug)]
 pub struct Recordings {
     config: RecordingConfig,
-    tx: UnboundedSender<Message>,
+    tx: Outbox,
     budget: Arc<Semaphore>,
     /// The lane for output its upstream cut off ([`CUT_BYTES`]).
     cut_lane: Arc<Semaphore>,
@@ -163,11 +163,11 @@ impl Recordings {
                 format!("{} is not a directory", config.dir.display()),
             ));
         }
-        let (tx, rx) = unbounded_channel();
+        let (tx, inbox) = queue::channel();
         let failures = counters.failures.clone();
         std::thread::Builder::new()
             .name("recordings".into())
-            .spawn(move || writer::run(rx, counters.failures, counters.recorded_bytes))?;
+            .spawn(move || writer::run(inbox, counters.failures, counters.recorded_bytes))?;
         Ok(Recordings {
             config,
             tx,
@@ -243,7 +243,7 @@ impl Recordings {
         .inspect_err(|_| self.failures.inc())?;
         let state = Arc::new(RecordingState::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let _ = self.tx.send(Message::Open {
+        self.tx.send(Message::Open {
             id,
             file,
             header,
@@ -332,7 +332,7 @@ fn free_bytes(dir: &Path) -> std::io::Result<u64> {
 #[derive(Debug)]
 pub struct Recorder {
     id: u64,
-    tx: UnboundedSender<Message>,
+    tx: Outbox,
     budget: Arc<Semaphore>,
     /// The lane for output its upstream cut off, shared by all sessions.
     cut_lane: Arc<Semaphore>,
@@ -520,7 +520,7 @@ impl Recorder {
             };
             // Always there: every share fits in what is left, and only the last takes it all.
             let Some(share) = share else { break };
-            let _ = self.tx.send(Message::Event {
+            self.tx.send(Message::Event {
                 id: self.id,
                 at,
                 kind: event.kind(),
@@ -594,7 +594,7 @@ impl Recorded<'_> {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        let _ = self.tx.send(Message::Close { id: self.id });
+        self.tx.send(Message::Close { id: self.id });
     }
 }
 
@@ -620,16 +620,16 @@ impl Recorder {
     /// A recorder whose writer never writes by itself: the test says what it wrote, and when
     /// a write failed.
     pub(crate) fn held(required: bool) -> (Recorder, HeldWriter) {
-        let (rec, rx) = Recorder::unwritten(required);
+        let (rec, inbox) = Recorder::unwritten(required);
         // The messages (and their budget) stay queued for as long as the test runs.
-        std::mem::forget(rx);
+        std::mem::forget(inbox);
         let state = rec.state.clone();
         (rec, HeldWriter(state))
     }
 
     /// A recorder with budget and lanes of its own, and what it sends the writer.
-    fn unwritten(required: bool) -> (Recorder, tokio::sync::mpsc::UnboundedReceiver<Message>) {
-        let (tx, rx) = unbounded_channel();
+    fn unwritten(required: bool) -> (Recorder, queue::Inbox) {
+        let (tx, inbox) = queue::channel();
         let rec = Recorder {
             id: 1,
             tx,
@@ -641,7 +641,7 @@ impl Recorder {
             required,
             path: "held".into(),
         };
-        (rec, rx)
+        (rec, inbox)
     }
 }
 
@@ -926,9 +926,9 @@ mod tests {
 
     #[tokio::test]
     async fn only_output_in_the_cut_lane_is_sent_urgent() {
-        let (rec, mut rx) = Recorder::unwritten(false);
-        let mut urgent = |what: &str| match rx.try_recv() {
-            Ok(Message::Event { urgent, .. }) => urgent,
+        let (rec, mut inbox) = Recorder::unwritten(false);
+        let mut urgent = |what: &str| match inbox.try_next() {
+            Some(Message::Event { urgent, .. }) => urgent,
             _ => panic!("{what}: no event sent"),
         };
         let (small, big) = (Bytes::from_static(b"x"), Bytes::from(vec![b'y'; 64 * 1024]));
@@ -1107,10 +1107,10 @@ mod tests {
     #[tokio::test]
     async fn a_full_disk_fails_the_recording_and_tells_the_session() {
         let c = counters();
-        let (tx, rx) = unbounded_channel();
+        let (tx, inbox) = queue::channel();
         let failures = c.failures.clone();
         let recorded = c.recorded_bytes.clone();
-        std::thread::spawn(move || writer::run(rx, failures, recorded));
+        std::thread::spawn(move || writer::run(inbox, failures, recorded));
         let state = Arc::new(RecordingState::new());
         let full = std::fs::OpenOptions::new()
             .write(true)
@@ -1129,8 +1129,7 @@ mod tests {
             },
             written: None,
             state: state.clone(),
-        })
-        .unwrap();
+        });
         let rec = Recorder {
             id: 9,
             tx,

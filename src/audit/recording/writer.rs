@@ -5,7 +5,7 @@
 //!
 //! It takes what the sessions sent in arrival order, except that output its upstream cut off
 //! (what took the recorder's cut lane) goes first, its recording's earlier messages with it
-//! ([`Queue`] says how, and why no recording is starved).
+//! ([`super::queue`] says how, and why no recording is starved).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,15 +14,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use prometheus::IntCounter;
-use tokio::sync::mpsc::error::TryRecvError;
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::warn;
 
 use super::asciicast::{
     begin_event, encode_event, encode_header, end_event, resize_text, EventCode, Header, Utf8Carry,
 };
-use super::queue::Queue;
+use super::queue::Inbox;
 use super::state::RecordingState;
 
 /// Terminal size of a recording that never learnt one (non-tty sessions).
@@ -53,7 +51,7 @@ pub(crate) enum Message {
         at: f64,
         kind: EventKind,
         /// Output its upstream cut off, which took the cut lane: written before other
-        /// recordings' events ([`Queue`]).
+        /// recordings' events ([`super::queue`]).
         urgent: bool,
         /// The event's share of the byte budget (or of a lane), given back once it is written.
         _budget: OwnedSemaphorePermit,
@@ -114,7 +112,7 @@ struct Pending {
 }
 
 /// Runs until every sender is gone.
-pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, recorded: IntCounter) {
+pub(crate) fn run(mut inbox: Inbox, failures: IntCounter, recorded: IntCounter) {
     let mut writer = Writer {
         open: HashMap::new(),
         line: Vec::with_capacity(WRITE_AT + 64 * 1024),
@@ -122,23 +120,13 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>, failures: IntCounter, reco
         failures,
         recorded,
     };
-    let mut queue = Queue::default();
     loop {
-        // Everything sent so far, so that the queue can choose among it.
-        let gone = loop {
-            match rx.try_recv() {
-                Ok(message) => queue.push(message),
-                Err(TryRecvError::Empty) => break false,
-                Err(TryRecvError::Disconnected) => break true,
-            }
-        };
-        let message = match queue.next() {
+        let message = match inbox.try_next() {
             Some(message) => message,
-            None if gone => break,
             None => {
                 // Nothing more is waiting: what was gathered goes to disk before the wait.
                 writer.write_pending();
-                match rx.blocking_recv() {
+                match inbox.wait() {
                     Some(message) => message,
                     None => break,
                 }
@@ -350,10 +338,10 @@ pub(crate) fn default_size() -> (u16, u16) {
 
 #[cfg(test)]
 mod tests {
-    use tokio::sync::mpsc::unbounded_channel;
     use tokio::sync::Semaphore;
 
     use super::*;
+    use crate::audit::recording::queue::channel;
 
     /// Recordings whose files are one file opened for appending, so that its lines show the
     /// order in which the writer wrote them.
@@ -367,7 +355,7 @@ mod tests {
             .open(&path)
             .unwrap();
         let budget = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
-        let (tx, rx) = unbounded_channel();
+        let (tx, inbox) = channel();
         let open = |id: u64, title: &str| Message::Open {
             id,
             file: file.try_clone().unwrap(),
@@ -394,20 +382,19 @@ mod tests {
         };
         // 8 MiB of recording 1's output waits, then recording 2 gets an event it may wait
         // behind, and one cut off.
-        tx.send(open(1, "backlog")).unwrap();
+        tx.send(open(1, "backlog"));
         for i in 0..512 {
-            tx.send(event(1, format!("{i:05}{}", "x".repeat(16 * 1024)), false))
-                .unwrap();
+            tx.send(event(1, format!("{i:05}{}", "x".repeat(16 * 1024)), false));
         }
-        tx.send(open(2, "cut")).unwrap();
-        tx.send(event(2, "before the cut".into(), false)).unwrap();
-        tx.send(event(2, "cut off".into(), true)).unwrap();
-        tx.send(Message::Close { id: 2 }).unwrap();
-        tx.send(Message::Close { id: 1 }).unwrap();
+        tx.send(open(2, "cut"));
+        tx.send(event(2, "before the cut".into(), false));
+        tx.send(event(2, "cut off".into(), true));
+        tx.send(Message::Close { id: 2 });
+        tx.send(Message::Close { id: 1 });
         drop(tx);
         let counter = || IntCounter::new("c", "c").unwrap();
         let recorded = counter();
-        run(rx, counter(), recorded.clone());
+        run(inbox, counter(), recorded.clone());
 
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text
