@@ -934,9 +934,11 @@ mod tests {
         let (small, big) = (Bytes::from_static(b"x"), Bytes::from(vec![b'y'; 64 * 1024]));
         let cut = std::future::ready;
         // Cut off, but room in its express lane or in the budget: in turn, as it came.
-        rec.outputs_until_cut(&[small.clone()], cut(())).await;
+        rec.outputs_until_cut(std::slice::from_ref(&small), cut(()))
+            .await;
         assert!(!urgent("express lane"));
-        rec.outputs_until_cut(&[big.clone()], cut(())).await;
+        rec.outputs_until_cut(std::slice::from_ref(&big), cut(()))
+            .await;
         assert!(!urgent("budget"));
         // With the budget spent, cut-off output too big for the express lane takes the cut
         // lane: every event of the batch is urgent.
