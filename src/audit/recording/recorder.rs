@@ -1121,14 +1121,7 @@ mod tests {
         tx.send(Message::Open {
             id: 9,
             file: full,
-            header: Header {
-                version: 2,
-                width: 80,
-                height: 24,
-                timestamp: 0,
-                command: String::new(),
-                title: String::new(),
-            },
+            header: writer::test_header(""),
             written: None,
             state: state.clone(),
         });

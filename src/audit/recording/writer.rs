@@ -336,6 +336,19 @@ pub(crate) fn default_size() -> (u16, u16) {
     DEFAULT_SIZE
 }
 
+/// The header of a recording a test sends the writer itself.
+#[cfg(test)]
+pub(super) fn test_header(title: &str) -> Header {
+    Header {
+        version: 2,
+        width: DEFAULT_SIZE.0,
+        height: DEFAULT_SIZE.1,
+        timestamp: 0,
+        command: String::new(),
+        title: title.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::sync::Semaphore;
@@ -359,14 +372,7 @@ mod tests {
         let open = |id: u64, title: &str| Message::Open {
             id,
             file: file.try_clone().unwrap(),
-            header: Header {
-                version: 2,
-                width: 80,
-                height: 24,
-                timestamp: 0,
-                command: String::new(),
-                title: title.into(),
-            },
+            header: test_header(title),
             written: None,
             state: Arc::new(RecordingState::new()),
         };
