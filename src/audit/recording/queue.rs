@@ -10,10 +10,15 @@
 //! - A recording's own messages (open, events, close) never change order: an urgent event
 //!   takes along everything its recording queued before it.
 //! - Urgent recordings go in rounds: a round serves the recordings that had urgent events
-//!   queued when it started, each only up to what it had queued then; at least [`SLICE`]
-//!   bytes of the rest, in arrival order, come before the next round. A steady stream of
-//!   cut-off output so slows the other recordings down but never stops them, and an urgent
-//!   event waits at most for the round under way and one slice.
+//!   queued when it started, each only up to what it had queued then; before the next round,
+//!   at least [`SLICE`] bytes and a third of what the round wrote go in arrival order (which
+//!   holds everyone, so the oldest message waiting always moves on). Rounds so take at most
+//!   three quarters of the writer while other output waits: a steady stream of cut-off output
+//!   slows the other recordings down but never stops them, and an urgent event waits at most
+//!   for the round under way and what arrival order is owed.
+//! - Only output its upstream really cut off is urgent (a reset, or a connection that ended
+//!   before the stream did; see `RecvStream::cut`): a session that ended well, whose upstream
+//!   closed the connection while its output still waited, waits its turn like any other.
 //! - Sorting has a cost per message, so the writer reads the channel in arrival order, as it
 //!   comes, while it holds no urgent event ([`Outbox`] counts them); only then does it take
 //!   everything waiting into its [`Queue`] and choose from there, until that is empty again.
@@ -37,6 +42,11 @@ use super::writer::Message;
 /// How many session bytes, at least, the writer writes in arrival order between two urgent
 /// rounds (while there are any to write).
 pub(super) const SLICE: usize = 256 * 1024;
+/// For every this many bytes a round writes, arrival order is owed one more before the next
+/// round (beside [`SLICE`]): cut-off output takes at most three quarters of the writer while
+/// other output waits, so a stream of it (many sessions cut at once, an upstream that keeps
+/// resetting) slows the others down, never stops them.
+const ROUND_SHARE: usize = 3;
 /// What a message counts towards a slice at the least (an open, a close, a resize), so that
 /// a slice also ends after a bounded number of messages.
 const MIN_COST: usize = 64;
@@ -200,6 +210,7 @@ impl Queue {
         if self.round.is_empty() {
             return false;
         }
+        // Each message the round writes adds to this ([`next_in_round`]).
         self.owed = SLICE;
         true
     }
@@ -208,13 +219,18 @@ impl Queue {
     fn next_in_round(&mut self) -> Option<Message> {
         while let Some(&(id, last)) = self.round.front() {
             if self.oldest_of(id).is_some_and(|arrival| arrival <= last) {
-                let message = self.pop(id);
+                let message = self.pop(id)?;
+                // Arrival order gets a third of it back before the next round: rounds take at
+                // most three quarters of what the writer writes while others wait.
+                if self.queued > 0 {
+                    self.owed += message.len().max(MIN_COST) / ROUND_SHARE;
+                }
                 // Its entry in `order` stays behind.
                 self.stale += 1;
                 if self.stale > STALE_SWEEP && self.stale > self.order.len() / 2 {
                     self.sweep();
                 }
-                return message;
+                return Some(message);
             }
             self.round.pop_front();
         }
@@ -326,6 +342,122 @@ mod tests {
         std::iter::from_fn(|| queue.next())
             .map(|m| name(&m))
             .collect()
+    }
+
+    /// An event of recording `id` numbered `seq`, carrying `len` bytes.
+    fn numbered(id: u64, seq: u32, len: usize, urgent: bool) -> Message {
+        let mut data = vec![b'x'; len.max(4)];
+        data[..4].copy_from_slice(&seq.to_be_bytes());
+        let permits = Arc::new(Semaphore::new(data.len()));
+        Message::Event {
+            id,
+            at: 0.0,
+            _budget: permits.try_acquire_many_owned(data.len() as u32).unwrap(),
+            kind: EventKind::Output(Bytes::from(data)),
+            urgent,
+        }
+    }
+
+    /// What the writer would do with `message`: note it under its recording.
+    fn note(got: &mut HashMap<u64, Vec<u32>>, message: Message) {
+        let seq = match &message {
+            Message::Event {
+                kind: EventKind::Output(data),
+                ..
+            } => u32::from_be_bytes(data[..4].try_into().unwrap()),
+            Message::Close { .. } => u32::MAX,
+            _ => unreachable!(),
+        };
+        got.entry(message.id()).or_default().push(seq);
+    }
+
+    proptest::proptest! {
+        /// Any mix of sends (ordinary, urgent, closes, of many sizes) and takes through the
+        /// writer's channel: everything sent comes out once, each recording's in its order;
+        /// the writer is never told "nothing" while anything waits; and the arrival-order
+        /// entries stay bounded.
+        #[test]
+        fn the_inbox_loses_nothing_reorders_nothing_and_never_idles_with_work(
+            steps in proptest::collection::vec(
+                (0u64..8, 0u8..8, proptest::prop_oneof![1usize..2_000, 60_000usize..300_000]),
+                1..2_000,
+            )
+        ) {
+            let (outbox, mut inbox) = channel();
+            let mut sent: HashMap<u64, Vec<u32>> = HashMap::new();
+            let mut got: HashMap<u64, Vec<u32>> = HashMap::new();
+            // A closed recording's id is not used again (ids are handed out once).
+            let mut generation: HashMap<u64, u64> = HashMap::new();
+            let mut seq = 0;
+            for (slot, what, len) in steps {
+                let id = slot + 8 * generation.get(&slot).copied().unwrap_or(0);
+                match what {
+                    0..=2 => {
+                        seq += 1;
+                        sent.entry(id).or_default().push(seq);
+                        outbox.send(numbered(id, seq, len, what == 2));
+                    }
+                    3 => {
+                        sent.entry(id).or_default().push(u32::MAX);
+                        outbox.send(Message::Close { id });
+                        *generation.entry(slot).or_default() += 1;
+                    }
+                    _ => match inbox.try_next() {
+                        Some(message) => note(&mut got, message),
+                        None => {
+                            // The writer would now wait on the channel: nothing may be queued.
+                            proptest::prop_assert_eq!(inbox.queue.queued, 0);
+                            proptest::prop_assert!(inbox.rx.is_empty());
+                        }
+                    },
+                }
+                let bound = 2 * inbox.queue.queued + STALE_SWEEP + 2;
+                proptest::prop_assert!(inbox.queue.order.len() <= bound);
+            }
+            while let Some(message) = inbox.try_next() {
+                note(&mut got, message);
+            }
+            proptest::prop_assert_eq!(inbox.queue.queued, 0);
+            proptest::prop_assert_eq!(inbox.urgent.load(Ordering::Relaxed), 0);
+            proptest::prop_assert_eq!(got, sent);
+        }
+    }
+
+    /// However much cut-off output keeps coming, arrival order gets at least a quarter of what
+    /// the writer writes: a fault that cuts sessions one after another does not stop the
+    /// recordings it did not cut.
+    #[test]
+    fn urgent_output_takes_at_most_three_quarters_of_the_writer() {
+        let mut queue = Queue::default();
+        let chunk = "x".repeat(64 * 1024);
+        for _ in 0..64 {
+            queue.push(event(1, &chunk, false));
+        }
+        queue.push(Message::Close { id: 1 });
+        let (mut ordinary, mut urgent, mut in_round) = (0, 0, false);
+        for cut_session in 100.. {
+            // Two more cut sessions' worth of output for every message written.
+            queue.push(event(cut_session, &chunk, true));
+            queue.push(event(cut_session + 1_000_000, &chunk, true));
+            match queue.next().unwrap() {
+                Message::Close { id: 1 } => break,
+                message @ Message::Event { id: 1, .. } => {
+                    ordinary += message.len();
+                    in_round = false;
+                }
+                message => {
+                    // A round starts: arrival order has had what the rounds before it owed.
+                    assert!(
+                        in_round || ordinary >= urgent / ROUND_SHARE,
+                        "{ordinary} bytes in arrival order against {urgent} urgent"
+                    );
+                    urgent += message.len();
+                    in_round = true;
+                }
+            }
+            assert!(cut_session < 10_000, "recording 1 starved");
+        }
+        assert_eq!(ordinary, 64 * chunk.len());
     }
 
     #[test]
@@ -464,10 +596,11 @@ mod tests {
                 Message::Event { id, urgent, .. } => {
                     assert!(urgent);
                     urgent_taken += 1;
-                    // Behind at most one slice of the others.
+                    // Behind at most one slice of the others, and the third of the round
+                    // before it that arrival order is owed (here less than one of its events).
                     let waited = backlog_taken - came[&id];
                     assert!(
-                        waited <= SLICE,
+                        waited <= SLICE + chunk.len(),
                         "cut session {id} waited for {waited} bytes"
                     );
                 }

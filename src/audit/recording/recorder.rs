@@ -1233,4 +1233,123 @@ mod tests {
         assert!(!rec.output(&Bytes::from_static(b"more")).await);
         assert!(rec.error().is_some());
     }
+
+    mod stress {
+        //! Many recordings at once through the recorder, the writer's queue and the writer, with a
+        //! budget and a cut lane scarce enough that sessions wait for them and cut-off output
+        //! jumps ahead of ordinary output.
+
+        use std::time::Duration;
+
+        use super::*;
+        use crate::audit::recording::asciicast::event_text;
+
+        /// Room left in the budget and in the cut lane while the test runs.
+        const BUDGET_LEFT: usize = 1024 * 1024;
+        const LANE_LEFT: usize = 512 * 1024;
+
+        /// A tiny deterministic generator (xorshift), one per session.
+        struct Rng(u64);
+
+        impl Rng {
+            fn below(&mut self, n: u64) -> u64 {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                self.0 % n
+            }
+        }
+
+        /// What session `n` sends: batches of numbered chunks, some tiny (the express lane), some
+        /// large; from its middle on every other session is cut off (its batches may take the cut
+        /// lane). The text it sent, in order.
+        async fn session(rec: Recorder, n: u64, batches: u64) -> (PathBuf, String) {
+            let mut rng = Rng(0x9E37_79B9 ^ (n + 1) * 7919);
+            let mut sent = String::new();
+            for b in 0..batches {
+                let chunks: Vec<Bytes> = (0..1 + rng.below(4))
+                    .map(|c| {
+                        let pad = match rng.below(3) {
+                            0 => 0,
+                            1 => rng.below(4 * 1024),
+                            _ => rng.below(96 * 1024),
+                        };
+                        let text = format!("<{n}.{b}.{c}{}>", "x".repeat(pad as usize));
+                        sent.push_str(&text);
+                        Bytes::from(text)
+                    })
+                    .collect();
+                let cut = n % 2 == 1 && b >= batches / 2;
+                if cut {
+                    rec.outputs_until_cut(&chunks, std::future::ready(())).await;
+                } else {
+                    rec.outputs(&chunks).await;
+                }
+                if rng.below(4) == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            (rec.path().to_owned(), sent)
+        }
+
+        /// Waits until `path` records `len` bytes of output; its text.
+        async fn written(path: &Path, len: usize) -> String {
+            let mut shown = String::new();
+            for _ in 0..2000 {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                shown = event_text(text.lines().skip(1));
+                if shown.len() >= len {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            shown
+        }
+
+        /// Every event of every recording is written, each recording's in the order it was sent,
+        /// and every byte of budget and lane comes back; the sessions never wait for ever on a
+        /// writer that idles with events queued (the test would time out).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn many_recordings_with_cut_off_output_are_written_whole_and_in_order() {
+            let (_dir, _c, recordings) = recordings_with(RecordPolicy::BestEffort, false);
+            let held_budget = recordings
+                .budget
+                .clone()
+                .try_acquire_many_owned((BUDGET_BYTES - BUDGET_LEFT) as u32)
+                .unwrap();
+            let held_lane = recordings
+                .cut_lane
+                .clone()
+                .try_acquire_many_owned((CUT_BYTES - LANE_LEFT) as u32)
+                .unwrap();
+            let mut tasks = Vec::new();
+            for n in 0..48u64 {
+                let rec = recordings
+                    .open(HERE, &format!("stress-{n}"), &[], String::new())
+                    .await
+                    .unwrap();
+                tasks.push(tokio::spawn(session(rec, n, 40)));
+            }
+            let sent = tokio::time::timeout(Duration::from_secs(60), async {
+                let mut sent = Vec::new();
+                for task in tasks {
+                    sent.push(task.await.unwrap());
+                }
+                sent
+            })
+            .await
+            .expect("the sessions never got room: the writer stalled with events queued");
+            for (path, text) in &sent {
+                let shown = written(path, text.len()).await;
+                assert!(
+                    shown == *text,
+                    "{} differs from what was sent",
+                    path.display()
+                );
+            }
+            drop((held_budget, held_lane));
+            budget_returns(&recordings).await;
+            assert_eq!(recordings.cut_lane.available_permits(), CUT_BYTES);
+        }
+    }
 }
