@@ -1264,7 +1264,7 @@ mod tests {
         /// large; from its middle on every other session is cut off (its batches may take the cut
         /// lane). The text it sent, in order.
         async fn session(rec: Recorder, n: u64, batches: u64) -> (PathBuf, String) {
-            let mut rng = Rng(0x9E37_79B9 ^ (n + 1) * 7919);
+            let mut rng = Rng(0x9E37_79B9 ^ ((n + 1) * 7919));
             let mut sent = String::new();
             for b in 0..batches {
                 let chunks: Vec<Bytes> = (0..1 + rng.below(4))

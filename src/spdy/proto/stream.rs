@@ -212,7 +212,7 @@ impl RecvStream {
         let mut hangup = self.shared.subscribe_hangup();
         loop {
             if *hangup.borrow_and_update() == Some(Hangup::Reset)
-                && self.flags.recv_end() == RecvEnd::Open
+                && self.flags.recv_end() != RecvEnd::Fin
             {
                 return;
             }
