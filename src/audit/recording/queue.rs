@@ -436,9 +436,10 @@ mod tests {
         queue.push(Message::Close { id: 1 });
         let (mut ordinary, mut urgent, mut in_round) = (0, 0, false);
         for cut_session in 100.. {
-            // Two more cut sessions' worth of output for every message written.
-            queue.push(event(cut_session, &chunk, true));
-            queue.push(event(cut_session + 1_000_000, &chunk, true));
+            // Four more cut sessions' worth of output for every message written.
+            for other in 0..4 {
+                queue.push(event(cut_session + other * 1_000_000, &chunk, true));
+            }
             match queue.next().unwrap() {
                 Message::Close { id: 1 } => break,
                 message @ Message::Event { id: 1, .. } => {
