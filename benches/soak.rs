@@ -725,12 +725,15 @@ fn main() {
         let mut slow = Vec::new();
         let mut bytes = 0u64;
         /// Per fault: sessions it touched that finished exact, those that failed by how they
-        /// ended, and the longest a failed one took to end after the fault (or its own start).
+        /// ended, the longest a failed one took to end after the fault (or its own start), and
+        /// how many failed ones took more than 1 s and more than 2 s.
         #[derive(Default)]
         struct Felt {
             exact: u64,
             failed: BTreeMap<String, u64>,
             slowest: Duration,
+            over_1s: u64,
+            over_2s: u64,
         }
         let mut felt: BTreeMap<Fault, Felt> = BTreeMap::new();
         for r in &records {
@@ -751,6 +754,8 @@ fn main() {
                     *f.failed.entry(err.ending.label()).or_default() += 1;
                     let took = r.end.saturating_duration_since(w.start.max(r.start));
                     f.slowest = f.slowest.max(took);
+                    f.over_1s += u64::from(took > Duration::from_secs(1));
+                    f.over_2s += u64::from(took > Duration::from_secs(2));
                     let at = r.start - started;
                     if !err.ending.explained() {
                         silent.push(format!("{} at {at:?} ({}): {err}", r.work.name(), w.fault.name()));
@@ -790,8 +795,8 @@ fn main() {
                 None => {}
             }
         }
-        println!("\n| fault | injected | bound | touched, exact | touched, failed: how they ended | slowest failed end after the fault | victim's pod process gone after |");
-        println!("|---|---|---|---|---|---|---|");
+        println!("\n| fault | injected | bound | touched, exact | touched, failed: how they ended | slowest failed end after the fault | failed ended > 1 s, > 2 s after it | victim's pod process gone after |");
+        println!("|---|---|---|---|---|---|---|---|");
         for (fault, (n, took)) in &fault_counts {
             let f = felt.remove(fault).unwrap_or_default();
             let how = f
@@ -811,11 +816,13 @@ fn main() {
                 format!("{} s", took.join(", "))
             };
             println!(
-                "| {} | {n} | {:?} | {} | {} | {slowest} | {victims} |",
+                "| {} | {n} | {:?} | {} | {} | {slowest} | {}, {} | {victims} |",
                 fault.name(),
                 fault.bound(),
                 f.exact,
                 if how.is_empty() { "–".into() } else { how },
+                f.over_1s,
+                f.over_2s,
             );
         }
         let quarter = |from: f64, to: f64| {

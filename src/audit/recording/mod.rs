@@ -6,9 +6,12 @@
 //! - `json_escape`: recorded text as the inside of a JSON string, the recorder's hot loop.
 //! - [`recorder`]: the proxy's recordings and each session's handle, bounded memory.
 //! - `writer`: the thread that writes them.
+//! - `queue`: the writer's channel, and the order in which it writes what comes on it (cut-off
+//!   output first).
 
 pub mod asciicast;
 mod json_escape;
+mod queue;
 pub mod recorder;
 mod state;
 mod writer;

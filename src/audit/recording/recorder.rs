@@ -18,7 +18,10 @@
 //! a kubelet gone) pass on what it still holds at its share of the writer: seconds, when the
 //! writer is behind, for a session that can only end. Such output can no longer grow, so it
 //! takes a second shared lane, the cut lane ([`CUT_BYTES`]), which only cut-off output uses
-//! and which is therefore free when a fault strikes.
+//! and which is therefore free when a fault strikes. The lane only gets room back as the
+//! writer writes what is in it, so the writer writes that output before other sessions'
+//! events (it is sent marked urgent): in arrival order it would wait behind the whole shared
+//! budget, and the lane would turn over at the pace of that backlog, not of the cut output.
 //!
 //! A recording whose write fails stops; [`Recorder::failed`] tells the session, which under
 //! `--record=required` ends with a Status that says why.
@@ -30,10 +33,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use prometheus::{IntCounterVec, Opts};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::asciicast::Header;
+use super::queue::{self, Outbox};
 use super::state::RecordingState;
 use super::writer::{self, Counted, EventKind, Message};
 use crate::audit::bounds;
@@ -175,7 +178,7 @@ impl RecordingError {
 #[derive(Debug)]
 pub struct Recordings {
     config: RecordingConfig,
-    tx: UnboundedSender<Message>,
+    tx: Outbox,
     budget: Arc<Semaphore>,
     /// The lane for output its upstream cut off ([`CUT_BYTES`]).
     cut_lane: Arc<Semaphore>,
@@ -195,10 +198,10 @@ impl Recordings {
                 format!("{} is not a directory", config.dir.display()),
             ));
         }
-        let (tx, rx) = unbounded_channel();
+        let (tx, inbox) = queue::channel();
         std::thread::Builder::new()
             .name("recordings".into())
-            .spawn(move || writer::run(rx))?;
+            .spawn(move || writer::run(inbox))?;
         Ok(Recordings {
             config,
             tx,
@@ -283,7 +286,7 @@ impl Recordings {
         .inspect_err(|_| counted.failures.inc())?;
         let state = Arc::new(RecordingState::new());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let _ = self.tx.send(Message::Open {
+        self.tx.send(Message::Open {
             id,
             file,
             header,
@@ -404,7 +407,7 @@ fn free_bytes(dir: &Path) -> std::io::Result<u64> {
 #[derive(Debug)]
 pub struct Recorder {
     id: u64,
-    tx: UnboundedSender<Message>,
+    tx: Outbox,
     budget: Arc<Semaphore>,
     /// The lane for output its upstream cut off, shared by all sessions.
     cut_lane: Arc<Semaphore>,
@@ -450,8 +453,8 @@ impl Recorder {
         cut: impl std::future::Future<Output = ()>,
     ) -> bool {
         let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
-        if let Some(budget) = self.wait_for_turn(count, cost, cut).await {
-            self.send_reserved(budget, count, chunks.iter().map(Recorded::Output));
+        if let Some(room) = self.wait_for_turn(count, cost, cut).await {
+            self.send_reserved(room, count, chunks.iter().map(Recorded::Output));
         }
         self.may_pass_on().await
     }
@@ -507,8 +510,8 @@ impl Recorder {
         cut: impl std::future::Future<Output = ()>,
     ) -> bool {
         let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
-        if let Some(budget) = self.wait_for_turn(count, cost, cut).await {
-            self.send_reserved(budget, count, events.iter().filter_map(T::recorded));
+        if let Some(room) = self.wait_for_turn(count, cost, cut).await {
+            self.send_reserved(room, count, events.iter().filter_map(T::recorded));
         }
         !self.required
             || self
@@ -527,6 +530,9 @@ impl Recorder {
     /// Takes `cost` of the session's express lane if it is that small and the lane is free,
     /// else waits for it (at most all of it) from the shared budget, or from the cut lane once
     /// `cut` resolves; `None` when there is nothing to record or the recording has failed.
+    /// Events given room in the cut lane are urgent: the writer writes them first, so that
+    /// the lane turns over as fast as cut-off output can be written, not at the pace of
+    /// everything queued before it.
     ///
     /// The events themselves are not held across this wait: a generic iterator held there
     /// would make the session's future lose `Send` (a known limit of the compiler with
@@ -536,13 +542,16 @@ impl Recorder {
         count: usize,
         cost: usize,
         cut: impl std::future::Future<Output = ()>,
-    ) -> Option<OwnedSemaphorePermit> {
+    ) -> Option<Room> {
         if count == 0 || self.state.has_failed() {
             return None;
         }
+        let room = |permit: Result<OwnedSemaphorePermit, _>, urgent| {
+            permit.ok().map(|permit| Room { permit, urgent })
+        };
         if cost <= EXPRESS_BYTES {
             if let Ok(express) = self.express.clone().try_acquire_many_owned(cost as u32) {
-                return Some(express);
+                return room(Ok(express), false);
             }
         }
         let cost = cost.min(BUDGET_BYTES) as u32;
@@ -551,28 +560,28 @@ impl Recorder {
         tokio::select! {
             // The budget if it is free now: the cut lane is for output that would wait.
             biased;
-            budget = &mut budget => budget.ok(),
+            budget = &mut budget => room(budget, false),
             () = cut => {
                 // Its turn for the budget is kept: whichever comes first, the turn or room in
                 // the cut lane (other sessions' cut output may fill that lane too).
                 tokio::select! {
                     biased;
-                    budget = &mut budget => budget.ok(),
-                    lane = self.cut_lane.clone().acquire_many_owned(cost) => lane.ok(),
+                    budget = &mut budget => room(budget, false),
+                    lane = self.cut_lane.clone().acquire_many_owned(cost) => room(lane, true),
                 }
             }
         }
     }
 
-    /// Queues the `count` wanted ones of `events` for the writer, sharing `budget` out.
+    /// Queues the `count` wanted ones of `events` for the writer, sharing `room` out.
     fn send_reserved<'a>(
         &self,
-        budget: OwnedSemaphorePermit,
+        room: Room,
         mut count: usize,
         events: impl Iterator<Item = Recorded<'a>>,
     ) {
         let at = self.state.elapsed();
-        let mut budget = Some(budget);
+        let mut budget = Some(room.permit);
         let mut queued = 0;
         for event in events.filter(|e| self.wanted(*e)) {
             queued += event.len() as u64;
@@ -586,10 +595,11 @@ impl Recorder {
             };
             // Always there: every share fits in what is left, and only the last takes it all.
             let Some(share) = share else { break };
-            let _ = self.tx.send(Message::Event {
+            self.tx.send(Message::Event {
                 id: self.id,
                 at,
                 kind: event.kind(),
+                urgent: room.urgent,
                 _budget: share,
             });
         }
@@ -602,6 +612,13 @@ impl Recorder {
     fn wanted(&self, event: Recorded<'_>) -> bool {
         self.record_stdin || !matches!(event, Recorded::Input(_))
     }
+}
+
+/// Room for a batch of events until the writer has written them.
+struct Room {
+    permit: OwnedSemaphorePermit,
+    /// It is in the cut lane: the writer is to write the events first.
+    urgent: bool,
 }
 
 /// Something a session hands its recorder in a batch ([`Recorder::record`]).
@@ -652,7 +669,7 @@ impl Recorded<'_> {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        let _ = self.tx.send(Message::Close { id: self.id });
+        self.tx.send(Message::Close { id: self.id });
     }
 }
 
@@ -678,22 +695,28 @@ impl Recorder {
     /// A recorder whose writer never writes by itself: the test says what it wrote, and when
     /// a write failed.
     pub(crate) fn held(required: bool) -> (Recorder, HeldWriter) {
-        let (tx, rx) = unbounded_channel();
+        let (rec, inbox) = Recorder::unwritten(required);
         // The messages (and their budget) stay queued for as long as the test runs.
-        std::mem::forget(rx);
-        let state = Arc::new(RecordingState::new());
+        std::mem::forget(inbox);
+        let state = rec.state.clone();
+        (rec, HeldWriter(state))
+    }
+
+    /// A recorder with budget and lanes of its own, and what it sends the writer.
+    fn unwritten(required: bool) -> (Recorder, queue::Inbox) {
+        let (tx, inbox) = queue::channel();
         let rec = Recorder {
             id: 1,
             tx,
             budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
             cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
-            state: state.clone(),
+            state: Arc::new(RecordingState::new()),
             record_stdin: false,
             required,
             path: "held".into(),
         };
-        (rec, HeldWriter(state))
+        (rec, inbox)
     }
 }
 
@@ -990,6 +1013,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_output_in_the_cut_lane_is_sent_urgent() {
+        let (rec, mut inbox) = Recorder::unwritten(false);
+        let mut urgent = |what: &str| match inbox.try_next() {
+            Some(Message::Event { urgent, .. }) => urgent,
+            _ => panic!("{what}: no event sent"),
+        };
+        let (small, big) = (Bytes::from_static(b"x"), Bytes::from(vec![b'y'; 64 * 1024]));
+        let cut = std::future::ready;
+        // Cut off, but room in its express lane or in the budget: in turn, as it came.
+        rec.outputs_until_cut(std::slice::from_ref(&small), cut(()))
+            .await;
+        assert!(!urgent("express lane"));
+        rec.outputs_until_cut(std::slice::from_ref(&big), cut(()))
+            .await;
+        assert!(!urgent("budget"));
+        // With the budget spent, cut-off output too big for the express lane takes the cut
+        // lane: every event of the batch is urgent.
+        let held = rec
+            .budget
+            .clone()
+            .try_acquire_many_owned(rec.budget.available_permits() as u32)
+            .unwrap();
+        rec.outputs_until_cut(&[small.clone(), big.clone()], cut(()))
+            .await;
+        assert!(urgent("cut lane, first"));
+        assert!(urgent("cut lane, second"));
+        // Not cut off, it waits for the budget; given back, it goes in turn.
+        drop(held);
+        rec.outputs(&[big]).await;
+        assert!(!urgent("budget again"));
+    }
+
+    #[tokio::test]
     async fn a_batch_larger_than_the_budget_still_passes() {
         let (_dir, c, recordings) = required_recordings(false);
         let rec = recordings
@@ -1141,8 +1197,8 @@ mod tests {
     #[tokio::test]
     async fn a_full_disk_fails_the_recording_and_tells_the_session() {
         let c = counters();
-        let (tx, rx) = unbounded_channel();
-        std::thread::spawn(move || writer::run(rx));
+        let (tx, inbox) = queue::channel();
+        std::thread::spawn(move || writer::run(inbox));
         let state = Arc::new(RecordingState::new());
         let full = std::fs::OpenOptions::new()
             .write(true)
@@ -1151,19 +1207,11 @@ mod tests {
         tx.send(Message::Open {
             id: 9,
             file: full,
-            header: Header {
-                version: 2,
-                width: 80,
-                height: 24,
-                timestamp: 0,
-                command: String::new(),
-                title: String::new(),
-            },
+            header: writer::test_header(""),
             counted: c.of("default"),
             written: None,
             state: state.clone(),
-        })
-        .unwrap();
+        });
         let rec = Recorder {
             id: 9,
             tx,
@@ -1184,5 +1232,124 @@ mod tests {
         // Later events are not even queued, and must not be passed on.
         assert!(!rec.output(&Bytes::from_static(b"more")).await);
         assert!(rec.error().is_some());
+    }
+
+    mod stress {
+        //! Many recordings at once through the recorder, the writer's queue and the writer, with a
+        //! budget and a cut lane scarce enough that sessions wait for them and cut-off output
+        //! jumps ahead of ordinary output.
+
+        use std::time::Duration;
+
+        use super::*;
+        use crate::audit::recording::asciicast::event_text;
+
+        /// Room left in the budget and in the cut lane while the test runs.
+        const BUDGET_LEFT: usize = 1024 * 1024;
+        const LANE_LEFT: usize = 512 * 1024;
+
+        /// A tiny deterministic generator (xorshift), one per session.
+        struct Rng(u64);
+
+        impl Rng {
+            fn below(&mut self, n: u64) -> u64 {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                self.0 % n
+            }
+        }
+
+        /// What session `n` sends: batches of numbered chunks, some tiny (the express lane), some
+        /// large; from its middle on every other session is cut off (its batches may take the cut
+        /// lane). The text it sent, in order.
+        async fn session(rec: Recorder, n: u64, batches: u64) -> (PathBuf, String) {
+            let mut rng = Rng(0x9E37_79B9 ^ ((n + 1) * 7919));
+            let mut sent = String::new();
+            for b in 0..batches {
+                let chunks: Vec<Bytes> = (0..1 + rng.below(4))
+                    .map(|c| {
+                        let pad = match rng.below(3) {
+                            0 => 0,
+                            1 => rng.below(4 * 1024),
+                            _ => rng.below(96 * 1024),
+                        };
+                        let text = format!("<{n}.{b}.{c}{}>", "x".repeat(pad as usize));
+                        sent.push_str(&text);
+                        Bytes::from(text)
+                    })
+                    .collect();
+                let cut = n % 2 == 1 && b >= batches / 2;
+                if cut {
+                    rec.outputs_until_cut(&chunks, std::future::ready(())).await;
+                } else {
+                    rec.outputs(&chunks).await;
+                }
+                if rng.below(4) == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            (rec.path().to_owned(), sent)
+        }
+
+        /// Waits until `path` records `len` bytes of output; its text.
+        async fn written(path: &Path, len: usize) -> String {
+            let mut shown = String::new();
+            for _ in 0..2000 {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                shown = event_text(text.lines().skip(1));
+                if shown.len() >= len {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            shown
+        }
+
+        /// Every event of every recording is written, each recording's in the order it was sent,
+        /// and every byte of budget and lane comes back; the sessions never wait for ever on a
+        /// writer that idles with events queued (the test would time out).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn many_recordings_with_cut_off_output_are_written_whole_and_in_order() {
+            let (_dir, _c, recordings) = recordings_with(RecordPolicy::BestEffort, false);
+            let held_budget = recordings
+                .budget
+                .clone()
+                .try_acquire_many_owned((BUDGET_BYTES - BUDGET_LEFT) as u32)
+                .unwrap();
+            let held_lane = recordings
+                .cut_lane
+                .clone()
+                .try_acquire_many_owned((CUT_BYTES - LANE_LEFT) as u32)
+                .unwrap();
+            let mut tasks = Vec::new();
+            for n in 0..48u64 {
+                let rec = recordings
+                    .open(HERE, &format!("stress-{n}"), &[], String::new())
+                    .await
+                    .unwrap();
+                tasks.push(tokio::spawn(session(rec, n, 40)));
+            }
+            let sent = tokio::time::timeout(Duration::from_secs(60), async {
+                let mut sent = Vec::new();
+                for task in tasks {
+                    sent.push(task.await.unwrap());
+                }
+                sent
+            })
+            .await
+            .expect("the sessions never got room: the writer stalled with events queued");
+            for (path, text) in &sent {
+                let shown = written(path, text.len()).await;
+                assert!(
+                    shown == *text,
+                    "{} differs from what was sent",
+                    path.display()
+                );
+            }
+            drop((held_budget, held_lane));
+            budget_returns(&recordings).await;
+            assert_eq!(recordings.cut_lane.available_permits(), CUT_BYTES);
+        }
     }
 }

@@ -2,6 +2,10 @@
 //! shared, not copied, on the way); it turns them into asciicast lines and appends them to
 //! each session's file. Keeping files and text decoding here means an idle recorded session
 //! holds no buffer at all, and no session's task ever waits on the disk directly.
+//!
+//! It takes what the sessions sent in arrival order, except that output its upstream cut off
+//! (what took the recorder's cut lane) goes first, its recording's earlier messages with it
+//! ([`super::queue`] says how, and why no recording is starved).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -10,14 +14,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use prometheus::IntCounter;
-use tokio::sync::mpsc::error::TryRecvError;
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::warn;
 
 use super::asciicast::{
     begin_event, encode_event, encode_header, end_event, resize_text, EventCode, Header, Utf8Carry,
 };
+use super::queue::Inbox;
 use super::state::RecordingState;
 
 /// Terminal size of a recording that never learnt one (non-tty sessions).
@@ -57,12 +60,40 @@ pub(crate) enum Message {
         /// Seconds since the session started.
         at: f64,
         kind: EventKind,
-        /// The event's share of the byte budget, given back once it is written.
+        /// Output its upstream cut off, which took the cut lane: written before other
+        /// recordings' events ([`super::queue`]).
+        urgent: bool,
+        /// The event's share of the byte budget (or of a lane), given back once it is written.
         _budget: OwnedSemaphorePermit,
     },
     Close {
         id: u64,
     },
+}
+
+impl Message {
+    /// The recording it is about.
+    pub(super) fn id(&self) -> u64 {
+        match self {
+            Message::Open { id, .. } | Message::Event { id, .. } | Message::Close { id } => *id,
+        }
+    }
+
+    /// Whether it is to be written before other recordings' messages.
+    pub(super) fn is_urgent(&self) -> bool {
+        matches!(self, Message::Event { urgent: true, .. })
+    }
+
+    /// The session bytes it carries.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Message::Event {
+                kind: EventKind::Output(data) | EventKind::Input(data),
+                ..
+            } => data.len(),
+            _ => 0,
+        }
+    }
 }
 
 /// One open recording.
@@ -92,24 +123,40 @@ struct Pending {
 }
 
 /// Runs until every sender is gone.
-pub(crate) fn run(mut rx: UnboundedReceiver<Message>) {
-    let mut open: HashMap<u64, Open> = HashMap::new();
-    // Reused for every line; holds the pending lines of at most one recording.
-    let mut line = Vec::with_capacity(WRITE_AT + 64 * 1024);
-    let mut pending: Option<Pending> = None;
+pub(crate) fn run(mut inbox: Inbox) {
+    let mut writer = Writer {
+        open: HashMap::new(),
+        line: Vec::with_capacity(WRITE_AT + 64 * 1024),
+        pending: None,
+    };
     loop {
-        let message = match rx.try_recv() {
-            Ok(message) => message,
-            Err(TryRecvError::Empty) => {
+        let message = match inbox.try_next() {
+            Some(message) => message,
+            None => {
                 // Nothing more is waiting: what was gathered goes to disk before the wait.
-                write_pending(&mut open, &mut pending, &mut line);
-                match rx.blocking_recv() {
+                writer.write_pending();
+                match inbox.wait() {
                     Some(message) => message,
                     None => break,
                 }
             }
-            Err(TryRecvError::Disconnected) => break,
         };
+        writer.take(message);
+    }
+    writer.write_pending();
+}
+
+/// The writer thread's state.
+struct Writer {
+    open: HashMap<u64, Open>,
+    /// Reused for every line; holds the pending lines of at most one recording.
+    line: Vec<u8>,
+    pending: Option<Pending>,
+}
+
+impl Writer {
+    /// Does what `message` says.
+    fn take(&mut self, message: Message) {
         match message {
             Message::Open {
                 id,
@@ -123,77 +170,93 @@ pub(crate) fn run(mut rx: UnboundedReceiver<Message>) {
                     Some(len) => (None, Some((header, len))),
                     None => (Some(header), None),
                 };
-                open.insert(
-                    id,
-                    Open {
-                        file,
-                        header,
-                        rewrite,
-                        output: Utf8Carry::default(),
-                        input: Utf8Carry::default(),
-                        state,
-                        counted,
-                    },
-                );
-            }
-            Message::Event { id, at, kind, .. } => {
-                if pending.as_ref().is_some_and(|p| p.id != id) {
-                    write_pending(&mut open, &mut pending, &mut line);
-                }
-                let Some(rec) = open.get_mut(&id) else {
-                    continue;
+                let rec = Open {
+                    file,
+                    header,
+                    rewrite,
+                    output: Utf8Carry::default(),
+                    input: Utf8Carry::default(),
+                    state,
+                    counted,
                 };
-                let len = encode(rec, at, kind, &mut line);
-                pending.get_or_insert(Pending { id, recorded: 0 }).recorded += len;
-                if line.len() >= WRITE_AT {
-                    write_pending(&mut open, &mut pending, &mut line);
-                }
+                self.open.insert(id, rec);
             }
-            Message::Close { id } => {
-                write_pending(&mut open, &mut pending, &mut line);
-                let Some(mut rec) = open.remove(&id) else {
-                    continue;
-                };
-                if let Some(header) = rec.header.take() {
-                    encode_header(&header, &mut line);
-                }
-                // An incomplete character left at the end is shown, not lost.
-                let tail = rec.output.finish();
-                if !tail.is_empty() {
-                    encode_event(rec.state.elapsed(), EventCode::Output, &tail, &mut line);
-                }
-                let written = rec.file.write_all(&line).and_then(|()| rec.file.flush());
-                line.clear();
-                if let Err(e) = written {
-                    rec.counted.failures.inc();
-                    rec.state.fail(e.to_string());
-                    warn!(error = %e, "a session recording could not be completed");
-                }
-            }
+            Message::Event { id, at, kind, .. } => self.event(id, at, kind),
+            Message::Close { id } => self.close(id),
         }
     }
-    write_pending(&mut open, &mut pending, &mut line);
-}
 
-/// Writes the gathered lines of one recording to its file and counts what they record.
-fn write_pending(open: &mut HashMap<u64, Open>, pending: &mut Option<Pending>, line: &mut Vec<u8>) {
-    let Some(Pending { id, recorded: len }) = pending.take() else {
-        return;
-    };
-    let written = match open.get_mut(&id) {
-        Some(rec) => rec.file.write_all(line).map(|()| rec),
-        None => {
-            line.clear();
+    /// Gathers the lines of one event, and writes them once enough are gathered.
+    fn event(&mut self, id: u64, at: f64, kind: EventKind) {
+        if self.pending.as_ref().is_some_and(|p| p.id != id) {
+            self.write_pending();
+        }
+        let Some(rec) = self.open.get_mut(&id) else {
             return;
+        };
+        let len = encode(rec, at, kind, &mut self.line);
+        self.pending
+            .get_or_insert(Pending { id, recorded: 0 })
+            .recorded += len;
+        if self.line.len() >= WRITE_AT {
+            self.write_pending();
         }
-    };
-    line.clear();
-    match written {
-        Ok(rec) => {
-            rec.counted.recorded.inc_by(len);
-            rec.state.written(len);
+    }
+
+    /// Completes a recording's file.
+    fn close(&mut self, id: u64) {
+        self.write_pending();
+        let Some(mut rec) = self.open.remove(&id) else {
+            return;
+        };
+        let line = &mut self.line;
+        if let Some(header) = rec.header.take() {
+            encode_header(&header, line);
         }
-        Err(e) => fail(open, id, e),
+        // An incomplete character left at the end is shown, not lost.
+        let tail = rec.output.finish();
+        if !tail.is_empty() {
+            encode_event(rec.state.elapsed(), EventCode::Output, &tail, line);
+        }
+        let written = rec.file.write_all(line).and_then(|()| rec.file.flush());
+        line.clear();
+        if let Err(e) = written {
+            rec.counted.failures.inc();
+            rec.state.fail(e.to_string());
+            warn!(error = %e, "a session recording could not be completed");
+        }
+    }
+
+    /// Writes the gathered lines of one recording to its file and counts what they record.
+    fn write_pending(&mut self) {
+        let Some(Pending { id, recorded: len }) = self.pending.take() else {
+            return;
+        };
+        let written = match self.open.get_mut(&id) {
+            Some(rec) => rec.file.write_all(&self.line).map(|()| rec),
+            None => {
+                self.line.clear();
+                return;
+            }
+        };
+        self.line.clear();
+        match written {
+            Ok(rec) => {
+                rec.counted.recorded.inc_by(len);
+                rec.state.written(len);
+            }
+            Err(e) => self.fail(id, e),
+        }
+    }
+
+    /// A write failed: the recording is over, and its session is told (`--record=required`
+    /// ends it).
+    fn fail(&mut self, id: u64, e: std::io::Error) {
+        warn!(error = %e, "a session recording could not be written");
+        if let Some(rec) = self.open.remove(&id) {
+            rec.counted.failures.inc();
+            rec.state.fail(e.to_string());
+        }
     }
 }
 
@@ -250,16 +313,6 @@ fn text_event(carry: &mut Utf8Carry, at: f64, code: EventCode, data: &[u8], line
     }
 }
 
-/// A write failed: the recording is over, and its session is told (`--record=required` ends
-/// it).
-fn fail(open: &mut HashMap<u64, Open>, id: u64, e: std::io::Error) {
-    warn!(error = %e, "a session recording could not be written");
-    if let Some(rec) = open.remove(&id) {
-        rec.counted.failures.inc();
-        rec.state.fail(e.to_string());
-    }
-}
-
 /// Room left in a header line written before the session starts, so that the client's first
 /// size (up to five digits each, from the two of the default) can replace the default in place.
 const HEADER_SLACK: usize = 8;
@@ -290,4 +343,97 @@ fn rewrite_header(file: &File, header: &Header, len: usize) -> std::io::Result<(
 /// The size a recording starts with when nobody said.
 pub(crate) fn default_size() -> (u16, u16) {
     DEFAULT_SIZE
+}
+
+/// The header of a recording a test sends the writer itself.
+#[cfg(test)]
+pub(super) fn test_header(title: &str) -> Header {
+    Header {
+        version: 2,
+        width: DEFAULT_SIZE.0,
+        height: DEFAULT_SIZE.1,
+        timestamp: 0,
+        command: String::new(),
+        title: title.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::audit::recording::queue::channel;
+
+    /// Recordings whose files are one file opened for appending, so that its lines show the
+    /// order in which the writer wrote them.
+    #[test]
+    fn cut_off_output_is_written_before_other_recordings_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("all.cast");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let budget = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
+        let (tx, inbox) = channel();
+        let recorded = IntCounter::new("c", "c").unwrap();
+        let counted = Counted {
+            recorded: recorded.clone(),
+            failures: IntCounter::new("f", "f").unwrap(),
+        };
+        let open = |id: u64, title: &str| Message::Open {
+            id,
+            file: file.try_clone().unwrap(),
+            header: test_header(title),
+            counted: counted.clone(),
+            written: None,
+            state: Arc::new(RecordingState::new()),
+        };
+        let event = |id: u64, text: String, urgent: bool| Message::Event {
+            id,
+            at: 0.0,
+            urgent,
+            _budget: budget
+                .clone()
+                .try_acquire_many_owned(text.len() as u32)
+                .unwrap(),
+            kind: EventKind::Output(Bytes::from(text)),
+        };
+        // 8 MiB of recording 1's output waits, then recording 2 gets an event it may wait
+        // behind, and one cut off.
+        tx.send(open(1, "backlog"));
+        for i in 0..512 {
+            tx.send(event(1, format!("{i:05}{}", "x".repeat(16 * 1024)), false));
+        }
+        tx.send(open(2, "cut"));
+        tx.send(event(2, "before the cut".into(), false));
+        tx.send(event(2, "cut off".into(), true));
+        tx.send(Message::Close { id: 2 });
+        tx.send(Message::Close { id: 1 });
+        drop(tx);
+        run(inbox);
+
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // Recording 2 whole and in its order, then recording 1 whole and in its order.
+        assert_eq!(lines[0]["title"], "cut");
+        assert_eq!(lines[1][2], "before the cut");
+        assert_eq!(lines[2][2], "cut off");
+        assert_eq!(lines[3]["title"], "backlog");
+        assert_eq!(lines.len(), 4 + 512);
+        for (i, line) in lines[4..].iter().enumerate() {
+            assert!(line[2].as_str().unwrap().starts_with(&format!("{i:05}x")));
+        }
+        // Everything written gave its budget back.
+        assert_eq!(budget.available_permits(), Semaphore::MAX_PERMITS);
+        assert_eq!(
+            recorded.get(),
+            512 * (5 + 16 * 1024) + "before the cut".len() as u64 + "cut off".len() as u64
+        );
+    }
 }

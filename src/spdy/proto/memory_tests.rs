@@ -152,7 +152,7 @@ async fn reading_waits_for_room_while_the_payloads_are_held() {
 }
 
 /// A reader waiting for room in its memory lane (the payloads it passed on still held) watches
-/// its socket meanwhile, as it does parked on a full inbox: the peer's hang-up behind data not
+/// its socket meanwhile, as it does parked on a full inbox: the peer's reset behind data not
 /// yet read tells the stream it is cut at once, and every byte sent before it still arrives.
 #[tokio::test]
 async fn a_reader_waiting_for_room_sees_the_peer_hang_up() {
@@ -162,6 +162,8 @@ async fn a_reader_waiting_for_room_sees_the_peer_hang_up() {
         ..quiet()
     };
     let (client, mut peer) = watched_tcp(config).await;
+    // Each small frame leaves at once: a reset drops what the peer has not sent yet.
+    peer.io.set_nodelay(true).unwrap();
     let opening = tokio::spawn(async move { client.open_stream(headers("stdout")).await });
     let id = peer.accept().await;
     let (_tx, mut rx) = opening.await.unwrap().unwrap().split();
@@ -170,10 +172,12 @@ async fn a_reader_waiting_for_room_sees_the_peer_hang_up() {
     }
     // Two payloads held fill the lane's floor: the reader waits for room.
     let held = [recv(&mut rx).await, recv(&mut rx).await];
-    peer.io.shutdown().await.unwrap();
+    // A zero linger makes the close a reset.
+    peer.io.set_zero_linger().unwrap();
+    drop(peer);
     tokio::time::timeout(Duration::from_secs(2), rx.cut())
         .await
-        .expect("the hang-up is seen while the reader waits for room");
+        .expect("the reset is seen while the reader waits for room");
     let mut got = held.iter().map(Bytes::len).sum::<usize>();
     drop(held);
     while let Some(Ok(chunk)) = rx.recv().await {

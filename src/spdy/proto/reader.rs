@@ -392,9 +392,11 @@ async fn park(
 
 /// Waits for `fut` (room in an inbox, room in the session's memory lane), watching the socket
 /// meanwhile for the peer's hang-up (once seen, it is not looked for again): while the reader
-/// waits, the peer's FIN or reset waits in the kernel behind what it sent, and once it is seen
-/// what the streams still hold can no longer grow, so a recorded session drains it through the
-/// cut lane instead of at its turn, and the memory it waits for comes back sooner.
+/// waits, the peer's FIN or reset waits in the kernel behind what it sent. A reset means the
+/// streams not finished by then were cut off ([`super::RecvStream::cut`]), so a recorded
+/// session drains what they hold through the cut lane instead of at its turn; a FIN is how a
+/// session that ended well ends too, so its streams drain at their turn, and one that ends
+/// unfinished is cut once the reader reaches the connection's end.
 async fn watching<F: std::future::Future>(
     shared: &Shared,
     hangup: Option<PeerHangup>,
@@ -407,7 +409,7 @@ async fn watching<F: std::future::Future>(
     tokio::select! {
         biased;
         out = &mut fut => return out,
-        () = hangup.hung_up() => shared.note_hangup(),
+        how = hangup.hung_up() => shared.note_hangup(how),
     }
     fut.await
 }

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use super::config::{Config, Role};
 use super::error::{Error, SessionEnd};
 use super::inbox::InboxSender;
+use crate::peer_hangup::Hangup;
 use crate::spdy::frame::{Frame, GoAwayStatus, HeaderBlock, StreamId};
 
 /// Commands for the writer task's priority lane: everything but stream data.
@@ -131,8 +132,9 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     end_tx: watch::Sender<Option<SessionEnd>>,
     /// Set once the peer is known to have closed or reset the connection while the reader
-    /// was still behind: nothing beyond what the kernel already holds will come.
-    hangup_tx: watch::Sender<bool>,
+    /// was still behind (how, as first seen): nothing beyond what the kernel already holds will
+    /// come.
+    hangup_tx: watch::Sender<Option<Hangup>>,
     pub release_decoder: AtomicBool,
     /// Wakes a reader parked on the socket so it drops its inflate context at once: an idle
     /// session would otherwise keep it until the next frame arrives.
@@ -162,7 +164,7 @@ impl Shared {
                 ended: None,
             }),
             end_tx: watch::channel(None).0,
-            hangup_tx: watch::channel(false).0,
+            hangup_tx: watch::channel(None).0,
             release_decoder: AtomicBool::new(false),
             release_wake: Notify::new(),
             control_tx,
@@ -185,19 +187,20 @@ impl Shared {
         self.end_tx.subscribe()
     }
 
-    pub(crate) fn subscribe_hangup(&self) -> watch::Receiver<bool> {
+    pub(crate) fn subscribe_hangup(&self) -> watch::Receiver<Option<Hangup>> {
         self.hangup_tx.subscribe()
     }
 
     /// Whether the peer is known to have hung up (see [`Shared::note_hangup`]).
     pub(crate) fn peer_hung_up(&self) -> bool {
-        *self.hangup_tx.borrow()
+        self.hangup_tx.borrow().is_some()
     }
 
     /// The peer closed or reset the connection (seen on the socket while the reader was
-    /// behind): what its streams still have to deliver can no longer grow.
-    pub(crate) fn note_hangup(&self) {
-        self.hangup_tx.send_replace(true);
+    /// behind): what its streams still have to deliver can no longer grow, and after a reset
+    /// what they had not finished was cut off.
+    pub(crate) fn note_hangup(&self, how: Hangup) {
+        self.hangup_tx.send_replace(Some(how));
     }
 
     /// Marks the session over: every stream's reader sees the end after its queued data, every

@@ -9,6 +9,7 @@ use super::error::{Error, SessionEnd};
 use super::inbox::InboxReceiver;
 use super::life::Life;
 use super::shared::{Control, DataCmd, RecvEnd, Shared, StreamFlags};
+use crate::peer_hangup::Hangup;
 use crate::spdy::frame::{
     Frame, HeaderBlock, RstStatus, RstStream, StreamId, SynReply, MAX_FRAME_LEN,
 };
@@ -198,17 +199,21 @@ impl RecvStream {
         matches!(self.flags.recv_end(), RecvEnd::Reset | RecvEnd::Lost)
     }
 
-    /// Resolves once what this stream has left to deliver can no longer grow: the connection
-    /// ended with the stream unfinished ([`RecvStream::is_cut`]), or its peer was seen to close
-    /// or reset the connection while the session's reader was behind (what it sent before that
-    /// is still delivered, the stream's own end included). Never if the stream finished first
-    /// with the connection alive. A reset of this stream alone, with the connection alive, is
-    /// seen by `is_cut` only.
+    /// Resolves once this stream is known to be cut off, so what it has left to deliver can
+    /// no longer grow and will not end well: the connection ended with the stream unfinished
+    /// ([`RecvStream::is_cut`]), or its peer was seen to reset the connection while the
+    /// session's reader was behind and before the stream's own end was read (what the peer
+    /// sent before the reset is still delivered). Never if the stream finished first, nor on
+    /// the peer's plain close (FIN) alone: that is how a session that ended well ends too, and
+    /// whether the stream was finished shows only once the reader reaches the connection's
+    /// end. A reset of this stream alone, with the connection alive, is seen by `is_cut` only.
     pub async fn cut(&self) {
         let mut end = self.shared.subscribe_end();
         let mut hangup = self.shared.subscribe_hangup();
         loop {
-            if *hangup.borrow_and_update() {
+            if *hangup.borrow_and_update() == Some(Hangup::Reset)
+                && self.flags.recv_end() != RecvEnd::Fin
+            {
                 return;
             }
             // The session marks its streams before it announces its end.

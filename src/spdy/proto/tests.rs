@@ -879,14 +879,26 @@ pub(super) async fn watched_tcp(config: Config) -> (Connection, RawPeer<tokio::n
     (client, RawPeer::new(theirs.unwrap().0))
 }
 
-/// A peer that sends sixteen times what the stream's inbox holds and then hangs up (FIN, or a
-/// reset): the reader, parked on the full inbox, sees the hang-up on the socket and tells the
-/// stream it is cut while most of the data is still unread; every byte sent before the hang-up
-/// is still delivered, then the connection's end.
+/// How a peer ends the connection in [`a_watched_connection_tells_its_streams_of_a_reset_behind_unread_data`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum PeerEnd {
+    /// RST, the stream unfinished.
+    Reset,
+    /// FIN, the stream unfinished (a truncation).
+    Truncated,
+    /// FIN after the stream's own end (a session that ended well).
+    Finished,
+}
+
+/// A peer that sends sixteen times what the stream's inbox holds and then hangs up: the
+/// reader, parked on the full inbox, sees the hang-up on the socket while most of the data is
+/// still unread. A reset tells the stream at once that it is cut; a FIN does not (a session
+/// that ended well ends so too), and a stream that then ends unfinished is cut once the reader
+/// reaches the connection's end. Every byte sent before the hang-up is still delivered.
 #[tokio::test]
-async fn a_watched_connection_tells_its_streams_of_a_hang_up_behind_unread_data() {
+async fn a_watched_connection_tells_its_streams_of_a_reset_behind_unread_data() {
     const FRAME: usize = 32 * 1024;
-    for reset in [false, true] {
+    for how in [PeerEnd::Reset, PeerEnd::Truncated, PeerEnd::Finished] {
         let config = Config {
             stream_inbox_bytes: 64 * 1024,
             ..quiet()
@@ -895,29 +907,32 @@ async fn a_watched_connection_tells_its_streams_of_a_hang_up_behind_unread_data(
         let opening = tokio::spawn(async move { client.open_stream(headers("stdout")).await });
         let id = peer.accept().await;
         let (_tx, mut rx) = opening.await.unwrap().unwrap().split();
-        for _ in 0..32 {
+        for i in 0..32 {
             peer.write(Frame::Data(Data {
                 stream_id: id,
-                fin: false,
+                fin: how == PeerEnd::Finished && i == 31,
                 payload: Bytes::from(vec![b'o'; FRAME]),
             }))
             .await;
         }
-        if reset {
+        if how == PeerEnd::Reset {
             // A zero linger makes the close a reset.
             peer.io.set_zero_linger().unwrap();
             drop(peer);
         } else {
             peer.io.shutdown().await.unwrap();
         }
-        tokio::time::timeout(Duration::from_secs(2), rx.cut())
-            .await
-            .expect("the hang-up is seen behind the unread data");
+        let told = tokio::time::timeout(Duration::from_millis(500), rx.cut()).await;
+        assert_eq!(told.is_ok(), how == PeerEnd::Reset, "{how:?}");
         let mut got = 0;
         while let Some(Ok(chunk)) = rx.recv().await {
             got += chunk.len();
         }
-        assert_eq!(got, 32 * FRAME, "reset: {reset}");
+        assert_eq!(got, 32 * FRAME, "{how:?}");
         assert!(rx.recv().await.is_none());
+        // Read to the end: cut if it was left unfinished, never if it finished.
+        assert_eq!(rx.is_cut(), how != PeerEnd::Finished, "{how:?}");
+        let told = tokio::time::timeout(Duration::from_millis(50), rx.cut()).await;
+        assert_eq!(told.is_ok(), how != PeerEnd::Finished, "{how:?}");
     }
 }

@@ -354,10 +354,15 @@ async fn kubelet_over_tcp(
 
 /// A recorded session whose output waits for the recording budget (spent by others, as
 /// behind a busy writer) has far more received than its stream's inbox holds, the rest in the
-/// kernel, when its upstream hangs up (`how`). The hang-up is seen on the socket though the
-/// reader is held back, what the session still has is drained through the recorder's cut lane,
-/// and the session ends: what it got to the client and how long it took after the hang-up.
-async fn recorded_session_cut_behind_its_output(how: Hangup, watched: bool) -> (usize, Duration) {
+/// kernel, when its upstream hangs up (`how`); the budget comes back `budget_back` after the
+/// hang-up, if ever. A reset is seen on the socket though the reader is held back, what the
+/// session still has is drained through the recorder's cut lane, and the session ends: what it
+/// got to the client and how long it took after the hang-up.
+async fn recorded_session_cut_behind_its_output(
+    how: Hangup,
+    watched: bool,
+    budget_back: Option<Duration>,
+) -> (usize, Duration) {
     use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::protocol::Role;
 
@@ -391,9 +396,16 @@ async fn recorded_session_cut_behind_its_output(how: Hangup, watched: bool) -> (
     assert!(!task.is_finished());
     hang_up.send(how).unwrap();
     let cut = std::time::Instant::now();
+    let returned = tokio::spawn(async move {
+        match budget_back {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+        drop(spent);
+    });
     let outcome = tokio::time::timeout(Duration::from_secs(3), task).await;
     let took = cut.elapsed();
-    drop(spent);
+    returned.abort();
     let outcome = outcome
         .expect("the session never saw its upstream hang up")
         .unwrap();
@@ -401,28 +413,33 @@ async fn recorded_session_cut_behind_its_output(how: Hangup, watched: bool) -> (
     (received.await.unwrap(), took)
 }
 
-/// The upstream's FIN behind a megabyte the session has not read yet: seen at once, and the
-/// whole megabyte still reaches the client.
+/// The upstream's FIN behind a megabyte the session has not read yet is no cut by itself: a
+/// session that ended well ends so too, and its output is no more urgent than anyone else's.
+/// The session waits its recording turn (here until the budget comes back), reads on to the
+/// connection's end (there its stream, left unfinished, is cut), and the whole megabyte still
+/// reaches the client.
 #[tokio::test]
-async fn a_fin_behind_unread_output_ends_a_recorded_session_at_once() {
-    let (received, took) = recorded_session_cut_behind_its_output(Hangup::Fin, true).await;
+async fn a_fin_behind_unread_output_waits_its_recording_turn() {
+    let back = Duration::from_millis(700);
+    let (received, took) =
+        recorded_session_cut_behind_its_output(Hangup::Fin, true, Some(back)).await;
     assert_eq!(received, 1 << 20, "every byte the kubelet sent");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took >= back, "ended before its turn: {took:?}");
 }
 
 /// The upstream's reset behind output not read yet: seen at once; what the kernel still gives
 /// up reaches the client (Linux gives up all of it before the reset's error).
 #[tokio::test]
 async fn a_reset_behind_unread_output_ends_a_recorded_session_at_once() {
-    let (received, took) = recorded_session_cut_behind_its_output(Hangup::Reset, true).await;
+    let (received, took) = recorded_session_cut_behind_its_output(Hangup::Reset, true, None).await;
     assert!(received <= 1 << 20);
     assert!(took < Duration::from_secs(2), "{took:?}");
 }
 
-/// Without the watch on its socket, the same session waits for its recording turn: the test
-/// above would hang (here, the shared budget never comes back).
+/// Without the watch on its socket, the same session waits for its recording turn: the reset
+/// test above would hang (here, the shared budget never comes back).
 #[tokio::test]
 #[should_panic(expected = "never saw its upstream hang up")]
 async fn without_the_socket_watch_the_cut_session_waits_for_its_turn() {
-    recorded_session_cut_behind_its_output(Hangup::Fin, false).await;
+    recorded_session_cut_behind_its_output(Hangup::Reset, false, None).await;
 }

@@ -8,10 +8,11 @@
 //! While the tap holds a read from the upstream back (waiting for the recording writer),
 //! nothing reads the upstream, and its FIN or reset waits in the kernel behind what it sent
 //! before: with the upstream's socket watched ([`RelayHooks::upstream_hangup`]) the hang-up is
-//! seen meanwhile, and from then on the tap drains what is left through the recorder's cut lane
-//! instead of waiting its turn.
+//! seen meanwhile. After a reset the connection was cut off, and from then on the tap drains
+//! what is left through the recorder's cut lane instead of waiting its turn; a FIN is how an
+//! upstream ends a session that ended well too, so what is left then waits its turn.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -19,7 +20,7 @@ use super::frames::{Followed, FrameCursor, Framing};
 use super::pings::PingInjector;
 use super::recording::RelayTap;
 use crate::activity_clock::ActivityClock;
-use crate::peer_hangup::PeerHangup;
+use crate::peer_hangup::{Hangup, PeerHangup};
 use crate::translate::observe::{Direction, PortForwardWatch};
 use crate::translate::ws::Liveness;
 
@@ -72,15 +73,30 @@ pub struct RelayHooks<'a> {
 /// The upstream's hang-up, looked for while the tap holds a read back; once seen, known.
 struct UpstreamHangup {
     watch: PeerHangup,
-    seen: AtomicBool,
+    /// 0 while not seen, else [`SEEN_CLOSED`] or [`SEEN_RESET`].
+    seen: AtomicU8,
 }
 
+const SEEN_CLOSED: u8 = 1;
+const SEEN_RESET: u8 = 2;
+
 impl UpstreamHangup {
-    /// Resolves once the upstream has hung up (at once when that was seen before).
-    async fn seen(&self) {
-        if !self.seen.load(Ordering::Relaxed) {
-            self.watch.hung_up().await;
-            self.seen.store(true, Ordering::Relaxed);
+    /// Resolves once the upstream has reset the connection (at once when that was seen
+    /// before); never once it was seen to close it (FIN) instead.
+    async fn reset(&self) {
+        let seen = match self.seen.load(Ordering::Relaxed) {
+            0 => {
+                let seen = match self.watch.hung_up().await {
+                    Hangup::Closed => SEEN_CLOSED,
+                    Hangup::Reset => SEEN_RESET,
+                };
+                self.seen.store(seen, Ordering::Relaxed);
+                seen
+            }
+            seen => seen,
+        };
+        if seen != SEEN_RESET {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -109,7 +125,7 @@ pub async fn pump<C, U>(
     };
     let hangup = hooks.upstream_hangup.map(|watch| UpstreamHangup {
         watch,
-        seen: AtomicBool::new(false),
+        seen: AtomicU8::new(0),
     });
     let down = async {
         let side = Side {
@@ -223,7 +239,7 @@ impl Side<'_> {
                 // otherwise move it again, on every read.
                 let cut = std::pin::pin!(async {
                     match self.hangup {
-                        Some(hangup) => hangup.seen().await,
+                        Some(hangup) => hangup.reset().await,
                         None => std::future::pending().await,
                     }
                 });
