@@ -433,7 +433,7 @@ async fn audit_names_the_path() {
         let ended = common::replay::ended_event(&log, "audited-pod", path).await;
         assert_eq!(ended["exit_code"], 6, "{ended}");
         let cast = ended["recording"].as_str().expect("a recording");
-        let text = std::fs::read_to_string(cast).unwrap();
+        let text = common::replay::closed_recording(Path::new(cast), "recorded").await;
         assert!(text.contains("recorded"), "{text}");
     }
 }

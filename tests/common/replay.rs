@@ -45,6 +45,21 @@ pub async fn ended_event(path: &Path, pod: &str, protocol_path: &str) -> serde_j
     }
 }
 
+/// The text of the recording at `path` once it holds `want`, or as it is after 10 s. The
+/// recording writer is a thread of its own that finishes a file shortly after the session's
+/// `ended` event is written (the event does not wait for it), so a test reading the file right
+/// after that event can find it still being written.
+pub async fn closed_recording(path: &Path, want: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(want) || tokio::time::Instant::now() > deadline {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Asserts that `replayed` holds exactly the lines of `expected`, each once, in any order.
 ///
 /// For commands writing to stdout and stderr back to back: they are separate pipes in the pod,
