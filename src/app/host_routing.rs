@@ -7,8 +7,8 @@ use crate::proxy::listen::tls::NamedCertFiles;
 use crate::proxy::route::cluster::ClusterName;
 use crate::request::host::{HostName, HostSuffix};
 
-/// The domain of `--cluster-host-suffix`, if given.
-pub(super) fn suffix(args: &ServeArgs) -> Result<Option<HostSuffix>, StartError> {
+/// The domain of `--cluster-host-suffix`, if given (checked as at the start of the proxy).
+pub fn suffix(args: &ServeArgs) -> Result<Option<HostSuffix>, StartError> {
     let Some(suffix) = &args.upstream.cluster_host_suffix else {
         return Ok(None);
     };

@@ -1,6 +1,6 @@
 //! Starting the proxy: binding the listeners, wiring the shared state and the clusters
-//! ([`clusters`], reached by host name too: [`host_routing`]), reloading the clusters when the config file changes ([`reload`], with
-//! [`fleet_change`]), stopping on a signal.
+//! ([`clusters`], reached by host name too: [`host_routing`]), reloading the clusters when the
+//! config file changes ([`reload`], with [`fleet_change`]), stopping on a signal.
 
 mod clusters;
 mod fleet_change;
@@ -8,6 +8,7 @@ mod host_routing;
 mod reload;
 
 pub use clusters::configured_names;
+pub use host_routing::suffix as cluster_host_suffix;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! `kube-ws-proxy kubeconfig`: a kubeconfig for kubectl users of the proxy, with a cluster,
 //! user and context per cluster the proxy's flags and config file configure (read by
 //! [`crate::app::configured_names`], as serving reads them, without reaching any cluster), at
-//! `URL/clusters/NAME`, and one named `default` for the unnamed upstream at `URL`.
+//! `URL/clusters/NAME` (or, with `--cluster-host-suffix`, at its own host name
+//! `NAME.SUFFIX`), and one named `default` for the unnamed upstream at `URL`.
 //!
 //! It holds only what kubectl needs to reach and trust the proxy: never a credential of the
 //! proxy's for a cluster, nor a cluster's own CA. Users are empty, for
@@ -16,6 +17,7 @@ pub use self::document::{quoted, Document, Entry, Trust};
 use crate::app::StartError;
 use crate::cli::{KubeconfigArgs, ServeArgs};
 use crate::proxy::route::cluster::DEFAULT_CLUSTER;
+use crate::request::host::HostSuffix;
 
 /// Why no kubeconfig was written.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,9 @@ pub enum KubeconfigError {
     NotPem(PathBuf),
     #[error(transparent)]
     Clusters(#[from] StartError),
+    #[error("--tls-server-name would replace each cluster's own host name (--cluster-host-suffix) \
+             as the name kubectl asks for and the proxy routes by: leave it out")]
+    ServerNameWithHostRouting,
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -99,11 +104,18 @@ impl Front {
     }
 
     /// The server URL of a cluster: its prefix under the proxy, or the proxy itself for the
-    /// unnamed upstream.
-    fn server(&self, name: Option<&str>) -> String {
-        match name {
-            Some(name) => format!("{}/clusters/{name}", self.base),
-            None => self.base.clone(),
+    /// unnamed upstream; with host routing, the proxy's URL with the cluster's host name
+    /// (`NAME.SUFFIX`; the scheme, port and any path of `--server` kept).
+    fn server(&self, name: Option<&str>, host_suffix: Option<&HostSuffix>) -> String {
+        match (name, host_suffix) {
+            (Some(name), Some(suffix)) => {
+                let mut url = url::Url::parse(&self.base).expect("checked by Front::at");
+                url.set_host(Some(&format!("{name}.{}", suffix.as_str())))
+                    .expect("a DNS label under a host name is a host name");
+                url.as_str().trim_end_matches('/').to_owned()
+            }
+            (Some(name), None) => format!("{}/clusters/{name}", self.base),
+            (None, _) => self.base.clone(),
         }
     }
 }
@@ -124,13 +136,17 @@ fn read_ca(path: &Path) -> Result<Vec<u8>, KubeconfigError> {
 /// The kubeconfig of the clusters `serve` configures, reached through `front`: the unnamed
 /// upstream first (context `default`), then the named ones in the order given.
 pub fn for_clusters(front: &Front, serve: &ServeArgs) -> Result<Document, KubeconfigError> {
+    let host_suffix = crate::app::cluster_host_suffix(serve)?;
+    if host_suffix.is_some() && front.trust.tls_server_name.is_some() {
+        return Err(KubeconfigError::ServerNameWithHostRouting);
+    }
     let entries = crate::app::configured_names(serve)?
         .iter()
         .map(|name| {
             let name = name.as_ref().map(|n| n.as_str());
             Entry {
                 name: name.unwrap_or(DEFAULT_CLUSTER).to_owned(),
-                server: front.server(name),
+                server: front.server(name, host_suffix.as_ref()),
             }
         })
         .collect();
@@ -216,6 +232,42 @@ mod tests {
         // Only --upstream: one context, at the proxy itself.
         let one = entries(&["--server=http://127.0.0.1:8080", "--upstream=http://u"]).unwrap();
         assert_eq!(one, [("default".into(), "http://127.0.0.1:8080".into())]);
+    }
+
+    #[test]
+    fn with_host_routing_each_cluster_is_at_its_own_host_name() {
+        let got = entries(&[
+            "--server=https://gw.example.com:8443/k8s",
+            "--cluster-host-suffix=Kube.Example.com.",
+            "--cluster=old=https://10.0.0.1:6443",
+            "--cluster=new=https://10.0.0.2:6443",
+            "--upstream=https://10.0.0.3:6443",
+        ])
+        .unwrap();
+        let want = [
+            ("default", "https://gw.example.com:8443/k8s"),
+            ("old", "https://old.kube.example.com:8443/k8s"),
+            ("new", "https://new.kube.example.com:8443/k8s"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+        assert_eq!(got, want);
+        // The name kubectl asks for is the cluster's own: no other may replace it.
+        let a = args(&[
+            "--server=https://gw.example.com",
+            "--cluster-host-suffix=kube.example.com",
+            "--cluster=old=https://10.0.0.1:6443",
+            "--tls-server-name=gw.example.com",
+        ]);
+        assert!(matches!(
+            for_clusters(&Front::from_args(&a).unwrap(), &a.serve),
+            Err(KubeconfigError::ServerNameWithHostRouting)
+        ));
+        let bad = entries(&[
+            "--server=https://gw.example.com",
+            "--cluster-host-suffix=kube_example.com",
+            "--cluster=old=https://10.0.0.1:6443",
+        ]);
+        assert!(matches!(bad, Err(KubeconfigError::Clusters(_))), "{bad:?}");
     }
 
     #[test]
