@@ -35,8 +35,10 @@ pub enum KubeconfigError {
     NotPem(PathBuf),
     #[error(transparent)]
     Clusters(#[from] StartError),
-    #[error("--tls-server-name would replace each cluster's own host name (--cluster-host-suffix) \
-             as the name kubectl asks for and the proxy routes by: leave it out")]
+    #[error(
+        "--tls-server-name would replace each cluster's own host name (--cluster-host-suffix) \
+             as the name kubectl asks for and the proxy routes by: leave it out"
+    )]
     ServerNameWithHostRouting,
     #[error("cannot write {path}: {source}")]
     Write {
