@@ -22,6 +22,7 @@ mod e2e_cancellation;
 mod e2e_exec;
 mod e2e_exec_errors;
 mod e2e_fleet;
+mod e2e_fleet_credentials;
 mod e2e_fleet_hosts;
 mod e2e_fleet_http2;
 mod e2e_fleet_kubectl;
