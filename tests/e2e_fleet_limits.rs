@@ -11,20 +11,12 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use common::proxy_process::{http_get, ProxyProcess};
+use common::sims::of_kind as sim;
 use common::ws_client::{self, Ws};
-use kube_ws_proxy::sim::{SimCluster, SimConfig, SimStreaming};
+use kube_ws_proxy::sim::SimStreaming;
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
-
-async fn sim(streaming: SimStreaming) -> SimCluster {
-    SimCluster::start(SimConfig {
-        streaming,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("start sim cluster")
-}
 
 /// A running `cat` on `cluster`, answering: the session holds its slot until dropped.
 async fn open(proxy: &ProxyProcess, cluster: &str) -> Result<Ws, (u16, String)> {

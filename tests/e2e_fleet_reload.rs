@@ -16,8 +16,9 @@ use common::clients::{require_kubectl, write_kubeconfig};
 use common::harness::{run, stderr, stdout};
 use common::middlebox::Middlebox;
 use common::proxy_process::{http_get, ProxyProcess};
+use common::sims::of_kind as sim;
 use common::ws_client::{self, Ws};
-use kube_ws_proxy::sim::{SimCluster, SimConfig, SimStreaming};
+use kube_ws_proxy::sim::{SimCluster, SimStreaming};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -73,15 +74,6 @@ fn clusters(entries: &[(&str, &str, &str)]) -> String {
         yaml.push_str(&format!("- name: {name}\n  {key}: {value}\n"));
     }
     yaml
-}
-
-async fn sim(streaming: SimStreaming) -> SimCluster {
-    SimCluster::start(SimConfig {
-        streaming,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("start sim cluster")
 }
 
 /// Waits until `/metrics` shows `series` at `value`.

@@ -12,8 +12,9 @@ use common::forward::{self, Forward};
 use common::harness::{run, stderr, stdout};
 use common::middlebox::Middlebox;
 use common::pod_server::PodServer;
+use common::sims::of_kind as sim;
 use common::ws_client;
-use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent, SimStreaming, Transport};
+use kube_ws_proxy::sim::{SimCluster, SimEvent, SimStreaming, Transport};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -27,15 +28,6 @@ fn kubectl(k: &std::path::Path, dir: &std::path::Path, server: &str) -> std::pro
         .env_remove("KUBECTL_REMOTE_COMMAND_WEBSOCKETS")
         .env_remove("KUBECTL_PORT_FORWARD_WEBSOCKETS");
     cmd
-}
-
-async fn sim(streaming: SimStreaming) -> SimCluster {
-    SimCluster::start(SimConfig {
-        streaming,
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// The protocols of every session the cluster started, in order.

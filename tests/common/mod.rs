@@ -21,5 +21,6 @@ pub mod proxy_process;
 pub mod pty;
 pub mod replay;
 pub mod rewriter;
+pub mod sims;
 pub mod tls_client;
 pub mod ws_client;
