@@ -146,24 +146,10 @@ impl Cluster {
         self.stop.cancel();
     }
 
-    /// Counts one more running session, unless it already runs its `max-sessions`: the counter
-    /// a session's slot holds (and decrements) while it runs.
-    pub fn count_session(&self) -> Option<Arc<AtomicUsize>> {
-        let mut current = self.sessions.load(Ordering::Acquire);
-        loop {
-            if self.max_sessions.is_some_and(|max| current >= max) {
-                return None;
-            }
-            match self.sessions.compare_exchange_weak(
-                current,
-                current + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(self.sessions.clone()),
-                Err(now) => current = now,
-            }
-        }
+    /// The counter of its running sessions (a session's slot holds it while it runs; the
+    /// session registry admits against [`Cluster::max_sessions`]).
+    pub fn session_count(&self) -> Arc<AtomicUsize> {
+        self.sessions.clone()
     }
 
     /// Its `max-sessions`, if it has one.

@@ -55,40 +55,25 @@ impl Sessions {
     /// cluster's running sessions and stopped with the cluster's (its stop signal is a child of
     /// the proxy's, [`Sessions::cluster_stop`]); released when the returned guard drops.
     pub fn admit(self: &Arc<Self>, cluster: &Cluster) -> Result<SessionSlot, Refusal> {
-        let mut slot = self.admit_to_proxy()?;
-        // Refused here, the proxy's slot is released as `slot` drops.
-        slot.cluster_sessions = Some(cluster.count_session().ok_or(Refusal::ClusterFull)?);
-        slot.stop = cluster.stop_token();
-        Ok(slot)
-    }
-
-    /// A slot among the proxy's `--max-sessions`.
-    fn admit_to_proxy(self: &Arc<Self>) -> Result<SessionSlot, Refusal> {
         if self.is_draining() {
             return Err(Refusal::Draining);
         }
-        let mut current = self.active.load(Ordering::Acquire);
-        loop {
-            if self.max.is_some_and(|max| current >= max) {
-                return Err(Refusal::Full);
-            }
-            match self.active.compare_exchange_weak(
-                current,
-                current + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    return Ok(SessionSlot {
-                        sessions: self.clone(),
-                        connection_hold: None,
-                        cluster_sessions: None,
-                        stop: self.stop.clone(),
-                    })
-                }
-                Err(now) => current = now,
-            }
+        if !take_below(&self.active, self.max) {
+            return Err(Refusal::Full);
         }
+        let mut slot = SessionSlot {
+            sessions: self.clone(),
+            connection_hold: None,
+            cluster_sessions: None,
+            stop: cluster.stop_token(),
+        };
+        let count = cluster.session_count();
+        // Refused here, the proxy's slot is released as `slot` drops.
+        if !take_below(&count, cluster.max_sessions()) {
+            return Err(Refusal::ClusterFull);
+        }
+        slot.cluster_sessions = Some(count);
+        Ok(slot)
     }
 
     /// Sessions running now.
@@ -125,6 +110,25 @@ impl Sessions {
                 return;
             }
             notified.await;
+        }
+    }
+}
+
+/// Adds one to `counter` unless it is already at `max` (`None`: no limit); whether it did.
+fn take_below(counter: &AtomicUsize, max: Option<usize>) -> bool {
+    let mut current = counter.load(Ordering::Acquire);
+    loop {
+        if max.is_some_and(|max| current >= max) {
+            return false;
+        }
+        match counter.compare_exchange_weak(
+            current,
+            current + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return true,
+            Err(now) => current = now,
         }
     }
 }
