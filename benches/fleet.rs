@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 
 #[path = "common/process.rs"]
 mod process;
-use process::{free_port, rss_kib};
+use process::{free_port, rss_kib, KillOnDrop};
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -40,16 +40,6 @@ fn arg(name: &str, default: u64) -> u64 {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A child process that does not outlive the bench, even when it panics.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `clusters:` naming `count` clusters `PREFIX0`… at `upstream`.

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 
 #[path = "common/process.rs"]
 mod process;
-use process::{free_port, open_fds, raise_fd_limit, rss_kib};
+use process::{free_port, open_fds, raise_fd_limit, rss_kib, KillOnDrop};
 
 const HEADER_TIMEOUT: &str = "1s";
 
@@ -278,14 +278,4 @@ async fn main() {
         seconds,
     )
     .await;
-}
-
-/// A child process that does not outlive the bench, even when it panics.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
