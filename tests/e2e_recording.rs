@@ -100,24 +100,11 @@ impl Recorded {
         }
     }
 
-    /// The recording an `ended` event names, once complete (its writer has closed it).
-    pub(crate) async fn recording(&self, ended: &Value) -> PathBuf {
-        let path = PathBuf::from(ended["recording"].as_str().expect("a recording"));
+    /// The recording an `ended` event names, complete the moment the event is seen
+    /// ([`common::replay::complete_recording`]).
+    pub(crate) fn recording(&self, ended: &Value) -> PathBuf {
+        let (path, _) = common::replay::complete_recording(ended);
         assert!(path.starts_with(&self.records), "{}", path.display());
-        let deadline = tokio::time::Instant::now() + T;
-        while !std::fs::read_to_string(&path)
-            .unwrap_or_default()
-            .starts_with('{')
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} stays empty",
-                path.display()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Written in order by one thread: once the session has ended, give it a moment.
-        tokio::time::sleep(Duration::from_millis(200)).await;
         path
     }
 }
@@ -152,7 +139,7 @@ async fn an_exec_replays_to_exactly_what_kubectl_printed() {
     let ended = r.ended("plain").await;
     assert_eq!(ended["exit_code"], 0, "{ended}");
     assert_eq!(ended["recording_error"], Value::Null, "{ended}");
-    let recording = r.recording(&ended).await;
+    let recording = r.recording(&ended);
     let recording_path = recording.clone();
     // stdout and stderr, interleaved as they came.
     let shown = format!("{}{}", stdout(&o), stderr(&o));
@@ -204,7 +191,7 @@ async fn an_interactive_session_records_its_window_sizes_and_with_record_stdin_i
     assert!(run.output.contains("24 80"), "{:?}", run.output);
     assert!(run.output.contains("30 100"), "{:?}", run.output);
     let ended = r.ended("tty").await;
-    let recording = r.recording(&ended).await;
+    let recording = r.recording(&ended);
     let (header, events) = events(&recording);
     // The terminal's first size is the header's; the window change is a resize event.
     assert_eq!(
@@ -239,7 +226,7 @@ async fn without_record_stdin_nothing_typed_is_recorded() {
     let o = common::harness::run(c, Some(b"my password\n".to_vec()), T).await;
     assert_eq!(stdout(&o), "my password\n");
     let ended = r.ended("cat").await;
-    let recording = r.recording(&ended).await;
+    let recording = r.recording(&ended);
     let (_, events) = events(&recording);
     assert!(events.iter().all(|e| e[1] == "o"), "{events:?}");
     assert_eq!(events.len(), 1, "{events:?}");
@@ -299,7 +286,7 @@ async fn required_recordings_refuse_what_cannot_be_recorded() {
     assert_eq!(ended["outcome"], "success", "{ended}");
     assert_eq!(ended["exit_code"], 0, "{ended}");
     assert_eq!(ended["recording_error"], Value::Null, "{ended}");
-    let recording = r.recording(&ended).await;
+    let recording = r.recording(&ended);
     let (_, events) = events(&recording);
     let recorded: String = events
         .iter()
@@ -349,7 +336,7 @@ async fn a_relayed_spdy_exec_replays_to_exactly_what_kubectl_printed_with_its_ex
     assert_eq!(ended["exit_code"], 3, "{ended}");
     assert_eq!(ended["status"], "exit 3", "{ended}");
     assert_eq!(ended["recording_error"], Value::Null, "{ended}");
-    let recording = r.recording(&ended).await;
+    let recording = r.recording(&ended);
     let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
         .await
         .unwrap();
@@ -389,7 +376,7 @@ async fn a_relayed_spdy_interactive_session_records_its_window_sizes() {
     let ended = r.ended("spdy-tty").await;
     assert_eq!(ended["protocol_path"], "relay_spdy", "{ended}");
     assert_eq!(ended["exit_code"], 0, "{ended}");
-    let recording = r.recording(&ended).await;
+    let recording = r.recording(&ended);
     let (header, events) = events(&recording);
     assert_eq!(
         (header["width"].as_u64(), header["height"].as_u64()),
@@ -494,7 +481,7 @@ async fn relayed_legacy_websocket_execs_replay_to_exactly_what_the_client_got() 
         // v4 sends a Status; the oldest protocols only a text message on failure.
         assert_eq!(ended["exit_code"], exit_code, "{ended}");
         assert!(!status.is_empty(), "{protocol}: no status");
-        let recording = r.recording(&ended).await;
+        let recording = r.recording(&ended);
         let asciinema = asciinema.clone();
         let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
             .await
@@ -879,5 +866,207 @@ fn only_kubectls_ready_message_race_line_is_taken_out_of_what_it_showed() {
         "# stty size\r\n24 80\r\n",
     ] {
         assert_eq!(without_ready_message_race(kept), kept);
+    }
+}
+
+/// Bulk output on every recorded path, best-effort, while the proxy's recording writer is
+/// starved of CPU (as on a machine whose cores are busy): the moment each session's `ended`
+/// event is in the audit log, its recording holds all the output the client got, and its end.
+/// The session's end waits for its recording's file; before it did, the event was written
+/// while the writer still had the session's output queued, and a reader who trusted the event
+/// found the recording short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_path_completes_its_recording_before_its_ended_event() {
+    let (Some(k33), Some(k28)) = (require_kubectl("1.33"), require_kubectl("1.28")) else {
+        return;
+    };
+    let flags = ["--record", "best-effort", "--record-min-free", "0"];
+    let seq = ["seq", "1", BULK_LINES];
+    let kubectl_exec = |r: &Recorded, k: &Path, pod: &str| {
+        let mut c = r.kubectl(k);
+        c.args(["exec", pod, "--"]).args(seq);
+        c.stdin(Stdio::null());
+        common::harness::run(c, None, T)
+    };
+
+    // An SPDY-only cluster: translated (kubectl 1.33), relayed SPDY (kubectl 1.28), relayed
+    // legacy WebSocket (a raw v4 client), several of each at once.
+    let r = Recorded::start(&flags).await;
+    let pods: Vec<String> = (0..9).map(|i| format!("bulk-{i}")).collect();
+    let (rr, k33r, k28r, run_kubectl) = (&r, &k33, &k28, &kubectl_exec);
+    let runs = pods.iter().enumerate().map(|(i, pod)| async move {
+        match i % 3 {
+            0 => stdout(&run_kubectl(rr, k33r, pod).await),
+            1 => stdout(&run_kubectl(rr, k28r, pod).await),
+            _ => {
+                raw_websocket_exec(rr, pod, "v4.channel.k8s.io", &seq)
+                    .await
+                    .0
+            }
+        }
+    });
+    let shown = while_the_writer_starves(&r, &pods, futures_util::future::join_all(runs)).await;
+    for (i, kept) in shown.iter().enumerate() {
+        let path = ["translated", "relay_spdy", "relay_websocket"][i % 3];
+        assert_recorded_whole(&r, &pods[i], path, kept).await;
+    }
+
+    // A new cluster: v5 passed through (kubectl 1.33); and one behind a gateway that drops
+    // SPDY: kubectl 1.28's SPDY reverse-translated.
+    for (streaming, k, path) in [
+        (SimStreaming::New, &k33, "pass_through"),
+        (SimStreaming::WebSocketOnly, &k28, "reverse_translated"),
+    ] {
+        let r = Recorded::start_with(streaming, &flags).await;
+        let pods = vec![format!("bulk-{path}")];
+        let client = async { vec![stdout(&kubectl_exec(&r, k, &pods[0]).await)] };
+        let shown = while_the_writer_starves(&r, &pods, client).await;
+        assert_recorded_whole(&r, &pods[0], path, &shown[0]).await;
+    }
+}
+
+/// How many lines of `seq` the sessions of [`every_path_completes_its_recording_before_its_ended_event`]
+/// print: about 1 MiB each, all of them together within the recordings' 16 MiB budget, so that
+/// none waits for the starved writer while it runs.
+const BULK_LINES: &str = "150000";
+
+/// What `seq 1 BULK_LINES` prints.
+fn bulk_output() -> String {
+    (1..=BULK_LINES.parse::<u32>().unwrap())
+        .map(|i| format!("{i}\n"))
+        .collect()
+}
+
+/// Runs `clients` (sessions on `pods`, giving what each client was shown) while the proxy's
+/// recording writer is starved, then lets it run; each client's output checked against
+/// what its session's recording held the moment its `ended` event was written.
+async fn while_the_writer_starves(
+    r: &Recorded,
+    pods: &[String],
+    clients: impl std::future::Future<Output = Vec<String>>,
+) -> Vec<String> {
+    let watcher = tokio::spawn(watch_ended_recordings(r.audit.clone(), pods.to_vec()));
+    let starved = StarvedWriter::start(r.proxy.pid());
+    let shown = clients.await;
+    drop(starved);
+    let kept = watcher.await.unwrap();
+    let expected = bulk_output();
+    for ((pod, shown), kept) in pods.iter().zip(&shown).zip(&kept) {
+        assert!(
+            *shown == expected,
+            "{pod}: the client got {} bytes",
+            shown.len()
+        );
+        assert!(
+            *kept == expected,
+            "{pod}: its recording held {} of {} bytes when its ended event was written",
+            kept.len(),
+            expected.len()
+        );
+    }
+    kept
+}
+
+/// The session on `pod` took `path`, and its `ended` event (read again, now that all is
+/// written) names a whole recording of `kept`, without an error.
+async fn assert_recorded_whole(r: &Recorded, pod: &str, path: &str, kept: &str) {
+    let ended = r.ended(pod).await;
+    assert_eq!(ended["protocol_path"], path, "{ended}");
+    assert_eq!(ended["recording_error"], Value::Null, "{ended}");
+    let (_, events) = events(&r.recording(&ended));
+    let whole: String = events
+        .iter()
+        .filter(|e| e[1] == "o")
+        .map(|e| e[2].as_str().unwrap())
+        .collect();
+    assert_eq!(whole, kept, "{path}");
+}
+
+/// Reads the audit log at `audit` every millisecond until each of `pods`' sessions has ended;
+/// the output each one's recording held the moment its `ended` event was seen, in `pods`'
+/// order.
+async fn watch_ended_recordings(audit: PathBuf, pods: Vec<String>) -> Vec<String> {
+    let mut kept: Vec<Option<String>> = vec![None; pods.len()];
+    let deadline = tokio::time::Instant::now() + T;
+    while kept.iter().any(Option::is_none) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all ended: {kept:?}"
+        );
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        for ended in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["stage"] == "ended")
+        {
+            let Some(i) = pods.iter().position(|p| ended["pod"] == p.as_str()) else {
+                continue;
+            };
+            if kept[i].is_some() {
+                continue;
+            }
+            let text = std::fs::read_to_string(ended["recording"].as_str().unwrap()).unwrap();
+            kept[i] = Some(
+                text.lines()
+                    .skip(1)
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .filter(|e| e[1] == "o")
+                    .map(|e| e[2].as_str().unwrap().to_owned())
+                    .collect(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    kept.into_iter().map(Option::unwrap).collect()
+}
+
+/// The recording writer thread of the proxy `pid` starved of CPU while it lives, as on a
+/// machine whose cores are all busy: the proxy is pinned to one CPU, its writer thread runs
+/// there under `SCHED_IDLE`, and a busy loop takes that CPU. Dropping it ends the busy loop
+/// (the writer then catches up).
+struct StarvedWriter {
+    hog: std::process::Child,
+}
+
+impl StarvedWriter {
+    fn start(pid: u32) -> StarvedWriter {
+        let pin = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", "0", &pid.to_string()])
+            .output()
+            .expect("run taskset");
+        assert!(
+            pin.status.success(),
+            "taskset: {}",
+            String::from_utf8_lossy(&pin.stderr)
+        );
+        let writer = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .map(|t| t.unwrap().path())
+            .find(|t| {
+                std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == "recordings")
+            })
+            .expect("the proxy's recording writer thread");
+        let tid = writer.file_name().unwrap().to_str().unwrap().to_owned();
+        let idle = std::process::Command::new("chrt")
+            .args(["--idle", "-p", "0", &tid])
+            .output()
+            .expect("run chrt");
+        assert!(
+            idle.status.success(),
+            "chrt: {}",
+            String::from_utf8_lossy(&idle.stderr)
+        );
+        let hog = std::process::Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("a busy loop");
+        StarvedWriter { hog }
+    }
+}
+
+impl Drop for StarvedWriter {
+    fn drop(&mut self) {
+        let _ = self.hog.kill();
+        let _ = self.hog.wait();
     }
 }

@@ -129,20 +129,11 @@ impl Setup {
             .unwrap_or_else(|| panic!("no exec for {pod} reached the Go front"))
     }
 
-    /// The recording `ended` names, once its writer has written it.
-    async fn recording(&self, ended: &Value) -> String {
-        let path = ended["recording"]
-            .as_str()
-            .unwrap_or_else(|| panic!("a recording: {ended}"));
-        let deadline = tokio::time::Instant::now() + T;
-        loop {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            if text.starts_with('{') && text.contains("\"o\"") {
-                return text;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "{path} stays empty");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    /// The recording `ended` names, whole the moment the event is seen.
+    fn recording(&self, ended: &Value) -> String {
+        let (_, text) = common::replay::complete_recording(ended);
+        assert!(text.contains("\"o\""), "{text}");
+        text
     }
 }
 
@@ -203,7 +194,7 @@ async fn percent_encoded_execs_are_audited_and_recorded_as_the_exec_that_runs() 
         assert_eq!(ended["pod"], pod, "{ended}");
         assert_eq!(ended["exit_code"], 0, "{ended}");
         assert_audited_as_go_read(&ended, &go, "default");
-        let recording = s.recording(&ended).await;
+        let recording = s.recording(&ended);
         assert!(recording.contains("ran-main"), "{recording}");
     }
 }
@@ -255,7 +246,7 @@ async fn the_audit_names_the_container_and_command_the_api_server_reads() {
         );
         let ended = s.ended(pod).await;
         assert_audited_as_go_read(&ended, &go, "default");
-        let recording = s.recording(&ended).await;
+        let recording = s.recording(&ended);
         let header = recording.lines().next().unwrap();
         assert!(
             header.contains("(sidecar)"),

@@ -109,7 +109,7 @@ async fn streams_typed_with_a_nul_are_recorded_with_their_exit_code() {
         ended["recording_error"], "stream 3 has a type the proxy does not know (streamtype \"\")",
         "{ended}"
     );
-    let (_, events) = events(&r.recording(&ended).await);
+    let (_, events) = events(&r.recording(&ended));
     let output = recorded(&events, "o");
     assert!(output.contains("got typed"), "{events:?}");
     assert!(output.contains("oops"), "{events:?}");
@@ -136,7 +136,7 @@ async fn under_required_streams_typed_with_a_nul_are_recorded() {
     let ended = r.ended("nul-required").await;
     assert_eq!(ended["exit_code"], 4, "{ended}");
     assert_eq!(ended["recording_error"], Value::Null, "{ended}");
-    let (_, events) = events(&r.recording(&ended).await);
+    let (_, events) = events(&r.recording(&ended));
     let output = recorded(&events, "o");
     assert!(
         output.contains("out") && output.contains("err"),

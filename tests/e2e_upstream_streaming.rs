@@ -432,8 +432,7 @@ async fn audit_names_the_path() {
         assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
         let ended = common::replay::ended_event(&log, "audited-pod", path).await;
         assert_eq!(ended["exit_code"], 6, "{ended}");
-        let cast = ended["recording"].as_str().expect("a recording");
-        let text = common::replay::closed_recording(Path::new(cast), "recorded").await;
+        let (_, text) = common::replay::complete_recording(&ended);
         assert!(text.contains("recorded"), "{text}");
     }
 }

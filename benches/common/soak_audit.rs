@@ -6,7 +6,6 @@
 //! asciicast v2 and it ends with a whole event line. At the end every `started` event must have
 //! its `ended` one and every recording must have been named by one.
 
-use std::collections::VecDeque;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -14,9 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long after its `ended` event a recording is checked: its last lines may still be on the
-/// writer thread's queue when the event is written.
-const SETTLE: Duration = Duration::from_secs(2);
 /// The audit log's size before it is rotated (one backup kept).
 const ROTATE_AT: &str = "1Mi";
 
@@ -91,8 +87,8 @@ impl Audit {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        // Long enough for the last recordings to come due.
-        tokio::time::sleep(SETTLE + Duration::from_secs(1)).await;
+        // One more read of the log, for the last events.
+        tokio::time::sleep(Duration::from_millis(500)).await;
         self.stop.store(true, Ordering::SeqCst);
         if let Some(task) = self.task.take() {
             task.await.unwrap();
@@ -218,7 +214,7 @@ async fn follow(dir: PathBuf, seen: Arc<Mutex<Seen>>, stop: Arc<AtomicBool>) {
     let path = dir.join("audit.log");
     let mut file: Option<(std::fs::File, u64)> = None;
     let mut partial = Vec::new();
-    let mut due: VecDeque<(Instant, PathBuf)> = VecDeque::new();
+    let mut due: Vec<PathBuf> = Vec::new();
     loop {
         let stopping = stop.load(Ordering::SeqCst);
         if file.is_none() {
@@ -242,11 +238,9 @@ async fn follow(dir: PathBuf, seen: Arc<Mutex<Seen>>, stop: Arc<AtomicBool>) {
                 take_event(&line, &mut s, &mut due);
             }
         }
-        while let Some((at, _)) = due.front() {
-            if *at > Instant::now() && !stopping {
-                break;
-            }
-            let (_, recording) = due.pop_front().unwrap();
+        // Checked as soon as the event that names it is read: a session's `ended` event is
+        // written only once its recording is complete.
+        for recording in due.drain(..) {
             let checked = check_recording(&recording);
             let _ = std::fs::remove_file(&recording);
             let mut s = seen.lock().unwrap();
@@ -276,7 +270,7 @@ fn read_lines(f: &mut std::fs::File, partial: &mut Vec<u8>, lines: &mut Vec<Vec<
     }
 }
 
-fn take_event(line: &[u8], s: &mut Seen, due: &mut VecDeque<(Instant, PathBuf)>) {
+fn take_event(line: &[u8], s: &mut Seen, due: &mut Vec<PathBuf>) {
     let event: serde_json::Value = match serde_json::from_slice(line) {
         Ok(v @ serde_json::Value::Object(_)) => v,
         _ => {
@@ -295,7 +289,7 @@ fn take_event(line: &[u8], s: &mut Seen, due: &mut VecDeque<(Instant, PathBuf)>)
                 s.recording_errors.push(e.to_owned());
             }
             if let Some(r) = event["recording"].as_str() {
-                due.push_back((Instant::now() + SETTLE, PathBuf::from(r)));
+                due.push(PathBuf::from(r));
             }
         }
         other => s.bad.push(format!("audit stage {other:?}")),

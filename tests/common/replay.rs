@@ -45,19 +45,29 @@ pub async fn ended_event(path: &Path, pod: &str, protocol_path: &str) -> serde_j
     }
 }
 
-/// The text of the recording at `path` once it holds `want`, or as it is after 10 s. The
-/// recording writer is a thread of its own that finishes a file shortly after the session's
-/// `ended` event is written (the event does not wait for it), so a test reading the file right
-/// after that event can find it still being written.
-pub async fn closed_recording(path: &Path, want: &str) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(want) || tokio::time::Instant::now() > deadline {
-            return text;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// The recording an audit `ended` event names, read the moment the event is seen: the
+/// session's end waits for its recording's file to be complete before the event is written
+/// (evidence before the word that it ended), so the file must already be whole: a header,
+/// then events, every line complete. Its path and text.
+pub fn complete_recording(ended: &serde_json::Value) -> (std::path::PathBuf, String) {
+    let path = std::path::PathBuf::from(
+        ended["recording"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a recording: {ended}")),
+    );
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (event {ended})", path.display()));
+    assert!(
+        text.starts_with('{') && text.ends_with('\n'),
+        "{} is not complete when its session's ended event is written: {:?}",
+        path.display(),
+        &text[text.len().saturating_sub(200)..]
+    );
+    for line in text.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("{}: {e}: {line:?}", path.display()));
     }
+    (path, text)
 }
 
 /// Asserts that `replayed` holds exactly the lines of `expected`, each once, in any order.

@@ -322,7 +322,7 @@ mod tests {
     fn name(message: &Message) -> String {
         match message {
             Message::Open { id, .. } => format!("{id}:open"),
-            Message::Close { id } => format!("{id}:close"),
+            Message::Close { id, .. } => format!("{id}:close"),
             Message::Event {
                 id,
                 kind: EventKind::Output(data),
@@ -399,7 +399,7 @@ mod tests {
                     }
                     3 => {
                         sent.entry(id).or_default().push(u32::MAX);
-                        outbox.send(Message::Close { id });
+                        outbox.send(Message::close(id));
                         *generation.entry(slot).or_default() += 1;
                     }
                     _ => match inbox.try_next() {
@@ -433,7 +433,7 @@ mod tests {
         for _ in 0..64 {
             queue.push(event(1, &chunk, false));
         }
-        queue.push(Message::Close { id: 1 });
+        queue.push(Message::close(1));
         let (mut ordinary, mut urgent, mut in_round) = (0, 0, false);
         for cut_session in 100.. {
             // Four more cut sessions' worth of output for every message written.
@@ -441,7 +441,7 @@ mod tests {
                 queue.push(event(cut_session + other * 1_000_000, &chunk, true));
             }
             match queue.next().unwrap() {
-                Message::Close { id: 1 } => break,
+                Message::Close { id: 1, .. } => break,
                 message @ Message::Event { id: 1, .. } => {
                     ordinary += message.len();
                     in_round = false;
@@ -469,7 +469,7 @@ mod tests {
             let (id, text) = s.split_once(':').unwrap();
             queue.push(event(id.parse().unwrap(), text, false));
         }
-        queue.push(Message::Close { id: 2 });
+        queue.push(Message::close(2));
         let mut expected: Vec<String> = sent.iter().map(|s| s.to_string()).collect();
         expected.push("2:close".into());
         assert_eq!(drain(&mut queue), expected);
@@ -487,7 +487,7 @@ mod tests {
         queue.push(event(2, "b2", true));
         queue.push(event(2, "b3", false));
         queue.push(event(2, "b4", true));
-        queue.push(Message::Close { id: 2 });
+        queue.push(Message::close(2));
         queue.push(event(1, "a2", true));
         queue.push(event(3, "c0", false));
         let order = drain(&mut queue);
@@ -519,7 +519,7 @@ mod tests {
             queue.push(event(1 + i % 40, "x", false));
         }
         queue.push(event(99, "cut", true));
-        queue.push(Message::Close { id: 99 });
+        queue.push(Message::close(99));
         let order = drain(&mut queue);
         assert_eq!(order[..2], ["99:cut!", "99:close"]);
         assert_eq!(order.len(), 10_002);
@@ -537,7 +537,7 @@ mod tests {
         // An urgent event behind it: everything waiting is taken in, the urgent one first.
         outbox.send(event(1, "c", false));
         outbox.send(event(3, "cut", true));
-        outbox.send(Message::Close { id: 3 });
+        outbox.send(Message::close(3));
         assert_eq!(next(&mut inbox).as_deref(), Some("3:cut!"));
         assert_eq!(inbox.urgent.load(Ordering::Relaxed), 0);
         assert_eq!(inbox.queue.queued, 3);
@@ -582,7 +582,7 @@ mod tests {
         for _ in 0..16 {
             queue.push(event(1, &chunk, false));
         }
-        queue.push(Message::Close { id: 1 });
+        queue.push(Message::close(1));
         // Every time the writer takes a message, another cut session sends an urgent event
         // (the writer could never keep up with that alone); each is noted with how many of
         // the backlog's bytes had been taken when it came.
@@ -605,7 +605,7 @@ mod tests {
                         "cut session {id} waited for {waited} bytes"
                     );
                 }
-                Message::Close { id: 1 } => break,
+                Message::Close { id: 1, .. } => break,
                 _ => unreachable!(),
             }
             assert!(cut_session < 100_000, "recording 1 starved");

@@ -33,7 +33,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use prometheus::{IntCounterVec, Opts};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::asciicast::Header;
 use super::queue::{self, Outbox};
@@ -55,6 +55,10 @@ pub const EXPRESS_BYTES: usize = 8 * 1024;
 /// the session before more goes. The client so holds at most this much output the recording
 /// lacks.
 pub const AHEAD_BYTES: u64 = 64 * 1024;
+/// How long a session's end waits for its recording's file to be complete
+/// ([`Recorder::close`]): longer than the writer needs for everything the budgets let wait
+/// (32 MiB) on any disk that works, so that only a stuck disk reaches it.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// What the smallest event (a resize, a short line) costs of the budget, so that the number of
 /// queued events is bounded too.
 const MIN_EVENT_COST: usize = 64;
@@ -304,6 +308,7 @@ impl Recordings {
             record_stdin: self.config.record_stdin,
             required,
             path,
+            closing: None,
         })
     }
 }
@@ -419,6 +424,8 @@ pub struct Recorder {
     /// writer.
     required: bool,
     path: PathBuf,
+    /// Told by the writer once the file is complete ([`Recorder::close`]).
+    closing: Option<oneshot::Sender<()>>,
 }
 
 impl Recorder {
@@ -430,6 +437,29 @@ impl Recorder {
     /// Why the recording failed, if it did.
     pub fn error(&self) -> Option<String> {
         self.state.error()
+    }
+
+    /// Completes the recording and waits until its file is complete (all it was given, and
+    /// its end, written: a write the kernel accepted), for at most [`CLOSE_WAIT`]; why it
+    /// failed or may be incomplete, if so. A session's `ended` event comes after this, so that
+    /// the event is the last word on its evidence: a tail that could not be written is named
+    /// in it, and whoever reads the event finds the file whole.
+    pub async fn close(mut self) -> Option<String> {
+        let (done, written) = oneshot::channel();
+        self.closing = Some(done);
+        let state = self.state.clone();
+        drop(self);
+        match tokio::time::timeout(CLOSE_WAIT, written).await {
+            // The writer closed the file (or is gone, having written all it could).
+            Ok(_) => state.error(),
+            Err(_) => Some(state.error().unwrap_or_else(|| {
+                format!(
+                    "the recording was still being written {} s after the session ended \
+                     (the disk is slow or stuck); it may be incomplete",
+                    CLOSE_WAIT.as_secs()
+                )
+            })),
+        }
     }
 
     /// Stdout or stderr, as the client got it; whether it may be passed on (see
@@ -668,8 +698,12 @@ impl Recorded<'_> {
 }
 
 impl Drop for Recorder {
+    /// Closes the recording without waiting for it ([`Recorder::close`] waits).
     fn drop(&mut self) {
-        self.tx.send(Message::Close { id: self.id });
+        self.tx.send(Message::Close {
+            id: self.id,
+            done: self.closing.take(),
+        });
     }
 }
 
@@ -715,6 +749,7 @@ impl Recorder {
             record_stdin: false,
             required,
             path: "held".into(),
+            closing: None,
         };
         (rec, inbox)
     }
@@ -1222,6 +1257,7 @@ mod tests {
             record_stdin: false,
             required: true,
             path: "/dev/full".into(),
+            closing: None,
         };
         rec.output(&Bytes::from_static(b"lost")).await;
         let why = tokio::time::timeout(std::time::Duration::from_secs(5), rec.failed())
@@ -1232,6 +1268,72 @@ mod tests {
         // Later events are not even queued, and must not be passed on.
         assert!(!rec.output(&Bytes::from_static(b"more")).await);
         assert!(rec.error().is_some());
+    }
+
+    /// Closing waits for the writer: once `close` returns, the file holds everything the
+    /// session recorded and its end, even with megabytes of output still queued when the
+    /// session ended (the session's `ended` event is written after this).
+    #[tokio::test]
+    async fn close_returns_once_the_file_is_complete() {
+        let (dir, _c, recordings) = recordings_with(RecordPolicy::BestEffort, false);
+        let rec = recordings
+            .open(HERE, "s1", &[], "close".into())
+            .await
+            .unwrap();
+        let path = rec.path().to_owned();
+        let chunk = Bytes::from("y".repeat(64 * 1024));
+        for _ in 0..64 {
+            rec.output(&chunk).await;
+        }
+        rec.output(&Bytes::from_static(b"the last line\n")).await;
+        assert_eq!(rec.close().await, None);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.last().unwrap().contains("the last line"),
+            "{:?}",
+            lines.last()
+        );
+        let recorded = event_text(lines[1..].iter().copied()).len();
+        assert_eq!(recorded, 64 * 64 * 1024 + "the last line\n".len());
+        drop(dir);
+    }
+
+    /// A tail the writer could not write is named by `close` (best-effort sessions hear of it
+    /// no other way: they never wait for the disk), so their `ended` event can say so.
+    #[tokio::test]
+    async fn close_names_a_tail_that_could_not_be_written() {
+        let c = counters();
+        let (tx, inbox) = queue::channel();
+        std::thread::spawn(move || writer::run(inbox));
+        let state = Arc::new(RecordingState::new());
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        tx.send(Message::Open {
+            id: 9,
+            file: full,
+            header: writer::test_header(""),
+            counted: c.of("default"),
+            written: None,
+            state: state.clone(),
+        });
+        let rec = Recorder {
+            id: 9,
+            tx,
+            budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
+            cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
+            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
+            state,
+            record_stdin: false,
+            required: false,
+            path: "/dev/full".into(),
+            closing: None,
+        };
+        let why = rec.close().await.expect("the failed tail is named");
+        assert!(why.contains("No space left"), "{why}");
+        assert_eq!(count(&c.failures), 1);
     }
 
     mod stress {

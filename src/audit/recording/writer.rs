@@ -68,14 +68,23 @@ pub(crate) enum Message {
     },
     Close {
         id: u64,
+        /// Told once the file is complete (or could not be completed: the recording's state
+        /// says why), so that the session's `ended` event comes after its evidence.
+        done: Option<tokio::sync::oneshot::Sender<()>>,
     },
 }
 
 impl Message {
+    /// Closes recording `id`, telling nobody when it is done.
+    #[cfg(test)]
+    pub(super) fn close(id: u64) -> Message {
+        Message::Close { id, done: None }
+    }
+
     /// The recording it is about.
     pub(super) fn id(&self) -> u64 {
         match self {
-            Message::Open { id, .. } | Message::Event { id, .. } | Message::Close { id } => *id,
+            Message::Open { id, .. } | Message::Event { id, .. } | Message::Close { id, .. } => *id,
         }
     }
 
@@ -182,7 +191,13 @@ impl Writer {
                 self.open.insert(id, rec);
             }
             Message::Event { id, at, kind, .. } => self.event(id, at, kind),
-            Message::Close { id } => self.close(id),
+            Message::Close { id, done } => {
+                self.close(id);
+                if let Some(done) = done {
+                    // A session that stopped waiting has nothing to be told.
+                    let _ = done.send(());
+                }
+            }
         }
     }
 
@@ -410,8 +425,8 @@ mod tests {
         tx.send(open(2, "cut"));
         tx.send(event(2, "before the cut".into(), false));
         tx.send(event(2, "cut off".into(), true));
-        tx.send(Message::Close { id: 2 });
-        tx.send(Message::Close { id: 1 });
+        tx.send(Message::close(2));
+        tx.send(Message::close(1));
         drop(tx);
         run(inbox);
 

@@ -143,7 +143,7 @@ impl RunPump {
             }
         };
         let duration = self.started.elapsed();
-        let recording_error = self.recording.finish();
+        let recording_error = self.recording.finish().await;
         self.running.finish(Finished {
             recording_error,
             ..Finished::new(outcome, 0, bytes_out, duration, ended_by)

@@ -203,7 +203,7 @@ impl ReverseSession {
                 self.running.unstarted(
                     SessionOutcome::ClientGone,
                     audit::CLIENT_UPGRADE_FAILED,
-                    self.recording.finish(),
+                    self.recording.finish().await,
                 );
                 return;
             }
@@ -272,7 +272,7 @@ impl ReverseSession {
         )
         .await;
         let result = remote_command_outcome(&outcome);
-        let recording_error = self.recording.finish();
+        let recording_error = self.recording.finish().await;
         let (kind, session_id) = (self.running.kind(), self.running.session_id());
         self.running
             .finish(Finished::remote_command(&outcome, result, recording_error));

@@ -94,9 +94,20 @@ impl OpenedRecording {
         (self.recording.map(|r| r.recorder), self.error, required)
     }
 
-    /// Finishes the recording (it is complete once its recorder is gone); why it could not
-    /// start or was cut short, if so.
-    pub fn finish(self) -> Option<String> {
+    /// Finishes the recording of a session that ran, once its file is complete
+    /// ([`Recorder::close`]); why it could not start or was cut short, if so. Awaited before
+    /// the session's `ended` event is written.
+    pub async fn finish(self) -> Option<String> {
+        match (self.error, self.recording) {
+            (Some(error), _) => Some(error),
+            (None, Some(recording)) => recording.recorder.close().await,
+            (None, None) => None,
+        }
+    }
+
+    /// Finishes the recording of a session that never went upstream (nothing of it was
+    /// recorded but the header), without waiting for the file; why it could not start, if so.
+    pub fn finish_unstarted(self) -> Option<String> {
         self.error
             .or_else(|| self.recording.as_ref().and_then(|r| r.recorder.error()))
     }

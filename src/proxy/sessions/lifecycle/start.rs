@@ -79,7 +79,7 @@ pub fn end_held(running: Running, recording: OpenedRecording, held: Held) -> Res
             running.unstarted(
                 SessionOutcome::RecordingFailed,
                 audit::REFUSED_UNRECORDABLE,
-                recording.finish(),
+                recording.finish_unstarted(),
             );
             refusal
         }
@@ -87,7 +87,7 @@ pub fn end_held(running: Running, recording: OpenedRecording, held: Held) -> Res
             running.unstarted(
                 SessionOutcome::ClientGone,
                 audit::CLIENT_GONE_BEFORE_UPSTREAM,
-                recording.finish(),
+                recording.finish_unstarted(),
             );
             failure(
                 http::StatusCode::BAD_REQUEST,

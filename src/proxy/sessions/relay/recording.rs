@@ -295,16 +295,23 @@ impl RelayTap {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The end of the session as the tap saw it; dropping the tap completes the recording.
-    pub fn finish(self) -> TapEnd {
+    /// The end of the session as the tap saw it, once its recording's file is complete
+    /// ([`Recorder::close`]): the session's `ended` event comes after its evidence.
+    pub async fn finish(self) -> TapEnd {
         let shared = self.shared.into_inner().unwrap_or_else(|e| e.into_inner());
         let (exit_code, status) = shared.errors.outcome();
         // Without a recording there is nothing to be incomplete: a stream it could not
         // follow only leaves the exit code unknown.
-        let recording_error = self
-            .recorder
-            .as_ref()
-            .and_then(|r| shared.failure.or(shared.unrecorded).or_else(|| r.error()));
+        let recording_error = match self.recorder {
+            Some(recorder) => match shared.failure.or(shared.unrecorded) {
+                Some(why) => {
+                    drop(recorder);
+                    Some(why)
+                }
+                None => recorder.close().await,
+            },
+            None => None,
+        };
         TapEnd {
             exit_code,
             status,
@@ -405,7 +412,7 @@ mod tests {
             .await
             .expect("the session is told to end");
         assert!(why.contains("SPDY"), "{why}");
-        assert!(tap.finish().recording_error.is_some());
+        assert!(tap.finish().await.recording_error.is_some());
     }
 
     #[tokio::test]
@@ -419,7 +426,7 @@ mod tests {
                 .await
                 .is_err()
         );
-        let end = tap.finish();
+        let end = tap.finish().await;
         assert!(end.recording_error.unwrap().contains("SPDY"));
     }
 
@@ -456,7 +463,7 @@ mod tests {
             .expect("the session is told to end");
         assert_eq!(why, UNKNOWN);
         assert_eq!(tap.must_have_ended().as_deref(), Some(UNKNOWN));
-        assert_eq!(tap.finish().recording_error.as_deref(), Some(UNKNOWN));
+        assert_eq!(tap.finish().await.recording_error.as_deref(), Some(UNKNOWN));
     }
 
     /// Best-effort, the session goes on and is recorded; its audit event says which stream
@@ -477,7 +484,7 @@ mod tests {
         server.encode(&out, &mut down).unwrap();
         assert!(tap.relayed(Direction::UpstreamToClient, &down).await);
         let path = tap.path().unwrap().to_owned();
-        assert_eq!(tap.finish().recording_error.as_deref(), Some(UNKNOWN));
+        assert_eq!(tap.finish().await.recording_error.as_deref(), Some(UNKNOWN));
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while !std::fs::read_to_string(&path)
             .unwrap_or_default()
@@ -551,7 +558,7 @@ mod tests {
         })
         .await
         .unwrap();
-        let end = tap.finish();
+        let end = tap.finish().await;
         assert_eq!(end.recording_error, None);
         // The writer thread completes the file once the recorder is gone.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -756,7 +763,7 @@ mod tests {
         frame.push(3);
         frame.extend_from_slice(status);
         assert!(tap.relayed(Direction::UpstreamToClient, &frame).await);
-        let end = tap.finish();
+        let end = tap.finish().await;
         assert_eq!(end.exit_code, Some(3));
         assert_eq!(end.recording_error, None);
         let _ = WebSocketFraming::Binary;

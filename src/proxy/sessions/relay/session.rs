@@ -81,7 +81,7 @@ impl RelaySession {
         let ended = self
             .relay_until_ended(TokioIo::new(client), TokioIo::new(upstream), &counters)
             .await;
-        self.finish(ended, counters.stats(), started);
+        self.finish(ended, counters.stats(), started).await;
     }
 
     /// The client went before its upgrade: nothing was relayed.
@@ -166,12 +166,15 @@ impl RelaySession {
     }
 
     /// Audits, counts and logs the end of a session that ran since `started`.
-    fn finish(self, ended: Ended, stats: RelayStats, started: Instant) {
+    async fn finish(self, ended: Ended, stats: RelayStats, started: Instant) {
         let TapEnd {
             exit_code,
             status,
             recording_error: tap_error,
-        } = self.tap.map(RelayTap::finish).unwrap_or_default();
+        } = match self.tap {
+            Some(tap) => tap.finish().await,
+            None => TapEnd::default(),
+        };
         // A command that ended with a non-zero exit code is counted as such, as on the
         // translated path (the relay only knows it where it followed the stream).
         let outcome = match (ended.outcome, exit_code) {
