@@ -122,10 +122,10 @@ pub(crate) fn cluster_flags(sims: &[SimCluster]) -> Vec<String> {
         .collect()
 }
 
-/// exec (output, stdin, exit code), get and port-forward on cluster `i`, each kubectl made by
-/// `k`; what each cluster served is counted by the caller.
-pub(crate) async fn exercise(i: usize, k: &dyn Fn() -> Command) {
-    let name = CLUSTERS[i].0;
+/// exec (output, stdin, exit code), get and port-forward on cluster `name`, each kubectl made
+/// by `k` (which says how to reach that cluster); what each cluster served is counted by the
+/// caller.
+pub(crate) async fn exercise(name: &str, k: &dyn Fn() -> Command) {
     let mut c = k();
     c.args(["exec", "web", "--", "echo", name]);
     let o = run(c, None, T).await;
@@ -163,7 +163,7 @@ async fn kubectl_1_33_streams_to_each_cluster_through_the_gateway() {
     for (i, (name, _, _)) in CLUSTERS.iter().enumerate() {
         let before: Vec<usize> = (0..CLUSTERS.len()).map(|j| f.sessions(j)).collect();
         let kubeconfig = f.kubeconfig(i, true);
-        exercise(i, &|| f.kubectl(&k, &kubeconfig)).await;
+        exercise(name, &|| f.kubectl(&k, &kubeconfig)).await;
         // Its sessions reached it, and no other cluster.
         for (j, was) in before.iter().enumerate() {
             let now = f.sessions(j);
@@ -188,7 +188,7 @@ async fn kubectl_1_28_speaks_spdy_to_each_cluster() {
     for i in 0..CLUSTERS.len() {
         let before = f.sessions(i);
         let kubeconfig = f.kubeconfig(i, false);
-        exercise(i, &|| f.kubectl(&k, &kubeconfig)).await;
+        exercise(CLUSTERS[i].0, &|| f.kubectl(&k, &kubeconfig)).await;
         assert!(f.sessions(i) >= before + 3);
     }
     assert_no_prefix(&f);

@@ -18,6 +18,7 @@ use common::clients::{python_with_kubernetes, require, require_kubectl};
 use common::harness::{random_file, run, sha256_hex, stderr, stdout};
 use common::proxy_process::run_to_exit;
 use common::pty::run_on_pty;
+use kube_ws_proxy::sim::{SimCluster, SimEvent};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(120);
@@ -182,44 +183,81 @@ async fn over_tls_beside_the_unnamed_upstream(f: &Fleet, k: &Path) {
     }
 }
 
+/// One cluster of a fleet as a test's kubectl reaches it (by context, by host name): the
+/// names of every cluster behind the proxy and their simulations (to check that this one alone
+/// was reached), which one it is, a folder for the test's files, and how to make a kubectl
+/// that reaches it.
+pub(crate) struct Target<'a> {
+    pub(crate) names: &'a [&'a str],
+    pub(crate) sims: &'a [SimCluster],
+    pub(crate) i: usize,
+    pub(crate) dir: &'a Path,
+    pub(crate) kubectl: &'a dyn Fn() -> Command,
+}
+
+impl Target<'_> {
+    fn name(&self) -> &str {
+        self.names[self.i]
+    }
+}
+
 /// What every cluster has seen so far: its streaming sessions, and its API requests.
-fn seen(f: &Fleet) -> Vec<(usize, usize)> {
-    (0..CLUSTERS.len())
-        .map(|j| {
-            let api = f.sims[j]
+fn seen(sims: &[SimCluster]) -> Vec<(usize, usize)> {
+    sims.iter()
+        .map(|sim| {
+            let sessions = sim
+                .events()
+                .iter()
+                .filter(|e| matches!(e, SimEvent::SessionStarted { .. }))
+                .count();
+            let api = sim
                 .requests()
                 .iter()
                 .filter(|r| r.path.starts_with("/api"))
                 .count();
-            (f.sessions(j), api)
+            (sessions, api)
         })
         .collect()
 }
 
-/// Everything kubectl does on cluster `i` chosen by its context in `kubeconfig`, and that it
-/// reached cluster `i` alone.
-async fn by_context(f: &Fleet, i: usize, kubectl: &Path, kubeconfig: &Path) {
-    let name = CLUSTERS[i].0;
-    let k = || {
-        let mut c = f.kubectl(kubectl, kubeconfig);
-        c.args(["--context", name]);
-        c
-    };
-    let before = seen(f);
-    exercise(i, &k).await;
-    terminal(name, k()).await;
-    copy_both_ways(f, i, &k).await;
-    follow_logs(name, k()).await;
-    watch(f, i, k()).await;
-    for (j, (was, now)) in before.iter().zip(seen(f)).enumerate() {
-        if j == i {
+/// Everything kubectl does on the target cluster (exec, `exec -i`, get, port-forward,
+/// `exec -it`, cp both ways, `logs -f`, `get --watch`), and that it reached that cluster
+/// alone.
+pub(crate) async fn everything_on(t: &Target<'_>) {
+    let name = t.name();
+    let before = seen(t.sims);
+    exercise(name, t.kubectl).await;
+    terminal(name, (t.kubectl)()).await;
+    copy_both_ways(t).await;
+    follow_logs(name, (t.kubectl)()).await;
+    watch(t).await;
+    for (j, (was, now)) in before.iter().zip(seen(t.sims)).enumerate() {
+        if j == t.i {
             // exec, exec -i, port-forward, exec -it, two cp, the followed log.
             assert!(now.0 >= was.0 + 7, "{name}: sessions {was:?} -> {now:?}");
             assert!(now.1 > was.1, "{name}: requests {was:?} -> {now:?}");
         } else {
-            assert_eq!(now, *was, "{} served {name}'s requests", CLUSTERS[j].0);
+            assert_eq!(now, *was, "{} served {name}'s requests", t.names[j]);
         }
     }
+}
+
+/// [`everything_on`] cluster `i` of the fleet, chosen by its context in `kubeconfig`.
+async fn by_context(f: &Fleet, i: usize, kubectl: &Path, kubeconfig: &Path) {
+    let names = CLUSTERS.map(|c| c.0);
+    let k = || {
+        let mut c = f.kubectl(kubectl, kubeconfig);
+        c.args(["--context", names[i]]);
+        c
+    };
+    let target = Target {
+        names: &names,
+        sims: &f.sims,
+        i,
+        dir: f.dir.path(),
+        kubectl: &k,
+    };
+    everything_on(&target).await;
 }
 
 /// `exec -it` on a terminal: the pod's terminal has the size of kubectl's.
@@ -236,28 +274,28 @@ async fn terminal(name: &str, mut c: Command) {
     );
 }
 
-/// `kubectl cp` up and down, byte-exact, into cluster `i`'s pod (and no other cluster's).
-async fn copy_both_ways(f: &Fleet, i: usize, k: &dyn Fn() -> Command) {
-    let name = CLUSTERS[i].0;
-    let cwd = f.dir.path().join(format!("cp-{name}"));
+/// `kubectl cp` up and down, byte-exact, into the target's pod (and no other cluster's).
+async fn copy_both_ways(t: &Target<'_>) {
+    let name = t.name();
+    let cwd = t.dir.join(format!("cp-{name}"));
     std::fs::create_dir_all(&cwd).unwrap();
     let file = format!("up-{name}.bin");
-    let sha = random_file(&cwd.join(&file), 1 << 20, i as u64 + 1);
-    let mut c = k();
+    let sha = random_file(&cwd.join(&file), 1 << 20, t.i as u64 + 1);
+    let mut c = (t.kubectl)();
     c.current_dir(&cwd)
         .args(["cp", &file, &format!("web:{file}")]);
     let o = run(c, None, T).await;
     assert!(o.status.success(), "{name}: cp up: {}", stderr(&o));
-    for (j, sim) in f.sims.iter().enumerate() {
+    for (j, sim) in t.sims.iter().enumerate() {
         let there = sim.pod_dir("default", "web").join(&file);
-        if j == i {
+        if j == t.i {
             let uploaded = std::fs::read(&there).unwrap();
             assert_eq!(sha256_hex(&uploaded), sha, "{name}: cp up differs");
         } else {
-            assert!(!there.exists(), "{name}'s file reached {}", CLUSTERS[j].0);
+            assert!(!there.exists(), "{name}'s file reached {}", t.names[j]);
         }
     }
-    let mut c = k();
+    let mut c = (t.kubectl)();
     c.current_dir(&cwd)
         .args(["cp", &format!("web:{file}"), "back.bin"]);
     let o = run(c, None, T).await;
@@ -278,10 +316,11 @@ async fn follow_logs(name: &str, mut c: Command) {
     assert_eq!(stdout(&o), want, "{name}");
 }
 
-/// `get --watch`: an event of the watch arrives, from cluster `i`, without the prefix.
-async fn watch(f: &Fleet, i: usize, mut c: Command) {
+/// `get --watch`: an event of the watch arrives, from the target cluster, which saw the watch.
+async fn watch(t: &Target<'_>) {
     use tokio::io::AsyncBufReadExt;
-    let name = CLUSTERS[i].0;
+    let name = t.name();
+    let mut c = (t.kubectl)();
     c.args(["get", "pod", "web", "--watch-only", "-o", "name"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -297,7 +336,7 @@ async fn watch(f: &Fleet, i: usize, mut c: Command) {
     child.kill().await.unwrap();
     let err = child.wait_with_output().await.unwrap();
     assert_eq!(line.as_deref(), Some("pod/web"), "{name}: {}", stderr(&err));
-    let watches = f.sims[i]
+    let watches = t.sims[t.i]
         .requests()
         .into_iter()
         .filter(|r| r.query.as_deref().is_some_and(|q| q.contains("watch=true")))
@@ -344,24 +383,41 @@ async fn python_client_execs_on_two_clusters_by_path() {
         return;
     };
     let f = Fleet::start(false).await;
+    let names = CLUSTERS.map(|c| c.0);
     for i in [0, 2] {
-        let name = CLUSTERS[i].0;
-        let before = seen(&f);
-        let server = format!("http://{}/clusters/{name}", f.middlebox.addr);
-        let r = python_at(&server, &py, &["exec-v5"]).await;
-        assert_eq!(r["subprotocol"], "v5.channel.k8s.io", "{name}: {r}");
-        assert_eq!(r["stdout"], "hello from python\ndone\n", "{name}: {r}");
-        assert_eq!(r["returncode"], 3, "{name}: {r}");
-        for (j, (was, now)) in before.iter().zip(seen(&f)).enumerate() {
-            if j == i {
-                assert_eq!(now.0, was.0 + 1, "{name}: sessions");
-            } else {
-                assert_eq!(now, *was, "{} served {name}'s exec", CLUSTERS[j].0);
-            }
-        }
+        let server = format!("http://{}/clusters/{}", f.middlebox.addr, names[i]);
+        python_exec_on(&names, &f.sims, i, &py, &server, &[]).await;
     }
     assert!(f.middlebox.websockets() >= 2);
     assert_no_prefix(&f);
+}
+
+/// The Python client's v5 exec (stdin ended by the CLOSE signal, the exit code) on cluster `i`
+/// of `sims`, at `server`, with the client's further `options` (`--proxy URL`): its session
+/// reached that cluster, and no other cluster saw anything.
+pub(crate) async fn python_exec_on(
+    names: &[&str],
+    sims: &[SimCluster],
+    i: usize,
+    py: &Path,
+    server: &str,
+    options: &[&str],
+) {
+    let name = names[i];
+    let before = seen(sims);
+    let mut args = options.to_vec();
+    args.push("exec-v5");
+    let r = python_at(server, py, &args).await;
+    assert_eq!(r["subprotocol"], "v5.channel.k8s.io", "{name}: {r}");
+    assert_eq!(r["stdout"], "hello from python\ndone\n", "{name}: {r}");
+    assert_eq!(r["returncode"], 3, "{name}: {r}");
+    for (j, (was, now)) in before.iter().zip(seen(sims)).enumerate() {
+        if j == i {
+            assert_eq!(now.0, was.0 + 1, "{name}: sessions");
+        } else {
+            assert_eq!(now, *was, "{} served {name}'s exec", names[j]);
+        }
+    }
 }
 
 /// The `demo` process, killed on drop.
