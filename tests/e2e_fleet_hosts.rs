@@ -1,18 +1,23 @@
-//! Routing by host name (`--cluster-host-suffix kube.example.com`): real kubectls reach two
-//! simulated clusters (an old SPDY-only one, a new one) as `a.kube.example.com` and
-//! `b.kube.example.com`, through kubeconfig's `proxy-url` (a forward proxy in the test tunnels
-//! every name to the proxy on 127.0.0.1, so nothing resolves the names and /etc/hosts is left
-//! alone). Over TLS (kubectl 1.28, SPDY), each cluster's certificate is chosen by SNI: `a` has
-//! its own (`--tls-sni-cert`, from a CA only a's kubeconfig trusts) and `b` gets the wildcard
-//! serving certificate (from another CA, the only one b's kubeconfig trusts), so a wrong choice
-//! fails the handshake. In plain HTTP (kubectl 1.33) the forward proxy hands every connection
-//! to the SPDY-dropping gateway, which sees the bytes: plain calls arrive in absolute form
-//! (`GET http://a.kube.example.com:PORT/...`), upgrades in tunnels. A raw client checks that a
-//! request naming another cluster than its connection's SNI is refused with 421, over HTTP/1.1
-//! and HTTP/2 (connection coalescing, RFC 8441 WebSockets too), and that a host-named cluster
-//! gets its path as it is.
+//! Routing by host name (`--cluster-host-suffix kube.example.com`): real clients reach three
+//! simulated clusters of different kinds (an old SPDY-only one, a new one, a WebSocket-only
+//! one) as `a.kube.example.com`, `b.kube.example.com` and `ws-only.kube.example.com`, through
+//! an HTTP proxy (kubeconfig's `proxy-url`, the Python client's `proxy`: a forward proxy in the
+//! test tunnels every name to the proxy on 127.0.0.1, so nothing resolves the names and
+//! /etc/hosts is left alone). kubectl does on each cluster what it does by path (exec,
+//! `exec -i`, `exec -it`, cp both ways, port-forward, `logs -f`, get, `get --watch`; the
+//! helpers of `e2e_fleet_kubectl`), each reaching its own cluster and no other. Over TLS
+//! (kubectl 1.28, SPDY), each cluster's certificate is chosen by SNI: `a` has its own
+//! (`--tls-sni-cert`, from a CA only a's kubeconfig trusts) and the others get the wildcard
+//! serving certificate (from another CA, the only one their kubeconfigs trust), so a wrong
+//! choice fails the handshake. In plain HTTP (kubectl 1.33, the Python client) the forward
+//! proxy hands every connection to the SPDY-dropping gateway, which sees the bytes: plain calls
+//! arrive in absolute form (`GET http://a.kube.example.com:PORT/...`), upgrades in tunnels. A
+//! raw client checks that a request naming another cluster than its connection's SNI is
+//! refused with 421, over HTTP/1.1 and HTTP/2 (connection coalescing, RFC 8441 WebSockets too),
+//! and that a host-named cluster gets its path as it is.
 
 use crate::common;
+use crate::e2e_fleet_kubectl::{everything_on, python_exec_on, Target};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,29 +25,29 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::clients::require_kubectl;
+use common::clients::{python_with_kubernetes, require, require_kubectl};
 use common::connect_proxy::ConnectProxy;
 use common::h2_ws::H2Connection;
-use common::harness::{run, stderr, stdout};
 use common::middlebox::Middlebox;
 use common::pki::{b64, Ca};
 use common::proxy_process::ProxyProcess;
 use common::tls_client::connect_as;
 use common::ws_client;
 use futures_util::StreamExt;
-use kube_ws_proxy::sim::{SimCluster, SimConfig, SimEvent, SimStreaming};
+use kube_ws_proxy::sim::{SimCluster, SimConfig, SimStreaming};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
-
-const T: Duration = Duration::from_secs(120);
 
 const SUFFIX: &str = "kube.example.com";
 
 /// The clusters: name and kind.
-const CLUSTERS: [(&str, SimStreaming); 2] =
-    [("a", SimStreaming::SpdyOnly), ("b", SimStreaming::New)];
+const CLUSTERS: [(&str, SimStreaming); 3] = [
+    ("a", SimStreaming::SpdyOnly),
+    ("b", SimStreaming::New),
+    ("ws-only", SimStreaming::WebSocketOnly),
+];
 
-/// Two clusters behind one proxy routing by host name, reached through a forward proxy.
+/// Three clusters behind one proxy routing by host name, reached through a forward proxy.
 struct Hosts {
     sims: Vec<SimCluster>,
     proxy: ProxyProcess,
@@ -137,10 +142,10 @@ impl Hosts {
         path
     }
 
-    fn kubectl(&self, bin: &Path, name: &str) -> Command {
+    fn kubectl(&self, bin: &Path, kubeconfig: &Path) -> Command {
         let mut cmd = Command::new(bin);
         cmd.arg("--kubeconfig")
-            .arg(self.kubeconfig(name))
+            .arg(kubeconfig)
             .env_remove("KUBECTL_REMOTE_COMMAND_WEBSOCKETS")
             .env_remove("KUBECTL_PORT_FORWARD_WEBSOCKETS")
             .env_remove("KUBECONFIG")
@@ -150,70 +155,36 @@ impl Hosts {
             .env("HOME", self.dir.path());
         cmd
     }
-
-    /// Streaming sessions each cluster served.
-    fn sessions(&self) -> Vec<usize> {
-        self.sims
-            .iter()
-            .map(|sim| {
-                sim.events()
-                    .iter()
-                    .filter(|e| matches!(e, SimEvent::SessionStarted { .. }))
-                    .count()
-            })
-            .collect()
-    }
 }
 
-/// exec (output, stdin, exit code) and get on cluster `i` by its host name: its sessions reach
-/// it and no other cluster.
-async fn exercise(h: &Hosts, i: usize, kubectl: &Path) {
-    let name = CLUSTERS[i].0;
-    let before = h.sessions();
-    let mut c = h.kubectl(kubectl, name);
-    c.args(["exec", "web", "--", "echo", name]);
-    let o = run(c, None, T).await;
-    assert!(o.status.success(), "{name}: exec failed: {}", stderr(&o));
-    assert_eq!(stdout(&o), format!("{name}\n"));
-
-    let mut c = h.kubectl(kubectl, name);
-    c.args(["exec", "-i", "web", "--", "sh", "-c", "cat; exit 3"]);
-    let o = run(c, Some(b"in\n".to_vec()), T).await;
-    assert_eq!(o.status.code(), Some(3), "{name}: {}", stderr(&o));
-    assert_eq!(stdout(&o), "in\n");
-
-    let mut c = h.kubectl(kubectl, name);
-    c.args(["get", "pod", "web", "-o", "name"]);
-    let o = run(c, None, T).await;
-    assert!(o.status.success(), "{name}: get failed: {}", stderr(&o));
-    assert_eq!(stdout(&o), "pod/web\n");
-
-    let after = h.sessions();
-    for (j, (was, now)) in before.iter().zip(&after).enumerate() {
-        if j == i {
-            assert!(*now >= was + 2, "{name}: {was} -> {now}");
-        } else {
-            assert_eq!(now, was, "{} served {name}'s session", CLUSTERS[j].0);
-        }
-    }
-    // Every request reached the cluster without a prefix, and kubectl named it by host.
+/// Everything kubectl does (exec, `exec -i`, get, port-forward, `exec -it`, cp both ways,
+/// `logs -f`, `get --watch`) on cluster `i` by its host name, as by path: it reaches that
+/// cluster and no other, and kubectl named it by host to the forward proxy.
+async fn by_host_name(h: &Hosts, i: usize, kubectl: &Path) {
+    let names = CLUSTERS.map(|c| c.0);
+    let kubeconfig = h.kubeconfig(names[i]);
+    let k = || h.kubectl(kubectl, &kubeconfig);
+    let target = Target {
+        names: &names,
+        sims: &h.sims,
+        i,
+        dir: h.dir.path(),
+        kubectl: &k,
+    };
+    everything_on(&target).await;
     let asked = h.forward.requests();
-    assert!(
-        asked
-            .iter()
-            .any(|r| r.contains(&format!("{name}.{SUFFIX}:"))),
-        "{asked:?}"
-    );
+    let host = format!("{}.{SUFFIX}:", names[i]);
+    assert!(asked.iter().any(|r| r.contains(&host)), "{asked:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_1_28_execs_on_two_clusters_by_host_name_with_their_sni_certificates() {
+async fn kubectl_1_28_streams_to_each_cluster_by_host_name_with_its_sni_certificate() {
     let Some(k) = require_kubectl("1.28") else {
         return;
     };
     let h = Hosts::start(true).await;
     for i in 0..CLUSTERS.len() {
-        exercise(&h, i, &k).await;
+        by_host_name(&h, i, &k).await;
     }
     // Each kubeconfig trusted one CA only, so each handshake got its own certificate; and the
     // other choice would have failed: a is not served the wildcard, b not a's certificate.
@@ -242,10 +213,12 @@ async fn kubectl_1_33_streams_by_host_name_through_the_gateway() {
     };
     let h = Hosts::start(false).await;
     for i in 0..CLUSTERS.len() {
-        exercise(&h, i, &k).await;
+        by_host_name(&h, i, &k).await;
     }
+    // Every session (port-forward's tunnel too) was a WebSocket through the SPDY-dropping
+    // gateway: six on each cluster (exec, `exec -i`, port-forward, `exec -it`, two cp).
     let gateway = h.gateway.as_ref().unwrap();
-    assert!(gateway.websockets() >= 4, "{}", gateway.websockets());
+    assert!(gateway.websockets() >= 18, "{}", gateway.websockets());
     assert_eq!(gateway.dropped(), 0, "kubectl fell back to SPDY");
     // Plain calls came in absolute form, naming their host in the target.
     let asked = h.forward.requests();
@@ -253,6 +226,32 @@ async fn kubectl_1_33_streams_by_host_name_through_the_gateway() {
         let absolute = format!("GET http://{name}.{SUFFIX}:{}/", h.proxy.addr.port());
         assert!(asked.iter().any(|r| r.starts_with(&absolute)), "{asked:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_execs_by_host_name_through_its_http_proxy() {
+    let Some(py) = require(
+        "python3 with the kubernetes package",
+        python_with_kubernetes(),
+    ) else {
+        return;
+    };
+    let h = Hosts::start(false).await;
+    let names = CLUSTERS.map(|c| c.0);
+    // The client's own proxy setting: its WebSocket is a CONNECT tunnel to the host name, and
+    // the exec request names it in `Host`, as the client makes them.
+    let proxy = format!("http://{}", h.forward.addr);
+    let port = h.proxy.addr.port();
+    for i in 0..CLUSTERS.len() {
+        let server = format!("http://{}.{SUFFIX}:{port}", names[i]);
+        python_exec_on(&names, &h.sims, i, &py, &server, &["--proxy", &proxy]).await;
+        let tunnel = format!("CONNECT {}.{SUFFIX}:{port}", names[i]);
+        let asked = h.forward.requests();
+        assert!(asked.contains(&tunnel), "{tunnel}: {asked:?}");
+    }
+    let gateway = h.gateway.as_ref().unwrap();
+    assert!(gateway.websockets() >= 3, "{}", gateway.websockets());
+    assert_eq!(gateway.dropped(), 0);
 }
 
 /// The status code of `request` sent over a TLS connection made for `sni`.

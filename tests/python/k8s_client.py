@@ -1,9 +1,13 @@
 """Drives the official Kubernetes Python client against a server URL and prints one JSON
 object with what it saw. Used by tests/e2e_python.rs; the Rust test makes the assertions.
 
-    k8s_client.py SERVER exec-v5
-    k8s_client.py SERVER exec-v4
-    k8s_client.py SERVER portforward POD_PORT BYTES
+    k8s_client.py SERVER [--proxy URL] exec-v5
+    k8s_client.py SERVER [--proxy URL] exec-v4
+    k8s_client.py SERVER [--proxy URL] portforward POD_PORT BYTES
+
+With --proxy, the client reaches SERVER through that HTTP proxy (its configuration's `proxy`,
+as a user behind a corporate proxy sets it): the WebSocket is a tunnel made with CONNECT to
+SERVER's host and port, so SERVER's host name needs no resolver.
 """
 import hashlib
 import json
@@ -16,9 +20,13 @@ from kubernetes import client
 from kubernetes.stream import portforward, stream
 
 
+PROXY = None
+
+
 def api(server):
     cfg = client.Configuration()
     cfg.host = server
+    cfg.proxy = PROXY
     return client.CoreV1Api(client.ApiClient(cfg))
 
 
@@ -124,13 +132,19 @@ def port_forward(server, port, size):
 
 
 def main():
-    server, mode = sys.argv[1], sys.argv[2]
+    global PROXY
+    args = sys.argv[1:]
+    if "--proxy" in args:
+        at = args.index("--proxy")
+        PROXY = args[at + 1]
+        del args[at : at + 2]
+    server, mode = args[0], args[1]
     if mode == "exec-v5":
         result = exec_v5(server)
     elif mode == "exec-v4":
         result = exec_v4(server)
     elif mode == "portforward":
-        result = port_forward(server, int(sys.argv[3]), int(sys.argv[4]))
+        result = port_forward(server, int(args[2]), int(args[3]))
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(result))
