@@ -185,10 +185,10 @@ async fn kubectl_1_28_speaks_spdy_to_each_cluster() {
         return;
     };
     let f = Fleet::start(false).await;
-    for i in 0..CLUSTERS.len() {
+    for (i, (name, _, _)) in CLUSTERS.iter().enumerate() {
         let before = f.sessions(i);
         let kubeconfig = f.kubeconfig(i, false);
-        exercise(CLUSTERS[i].0, &|| f.kubectl(&k, &kubeconfig)).await;
+        exercise(name, &|| f.kubectl(&k, &kubeconfig)).await;
         assert!(f.sessions(i) >= before + 3);
     }
     assert_no_prefix(&f);

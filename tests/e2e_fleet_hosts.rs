@@ -116,17 +116,10 @@ impl Hosts {
     /// forward proxy; over TLS trusting only the CA of the certificate it must be served. With
     /// a token (the clusters take any): kubectl 1.28 asks for a password without credentials.
     fn kubeconfig(&self, name: &str) -> PathBuf {
-        let port = self.proxy.addr.port();
-        let (server, ca) = match &self.cas {
-            Some((ca_a, ca_fleet)) => {
-                let ca = if name == "a" { ca_a } else { ca_fleet };
-                (
-                    format!("https://{name}.{SUFFIX}:{port}"),
-                    format!("    certificate-authority-data: {}\n", b64(&ca.pem)),
-                )
-            }
-            None => (format!("http://{name}.{SUFFIX}:{port}"), String::new()),
-        };
+        let ca = self.ca_of(name).map_or(String::new(), |ca| {
+            format!("    certificate-authority-data: {}\n", b64(&ca.pem))
+        });
+        let server = self.server(name);
         let path = self.dir.path().join(format!("{name}.kubeconfig"));
         std::fs::write(
             &path,
@@ -140,6 +133,19 @@ impl Hosts {
         )
         .unwrap();
         path
+    }
+
+    /// Cluster `name`'s server URL: its host name, at the proxy's port.
+    fn server(&self, name: &str) -> String {
+        let scheme = if self.cas.is_some() { "https" } else { "http" };
+        format!("{scheme}://{name}.{SUFFIX}:{}", self.proxy.addr.port())
+    }
+
+    /// Over TLS, the only CA a client of cluster `name` trusts: a's own for a, else the
+    /// wildcard's.
+    fn ca_of(&self, name: &str) -> Option<&Ca> {
+        let (ca_a, ca_fleet) = self.cas.as_ref()?;
+        Some(if name == "a" { ca_a } else { ca_fleet })
     }
 
     fn kubectl(&self, bin: &Path, kubeconfig: &Path) -> Command {
@@ -229,29 +235,44 @@ async fn kubectl_1_33_streams_by_host_name_through_the_gateway() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_client_execs_by_host_name_through_its_http_proxy() {
+async fn python_client_execs_by_host_name_through_its_http_proxy_and_over_tls() {
     let Some(py) = require(
         "python3 with the kubernetes package",
         python_with_kubernetes(),
     ) else {
         return;
     };
-    let h = Hosts::start(false).await;
+    for tls in [false, true] {
+        let h = Hosts::start(tls).await;
+        python_on_each_cluster(&h, &py).await;
+    }
+}
+
+/// The Python client's exec on each cluster by its host name, through its own proxy setting:
+/// its WebSocket is a CONNECT tunnel to the host name, and the exec request names it in
+/// `Host` (over TLS, in SNI too, trusting only the CA of the certificate that name must get),
+/// as the client makes them.
+async fn python_on_each_cluster(h: &Hosts, py: &Path) {
     let names = CLUSTERS.map(|c| c.0);
-    // The client's own proxy setting: its WebSocket is a CONNECT tunnel to the host name, and
-    // the exec request names it in `Host`, as the client makes them.
     let proxy = format!("http://{}", h.forward.addr);
-    let port = h.proxy.addr.port();
-    for i in 0..CLUSTERS.len() {
-        let server = format!("http://{}.{SUFFIX}:{port}", names[i]);
-        python_exec_on(&names, &h.sims, i, &py, &server, &["--proxy", &proxy]).await;
-        let tunnel = format!("CONNECT {}.{SUFFIX}:{port}", names[i]);
+    for (i, name) in names.iter().enumerate() {
+        let mut options = vec!["--proxy".to_owned(), proxy.clone()];
+        if let Some(ca) = h.ca_of(name) {
+            let file = h.dir.path().join(format!("{name}-ca.pem"));
+            std::fs::write(&file, &ca.pem).unwrap();
+            options.extend(["--ca".to_owned(), file.display().to_string()]);
+        }
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
+        let server = h.server(name);
+        python_exec_on(&names, &h.sims, i, py, &server, &options).await;
+        let tunnel = format!("CONNECT {name}.{SUFFIX}:{}", h.proxy.addr.port());
         let asked = h.forward.requests();
         assert!(asked.contains(&tunnel), "{tunnel}: {asked:?}");
     }
-    let gateway = h.gateway.as_ref().unwrap();
-    assert!(gateway.websockets() >= 3, "{}", gateway.websockets());
-    assert_eq!(gateway.dropped(), 0);
+    if let Some(gateway) = &h.gateway {
+        assert!(gateway.websockets() >= 3, "{}", gateway.websockets());
+        assert_eq!(gateway.dropped(), 0);
+    }
 }
 
 /// The status code of `request` sent over a TLS connection made for `sni`.

@@ -1,13 +1,14 @@
 """Drives the official Kubernetes Python client against a server URL and prints one JSON
 object with what it saw. Used by tests/e2e_python.rs; the Rust test makes the assertions.
 
-    k8s_client.py SERVER [--proxy URL] exec-v5
-    k8s_client.py SERVER [--proxy URL] exec-v4
-    k8s_client.py SERVER [--proxy URL] portforward POD_PORT BYTES
+    k8s_client.py SERVER [OPTIONS] exec-v5
+    k8s_client.py SERVER [OPTIONS] exec-v4
+    k8s_client.py SERVER [OPTIONS] portforward POD_PORT BYTES
 
-With --proxy, the client reaches SERVER through that HTTP proxy (its configuration's `proxy`,
-as a user behind a corporate proxy sets it): the WebSocket is a tunnel made with CONNECT to
-SERVER's host and port, so SERVER's host name needs no resolver.
+OPTIONS, each set in the client's configuration as a user sets it:
+    --proxy URL   reach SERVER through that HTTP proxy (`proxy`): the WebSocket is a tunnel
+                  made with CONNECT to SERVER's host and port, so the name needs no resolver
+    --ca FILE     trust only the CA in FILE for an https SERVER (`ssl_ca_cert`)
 """
 import hashlib
 import json
@@ -20,13 +21,16 @@ from kubernetes import client
 from kubernetes.stream import portforward, stream
 
 
-PROXY = None
+# The client configuration's settings given as OPTIONS (see above), by attribute.
+SETTINGS = {}
+OPTIONS = {"--proxy": "proxy", "--ca": "ssl_ca_cert"}
 
 
 def api(server):
     cfg = client.Configuration()
     cfg.host = server
-    cfg.proxy = PROXY
+    for name, value in SETTINGS.items():
+        setattr(cfg, name, value)
     return client.CoreV1Api(client.ApiClient(cfg))
 
 
@@ -132,12 +136,12 @@ def port_forward(server, port, size):
 
 
 def main():
-    global PROXY
     args = sys.argv[1:]
-    if "--proxy" in args:
-        at = args.index("--proxy")
-        PROXY = args[at + 1]
-        del args[at : at + 2]
+    for option, setting in OPTIONS.items():
+        if option in args:
+            at = args.index(option)
+            SETTINGS[setting] = args[at + 1]
+            del args[at : at + 2]
     server, mode = args[0], args[1]
     if mode == "exec-v5":
         result = exec_v5(server)
