@@ -51,7 +51,10 @@ impl Fleet {
     }
 
     /// [`Fleet::start`], with the proxy's further flags from `extra` (given the test's folder).
-    async fn start_with(tokens: bool, extra: impl FnOnce(&Path) -> Vec<String>) -> Fleet {
+    pub(crate) async fn start_with(
+        tokens: bool,
+        extra: impl FnOnce(&Path) -> Vec<String>,
+    ) -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         let mut sims = Vec::new();
         for (_, streaming, token) in CLUSTERS {
@@ -80,7 +83,7 @@ impl Fleet {
 
     /// A kubeconfig for cluster `i`, through the gateway (WebSocket only) or straight to the
     /// proxy.
-    fn kubeconfig(&self, i: usize, via_gateway: bool) -> PathBuf {
+    pub(crate) fn kubeconfig(&self, i: usize, via_gateway: bool) -> PathBuf {
         let name = CLUSTERS[i].0;
         let entry = if via_gateway {
             format!("http://{}", self.middlebox.addr)
@@ -438,7 +441,7 @@ fn line_cluster(line: &Value) -> Option<&str> {
 }
 
 /// The audit log's events, once `ended` events number `ended`.
-async fn audit_events(path: &Path, ended: usize) -> Vec<Value> {
+pub(crate) async fn audit_events(path: &Path, ended: usize) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + T;
     loop {
         let events: Vec<Value> = std::fs::read_to_string(path)

@@ -25,6 +25,7 @@ mod e2e_fleet;
 mod e2e_fleet_credentials;
 mod e2e_fleet_hosts;
 mod e2e_fleet_http2;
+mod e2e_fleet_isolation;
 mod e2e_fleet_kubectl;
 mod e2e_fleet_limits;
 mod e2e_fleet_reload;
