@@ -448,6 +448,20 @@ mod tests {
         out
     }
 
+    /// Bytes UTF-8 decoders get wrong: an overlong form, a surrogate, above U+10FFFF, starts
+    /// without their ends, a run of NULs.
+    fn awkward_sequences() -> Vec<Vec<u8>> {
+        vec![
+            b"\xe0\x80".to_vec(),
+            b"\xed\xa0\x80".to_vec(),
+            b"\xf4\x90\x80\x80".to_vec(),
+            b"\xf0\x9f\x98".to_vec(),
+            b"\xe2\x82".to_vec(),
+            b"\xc3".to_vec(),
+            vec![0u8; 40],
+        ]
+    }
+
     /// What a recording's event holds for `bytes` fed in the chunks that cutting it at
     /// `points` gives, after `prefix` already in the line: byte for byte.
     fn json_cut_at(bytes: &[u8], mut points: Vec<usize>, prefix: &[u8]) -> Vec<u8> {
@@ -532,10 +546,7 @@ mod tests {
                 proptest::collection::vec(proptest::sample::select(vec![0x80u8, 0xbf, 0xc2, 0xe0, 0xed, 0xf0, 0xf4, 0xff, 0, b'"', b'\\', b'\n', b'a']), 0..80),
                 // Text runs around the length after which binary is taken for text again.
                 proptest::strategy::Strategy::prop_map("(\\PC|[\\x00-\\x1f\"\\\\]){0,40}", String::into_bytes),
-                proptest::sample::select(vec![
-                    b"\xe0\x80".to_vec(), b"\xed\xa0\x80".to_vec(), b"\xf4\x90\x80\x80".to_vec(),
-                    b"\xf0\x9f\x98".to_vec(), b"\xe2\x82".to_vec(), b"\xc3".to_vec(), vec![0u8; 40],
-                ]),
+                proptest::sample::select(awkward_sequences()),
             ], 0..12),
             cuts in proptest::collection::vec(0usize..8000, 0..8),
             prefix in 0usize..20,
@@ -570,10 +581,7 @@ mod tests {
                 proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
                 // Valid characters of every width, runs long enough to count as text again.
                 proptest::strategy::Strategy::prop_map("\\PC{0,40}", String::into_bytes),
-                proptest::sample::select(vec![
-                    b"\xe0\x80".to_vec(), b"\xed\xa0\x80".to_vec(), b"\xf4\x90\x80\x80".to_vec(),
-                    b"\xf0\x9f\x98".to_vec(), b"\xe2\x82".to_vec(), b"\xc3".to_vec(), vec![0u8; 40],
-                ]),
+                proptest::sample::select(awkward_sequences()),
             ], 0..24),
             cuts in proptest::collection::vec(0usize..2000, 0..8),
         ) {
