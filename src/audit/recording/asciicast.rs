@@ -11,7 +11,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::json_escape::escape_json;
+use super::json_escape::{escape_json, ASCII_IN_JSON};
 
 /// The header line.
 #[derive(Debug, Clone, Serialize)]
@@ -103,6 +103,78 @@ const REPLACEMENT: &[u8] = "\u{fffd}".as_bytes();
 /// Valid bytes in a row after which output that had bad bytes is taken for text again.
 const TEXT_AGAIN: usize = 32;
 
+/// How text is appended: valid runs through `run`, and, after a bad byte, each byte through
+/// `bytes` (see [`ByteOut`]).
+#[derive(Clone, Copy)]
+struct Emit {
+    run: fn(&[u8], &mut Vec<u8>),
+    bytes: &'static [ByteOut; 256],
+}
+
+/// Text inside a JSON string: the escapes of [`escape_json`].
+const JSON: Emit = Emit {
+    run: escape_json,
+    bytes: &byte_table(&ASCII_IN_JSON),
+};
+
+/// Text as it is.
+#[cfg(test)]
+const AS_IS: Emit = Emit {
+    run: |text, out| out.extend_from_slice(text),
+    bytes: &byte_table(&{
+        let mut t = [([0u8; 8], 1u8); 128];
+        let mut b = 0;
+        while b < 128 {
+            t[b].0[0] = b as u8;
+            b += 1;
+        }
+        t
+    }),
+};
+
+/// What one byte of binary output is, by itself: an ASCII character (as `ascii` writes it), a
+/// byte no UTF-8 sequence starts with (U+FFFD), or the lead of a longer sequence, which
+/// [`Sequence::at`] must judge. One table load and one eight-byte store for the first two,
+/// with no branch on which of them it is: in random bytes either comes about half the time,
+/// and a branch the processor cannot predict costs more than the byte.
+#[derive(Clone, Copy)]
+struct ByteOut {
+    /// What it becomes, padded to eight bytes.
+    bytes: [u8; 8],
+    /// How many of `bytes` (0 for a lead).
+    len: u8,
+    /// Whether it is a character (ASCII): it continues a run of valid bytes.
+    valid: bool,
+}
+
+const fn byte_table(ascii: &[([u8; 8], u8); 128]) -> [ByteOut; 256] {
+    let lead = ByteOut {
+        bytes: [0; 8],
+        len: 0,
+        valid: false,
+    };
+    let mut t = [lead; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = match b {
+            0..=0x7f => ByteOut {
+                bytes: ascii[b].0,
+                len: ascii[b].1,
+                valid: true,
+            },
+            // The leads of two- to four-byte sequences (`Sequence::at`'s).
+            0xc2..=0xf4 => lead,
+            _ => ByteOut {
+                bytes: [0xef, 0xbf, 0xbd, 0, 0, 0, 0, 0],
+                len: 3,
+                valid: false,
+            },
+        };
+        b += 1;
+    }
+    t
+}
+
 /// The UTF-8 sequence at the start of some bytes, judged as the standard library does (the
 /// invalid part is the longest start of a sequence that could have been valid, at least one
 /// byte: one U+FFFD each, as `String::from_utf8_lossy` gives).
@@ -157,25 +229,25 @@ impl Utf8Carry {
     /// U+FFFD.
     pub fn decode(&mut self, chunk: &[u8]) -> String {
         let mut out = Vec::with_capacity(chunk.len());
-        self.decode_with(chunk, &mut out, |text, out| out.extend_from_slice(text));
+        self.decode_with(chunk, &mut out, AS_IS);
         String::from_utf8(out).expect("only valid UTF-8 is appended")
     }
 
     /// Appends the text of `chunk` to `out` as the inside of a JSON string, in one pass from
     /// the chunk (no copy of it is made, except of a character split across chunks).
     pub fn decode_json_into(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        self.decode_with(chunk, out, escape_json);
+        self.decode_with(chunk, out, JSON);
     }
 
     /// Hands the valid UTF-8 runs of `chunk` (and U+FFFD for bytes that are not) to `emit`.
-    fn decode_with(&mut self, mut chunk: &[u8], out: &mut Vec<u8>, emit: fn(&[u8], &mut Vec<u8>)) {
+    fn decode_with(&mut self, mut chunk: &[u8], out: &mut Vec<u8>, emit: Emit) {
         // First finish a character the last chunk began.
         while !self.pending.is_empty() && !chunk.is_empty() {
             self.pending.push(chunk[0]);
             chunk = &chunk[1..];
             match std::str::from_utf8(&self.pending) {
                 Ok(_) => {
-                    emit(&self.pending, out);
+                    (emit.run)(&self.pending, out);
                     self.pending.clear();
                 }
                 Err(e) if e.error_len().is_some() => {
@@ -194,14 +266,14 @@ impl Utf8Carry {
         loop {
             match std::str::from_utf8(chunk) {
                 Ok(_) => {
-                    emit(chunk, out);
+                    (emit.run)(chunk, out);
                     return;
                 }
                 Err(e) => {
                     let (valid, after) = chunk.split_at(e.valid_up_to());
                     // Binary output has bad bytes back to back: nothing to hand on between.
                     if !valid.is_empty() {
-                        emit(valid, out);
+                        (emit.run)(valid, out);
                     }
                     match e.error_len() {
                         // An incomplete character at the very end: keep it for later.
@@ -225,47 +297,75 @@ impl Utf8Carry {
 
     /// After a bad byte: binary output has another every few bytes, and starting the standard
     /// library's check afresh after each costs more than the check itself. So the bytes are
-    /// looked at one sequence at a time here, until a stretch of [`TEXT_AGAIN`] valid bytes
-    /// says this is text again: the rest from that stretch's start is returned, for the fast
-    /// check. `None`: the chunk is used up (an incomplete character at its end is kept).
+    /// turned into text one at a time here ([`ByteOut`]), until a stretch of [`TEXT_AGAIN`]
+    /// valid bytes says this is text again: the rest after that stretch is returned, for the
+    /// fast check. `None`: the chunk is used up (an incomplete character at its end is kept).
     fn decode_binary<'a>(
         &mut self,
         chunk: &'a [u8],
         out: &mut Vec<u8>,
-        emit: fn(&[u8], &mut Vec<u8>),
+        emit: Emit,
     ) -> Option<&'a [u8]> {
-        // Where the current run of valid sequences began.
-        let mut run = 0;
+        /// Input bytes handled per reserve; each gives at most six bytes of text (an escape)
+        /// and is stored as at most eight.
+        const STRETCH: usize = 256;
+        // Valid bytes in a row.
+        let mut valid = 0;
         let mut at = 0;
-        while at < chunk.len() {
-            match Sequence::at(&chunk[at..]) {
-                Sequence::Valid(len) => {
-                    at += len;
-                    if at - run >= TEXT_AGAIN {
-                        return Some(&chunk[run..]);
-                    }
+        while at < chunk.len() && valid < TEXT_AGAIN {
+            let stop = (at + STRETCH).min(chunk.len());
+            out.reserve(STRETCH * 6 + 8);
+            let base = out.as_mut_ptr();
+            let mut len = out.len();
+            while at < stop && valid < TEXT_AGAIN {
+                let byte = &emit.bytes[chunk[at] as usize];
+                if byte.len > 0 {
+                    // SAFETY: fewer than `STRETCH` bytes were handled since the reserve, each
+                    // adding at most six to `len`: eight bytes are free after `len`.
+                    unsafe {
+                        std::ptr::write_unaligned(base.add(len).cast::<[u8; 8]>(), byte.bytes)
+                    };
+                    len += byte.len as usize;
+                    at += 1;
+                    valid = if byte.valid { valid + 1 } else { 0 };
+                    continue;
                 }
-                Sequence::Invalid(len) => {
-                    if run < at {
-                        emit(&chunk[run..at], out);
+                match Sequence::at(&chunk[at..]) {
+                    Sequence::Valid(width) => {
+                        // SAFETY: `width` (at most four) bytes are in `chunk` from `at`, and free
+                        // after `len` (as above).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                chunk.as_ptr().add(at),
+                                base.add(len),
+                                width,
+                            )
+                        };
+                        len += width;
+                        at += width;
+                        valid += width;
                     }
-                    out.extend_from_slice(REPLACEMENT);
-                    at += len;
-                    run = at;
-                }
-                Sequence::Incomplete => {
-                    if run < at {
-                        emit(&chunk[run..at], out);
+                    Sequence::Invalid(bad) => {
+                        // SAFETY: as above.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(REPLACEMENT.as_ptr(), base.add(len), 3)
+                        };
+                        len += REPLACEMENT.len();
+                        at += bad;
+                        valid = 0;
                     }
-                    self.pending.extend_from_slice(&chunk[at..]);
-                    return None;
+                    Sequence::Incomplete => {
+                        // SAFETY: the bytes up to `len` were written above.
+                        unsafe { out.set_len(len) };
+                        self.pending.extend_from_slice(&chunk[at..]);
+                        return None;
+                    }
                 }
             }
+            // SAFETY: the bytes up to `len` were written above.
+            unsafe { out.set_len(len) };
         }
-        if run < at {
-            emit(&chunk[run..], out);
-        }
-        None
+        (valid >= TEXT_AGAIN).then_some(&chunk[at..])
     }
 
     /// What is left when the stream ends: an incomplete character, as U+FFFD.
@@ -348,7 +448,116 @@ mod tests {
         out
     }
 
+    /// Bytes UTF-8 decoders get wrong: an overlong form, a surrogate, above U+10FFFF, starts
+    /// without their ends, a run of NULs.
+    fn awkward_sequences() -> Vec<Vec<u8>> {
+        vec![
+            b"\xe0\x80".to_vec(),
+            b"\xed\xa0\x80".to_vec(),
+            b"\xf4\x90\x80\x80".to_vec(),
+            b"\xf0\x9f\x98".to_vec(),
+            b"\xe2\x82".to_vec(),
+            b"\xc3".to_vec(),
+            vec![0u8; 40],
+        ]
+    }
+
+    /// What a recording's event holds for `bytes` fed in the chunks that cutting it at
+    /// `points` gives, after `prefix` already in the line: byte for byte.
+    fn json_cut_at(bytes: &[u8], mut points: Vec<usize>, prefix: &[u8]) -> Vec<u8> {
+        points.sort_unstable();
+        let mut carry = Utf8Carry::default();
+        let mut out = prefix.to_vec();
+        let mut from = 0;
+        for p in points.into_iter().chain([bytes.len()]) {
+            carry.decode_json_into(&bytes[from..p], &mut out);
+            from = p;
+        }
+        escape_json(carry.finish().as_bytes(), &mut out);
+        out
+    }
+
+    /// The JSON text of the lossy decoding, escaped in one piece: what the recording held
+    /// before binary output was turned into text a byte at a time, and must still hold.
+    fn json_of_lossy(bytes: &[u8], prefix: &[u8]) -> Vec<u8> {
+        let mut out = prefix.to_vec();
+        escape_json(String::from_utf8_lossy(bytes).as_bytes(), &mut out);
+        out
+    }
+
+    #[test]
+    fn binary_output_byte_vectors() {
+        for (bytes, json) in [
+            (&b"\xff"[..], "\u{fffd}"),
+            (
+                b"a\xffb\x00\"\\\n\x1b",
+                "a\u{fffd}b\\u0000\\\"\\\\\\n\\u001b",
+            ),
+            // Overlong, surrogate, above U+10FFFF, a lead without its end before ASCII.
+            (
+                b"\xc0\x80\xed\xa0\x80\xf4\x90\x80\x80\xe2\x82x",
+                "\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}x",
+            ),
+            // Valid characters of every width between bad bytes.
+            (
+                b"\x80\xc3\xa9\x80\xe2\x82\xac\x80\xf0\x9f\x98\x80\x80\t",
+                "\u{fffd}\u{e9}\u{fffd}\u{20ac}\u{fffd}\u{1f600}\u{fffd}\\t",
+            ),
+        ] {
+            let out = json_cut_at(bytes, vec![], b"");
+            assert_eq!(String::from_utf8(out).unwrap(), json, "{bytes:?}");
+            assert_eq!(json_of_lossy(bytes, b""), json.as_bytes());
+        }
+    }
+
+    #[test]
+    fn long_binary_output_is_the_escaped_lossy_text() {
+        // Random bytes (a `kubectl cp` of compressed files) and NUL-heavy binary, long enough
+        // for many reserves of the byte-at-a-time path, fed in the writer's chunk sizes.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let random: Vec<u8> = (0..300_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if i % 7 == 0 {
+                    0
+                } else {
+                    (x >> 24) as u8
+                }
+            })
+            .collect();
+        for chunk in [1, 3, 255, 256, 257, 32 * 1024] {
+            let points = (chunk..random.len()).step_by(chunk).collect();
+            assert_eq!(
+                json_cut_at(&random, points, b"[0.1, \"o\", \""),
+                json_of_lossy(&random, b"[0.1, \"o\", \""),
+                "chunks of {chunk}"
+            );
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn json_of_any_bytes_in_any_chunks_is_exactly_the_escaped_lossy_text(
+            pieces in proptest::collection::vec(proptest::prop_oneof![
+                // Binary: mostly bytes above 0x7f, escapes and plain ASCII among them.
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+                proptest::collection::vec(proptest::sample::select(vec![0x80u8, 0xbf, 0xc2, 0xe0, 0xed, 0xf0, 0xf4, 0xff, 0, b'"', b'\\', b'\n', b'a']), 0..80),
+                // Text runs around the length after which binary is taken for text again.
+                proptest::strategy::Strategy::prop_map("(\\PC|[\\x00-\\x1f\"\\\\]){0,40}", String::into_bytes),
+                proptest::sample::select(awkward_sequences()),
+            ], 0..12),
+            cuts in proptest::collection::vec(0usize..8000, 0..8),
+            prefix in 0usize..20,
+        ) {
+            let bytes = pieces.concat();
+            let points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            let prefix = vec![b'x'; prefix];
+            let out = json_cut_at(&bytes, points, &prefix);
+            proptest::prop_assert_eq!(out, json_of_lossy(&bytes, &prefix));
+        }
+
         #[test]
         fn json_decoding_of_any_bytes_in_any_chunks_is_valid_json_of_the_lossy_text(
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
@@ -372,10 +581,7 @@ mod tests {
                 proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
                 // Valid characters of every width, runs long enough to count as text again.
                 proptest::strategy::Strategy::prop_map("\\PC{0,40}", String::into_bytes),
-                proptest::sample::select(vec![
-                    b"\xe0\x80".to_vec(), b"\xed\xa0\x80".to_vec(), b"\xf4\x90\x80\x80".to_vec(),
-                    b"\xf0\x9f\x98".to_vec(), b"\xe2\x82".to_vec(), b"\xc3".to_vec(), vec![0u8; 40],
-                ]),
+                proptest::sample::select(awkward_sequences()),
             ], 0..24),
             cuts in proptest::collection::vec(0usize..2000, 0..8),
         ) {

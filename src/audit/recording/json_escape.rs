@@ -185,6 +185,24 @@ fn push_escape_run(text: &[u8], mut at: usize, out: &mut Vec<u8>) -> usize {
     }
 }
 
+/// What each ASCII byte is inside a JSON string, padded to eight bytes, and its length: its
+/// escape, or the byte itself (length 1). Binary output has an invalid byte every few bytes,
+/// too often for the scans above to pay; it is turned into text a byte at a time with this
+/// table, one load and one store per byte (`asciicast::Utf8Carry`).
+pub(super) const ASCII_IN_JSON: [([u8; 8], u8); 128] = {
+    let mut t = [([0u8; 8], 1u8); 128];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = if ESCAPES[b].1 == 0 {
+            ([b as u8, 0, 0, 0, 0, 0, 0, 0], 1)
+        } else {
+            ESCAPES[b]
+        };
+        b += 1;
+    }
+    t
+};
+
 /// The JSON escape of every byte that needs one, padded to eight bytes, and its length (0 for
 /// a byte that needs none).
 const ESCAPES: [([u8; 8], u8); 256] = {
