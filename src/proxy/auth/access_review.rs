@@ -365,13 +365,7 @@ impl AccessReviews {
                 message: status_message(&body),
             });
         }
-        let answer: ReviewAnswer =
-            serde_json::from_slice(&body).map_err(|e| AccessReviewError::Answer(e.to_string()))?;
-        let status = answer.status;
-        if !status.evaluation_error.is_empty() {
-            tracing::debug!(error = %status.evaluation_error, "access review evaluation error");
-        }
-        let allowed = status.allowed && !status.denied;
+        let (allowed, reason) = read_decision(&body)?;
         let user = match (&prepared.user, &self.reviewer) {
             (Some(user), _) => user.clone(),
             (None, Reviewer::SelfSubject { who }) if !allowed => {
@@ -387,7 +381,7 @@ impl AccessReviews {
         };
         Ok(Decision {
             allowed,
-            reason: status.reason,
+            reason,
             user,
         })
     }
@@ -440,12 +434,18 @@ impl AccessReviews {
             warn!(error = %e, reason = e.label(), suppressed, "cannot authorize a sessions API call");
         }
     }
+}
 
-    /// Decisions held (allowed, denied).
-    #[cfg(test)]
-    fn cached(&self) -> (usize, usize) {
-        self.lock().len()
+/// Whether a review's answer allows, and the authorizer's reason. `denied` wins over
+/// `allowed` (an answer claiming both is not an allowance).
+fn read_decision(body: &[u8]) -> Result<(bool, String), AccessReviewError> {
+    let answer: ReviewAnswer =
+        serde_json::from_slice(body).map_err(|e| AccessReviewError::Answer(e.to_string()))?;
+    let status = answer.status;
+    if !status.evaluation_error.is_empty() {
+        tracing::debug!(error = %status.evaluation_error, "access review evaluation error");
     }
+    Ok((status.allowed && !status.denied, status.reason))
 }
 
 /// A cache key: a hash of who asks (never their credentials themselves) and what.
@@ -488,5 +488,241 @@ impl CacheKey {
             }
         }
         format!("{:x}", self.0.finalize())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use super::*;
+    use crate::audit::ImpersonatedUser;
+    use crate::proxy::auth::access_attributes::SessionVerb;
+    use crate::proxy::auth::Identity;
+    use crate::proxy::upstream::endpoint::UpstreamTls;
+
+    const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    fn upstream() -> Upstream {
+        Upstream::from_url("http://127.0.0.1:1", UpstreamTls::default()).unwrap()
+    }
+
+    fn reviews(subject: bool) -> AccessReviews {
+        let (t, l) = (Duration::from_secs(1), ReviewLimits::default());
+        if subject {
+            AccessReviews::subject(upstream(), None, t, l)
+        } else {
+            AccessReviews::self_subject(upstream(), t, l)
+        }
+    }
+
+    fn identified(user: &str, groups: &[&str]) -> Caller {
+        let groups = groups.iter().map(|g| g.to_string()).collect();
+        Caller::Identified {
+            identity: Arc::new(Identity::new(user, groups, BTreeMap::new()).unwrap()),
+            impersonating: None,
+            address: LOCAL,
+        }
+    }
+
+    fn passthrough() -> Caller {
+        Caller::Passthrough {
+            bearer: None,
+            impersonating: None,
+            address: LOCAL,
+        }
+    }
+
+    fn attrs(verb: SessionVerb, ns: Option<&str>, name: Option<&str>) -> AccessAttributes {
+        AccessAttributes {
+            verb,
+            namespace: ns.map(str::to_owned),
+            subresource: None,
+            name: name.map(str::to_owned),
+        }
+    }
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn cache_keys_tell_callers_and_requests_apart() {
+        let r = reviews(true);
+        let none = HeaderMap::new();
+        let key = |caller: &Caller, a: &AccessAttributes| r.prepare(caller, &none, a).unwrap().key;
+        let list = attrs(SessionVerb::List, None, None);
+        let alice = identified("alice", &["dev"]);
+        assert_eq!(
+            key(&alice, &list),
+            key(&identified("alice", &["dev"]), &list)
+        );
+        for other in [
+            identified("bob", &["dev"]),
+            identified("alice", &[]),
+            identified("alice", &["dev", "ops"]),
+            // The boundary between user and groups is not a place to hide in.
+            identified("alicedev", &[]),
+        ] {
+            assert_ne!(key(&alice, &list), key(&other, &list), "{other:?}");
+        }
+        for a in [
+            attrs(SessionVerb::Watch, None, None),
+            attrs(SessionVerb::List, Some(""), None),
+            attrs(SessionVerb::List, Some("team-a"), None),
+            attrs(SessionVerb::List, None, Some("team-a")),
+            AccessAttributes {
+                subresource: Some("recording"),
+                ..list.clone()
+            },
+        ] {
+            assert_ne!(key(&alice, &list), key(&alice, &a), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn passthrough_keys_are_a_hash_of_the_credentials_never_the_credentials() {
+        let r = reviews(false);
+        let list = attrs(SessionVerb::List, None, None);
+        let key = |h: &HeaderMap| r.prepare(&passthrough(), h, &list).unwrap();
+        let a = key(&bearer("secret-a"));
+        assert!(!a.key.contains("secret-a"));
+        assert_eq!(a.key.len(), 64);
+        assert_eq!(a.authorization.unwrap(), "Bearer secret-a");
+        assert_ne!(a.key, key(&bearer("secret-b")).key);
+        assert_ne!(a.key, key(&HeaderMap::new()).key);
+        // No credentials: asked anonymously, as the passthrough path would send the call.
+        assert!(key(&HeaderMap::new()).authorization.is_none());
+    }
+
+    #[test]
+    fn a_caller_of_the_other_kind_or_impersonating_is_refused_before_any_review() {
+        let list = attrs(SessionVerb::List, None, None);
+        let none = HeaderMap::new();
+        assert!(matches!(
+            reviews(false).prepare(&identified("alice", &[]), &none, &list),
+            Err(AccessReviewError::WrongMode)
+        ));
+        assert!(matches!(
+            reviews(true).prepare(&passthrough(), &none, &list),
+            Err(AccessReviewError::WrongMode)
+        ));
+        let impersonating = Caller::Passthrough {
+            bearer: None,
+            impersonating: Some(ImpersonatedUser {
+                user: Some("root".into()),
+                uid: None,
+                groups: vec![],
+                extra: BTreeMap::new(),
+            }),
+            address: LOCAL,
+        };
+        let outcome = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(reviews(false).authorize(&impersonating, &none, &list));
+        assert!(matches!(outcome, Err(AccessReviewError::Impersonation)));
+        assert_eq!(
+            answer(&outcome, &list).unwrap().status(),
+            StatusCode::FORBIDDEN
+        );
+    }
+
+    #[test]
+    fn failures_are_statuses_and_never_tell_the_caller_the_upstreams_words() {
+        let cases = [
+            (
+                AccessReviewError::RateLimited,
+                StatusCode::TOO_MANY_REQUESTS,
+            ),
+            (AccessReviewError::Unauthenticated, StatusCode::UNAUTHORIZED),
+            (AccessReviewError::Impersonation, StatusCode::FORBIDDEN),
+            (
+                AccessReviewError::WrongMode,
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                AccessReviewError::Answer("eof".into()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                AccessReviewError::Timeout(Duration::from_secs(5)),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+            (
+                AccessReviewError::Request {
+                    cause: "TLS handshake with 10.0.0.1:6443 failed: UnknownIssuer".into(),
+                    reason: "the TLS handshake with the upstream API server failed".into(),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+            (
+                AccessReviewError::Refused {
+                    status: StatusCode::FORBIDDEN,
+                    message: Some("User \"system:serviceaccount:p:p\" cannot create".into()),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+        ];
+        for (e, code) in cases {
+            let resp = e.response();
+            assert_eq!(resp.status(), code, "{e}");
+            let reason = e.client_reason();
+            assert!(
+                !reason.contains("10.0.0.1") && !reason.contains("serviceaccount"),
+                "{reason}"
+            );
+        }
+        assert_eq!(
+            AccessReviewError::RateLimited.response().headers()[header::RETRY_AFTER],
+            "1"
+        );
+    }
+
+    #[test]
+    fn answers_are_read_as_the_api_server_writes_them() {
+        let allowed = br#"{"kind":"SubjectAccessReview","apiVersion":"authorization.k8s.io/v1","metadata":{"creationTimestamp":null},"spec":{},"status":{"allowed":true,"reason":"RBAC: allowed by ClusterRoleBinding \"v\""}}"#;
+        assert_eq!(
+            read_decision(allowed).unwrap(),
+            (
+                true,
+                r#"RBAC: allowed by ClusterRoleBinding "v""#.to_owned()
+            )
+        );
+        let no_opinion = br#"{"status":{"allowed":false,"evaluationError":"role not found"}}"#;
+        assert_eq!(read_decision(no_opinion).unwrap(), (false, String::new()));
+        let both = br#"{"status":{"allowed":true,"denied":true,"reason":"webhook says no"}}"#;
+        assert!(!read_decision(both).unwrap().0);
+        assert!(!read_decision(b"{}").unwrap().0);
+        assert!(matches!(
+            read_decision(b"<html>"),
+            Err(AccessReviewError::Answer(_))
+        ));
+    }
+
+    #[test]
+    fn an_allowed_decision_answers_nothing() {
+        let list = attrs(SessionVerb::List, None, None);
+        let allowed = Decision {
+            allowed: true,
+            reason: String::new(),
+            user: "alice".into(),
+        };
+        assert!(answer(&Ok(allowed.clone()), &list).is_none());
+        let denied = Decision {
+            allowed: false,
+            ..allowed
+        };
+        assert_eq!(
+            answer(&Ok(denied), &list).unwrap().status(),
+            StatusCode::FORBIDDEN
+        );
     }
 }
