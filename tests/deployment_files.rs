@@ -267,6 +267,100 @@ fn kustomizations_render_and_validate_against_1_27_and_1_33() {
     }
 }
 
+/// deploy/rbac: the sessions API's roles render alike with both kubectls, validate against
+/// 1.27 and 1.33, and grant what SECURITY.md says: the viewer sees sessions but not their
+/// output, the operator and the namespace admin may also end them and read recordings, and
+/// the proxy's own role creates only SubjectAccessReviews.
+#[test]
+fn session_roles_render_validate_and_grant_what_they_say() {
+    let kubectls = KUBECTLS
+        .iter()
+        .map(|v| common::clients::require_kubectl(v))
+        .collect::<Option<Vec<_>>>();
+    let Some(kubectls) = kubectls else { return };
+    let text = render(&kubectls[0], "deploy/rbac");
+    let objects = documents(&text);
+    for kubectl in &kubectls[1..] {
+        assert_eq!(documents(&render(kubectl, "deploy/rbac")), objects);
+    }
+    validate(&text);
+    let grants = |kind: &str, name: &str| -> Vec<(String, String)> {
+        let role = objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"));
+        let mut grants = Vec::new();
+        for rule in list(&role["rules"]) {
+            for resource in list(&rule["resources"]) {
+                for verb in list(&rule["verbs"]) {
+                    let group = list(&rule["apiGroups"])[0].as_str().unwrap();
+                    grants.push((
+                        format!("{}.{group}", resource.as_str().unwrap()),
+                        verb.as_str().unwrap().to_owned(),
+                    ));
+                }
+            }
+        }
+        grants.sort();
+        grants
+    };
+    let g = |r: &str, v: &str| (r.to_owned(), v.to_owned());
+    let sessions = "sessions.kube-ws-proxy.io";
+    let recording = "sessions/recording.kube-ws-proxy.io";
+    let viewer = vec![
+        g(sessions, "get"),
+        g(sessions, "list"),
+        g(sessions, "watch"),
+    ];
+    assert_eq!(
+        grants("ClusterRole", "kube-ws-proxy-sessions-viewer"),
+        viewer
+    );
+    let mut operator = viewer.clone();
+    operator.extend([g(sessions, "delete"), g(recording, "get")]);
+    operator.sort();
+    assert_eq!(
+        grants("ClusterRole", "kube-ws-proxy-sessions-operator"),
+        operator
+    );
+    assert_eq!(grants("Role", "kube-ws-proxy-sessions-admin"), operator);
+    assert_eq!(
+        grants("ClusterRole", "kube-ws-proxy-access-reviewer"),
+        [g("subjectaccessreviews.authorization.k8s.io", "create")]
+    );
+}
+
+/// Validates a rendered manifest with kubernetes-validate against 1.27 and 1.33 (skipped, or
+/// failed in CI, without the validator).
+fn validate(text: &str) {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_validator = Command::new(&python)
+        .args(["-c", "import kubernetes_validate"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if common::clients::require("kubernetes-validate (Python)", has_validator.then_some(()))
+        .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rbac.yaml");
+    std::fs::write(&file, text).unwrap();
+    for version in ["1.27.0", "1.33.0"] {
+        let out = Command::new(&python)
+            .args(["-m", "kubernetes_validate", "-k", version, "--strict"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "deploy/rbac does not validate against Kubernetes {version}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// The fleet's cluster list is reloaded in place: its ConfigMap keeps one name (a generated
 /// name would roll the pods on every edit instead), and the pod mounts it without subPath (a
 /// subPath mount never sees an update). Each cluster's credentials come from a Secret of its
