@@ -233,16 +233,6 @@ fn kustomizations_render_and_validate_against_1_27_and_1_33() {
     let Some(kubectl) = common::clients::require_kubectl("1.33") else {
         return;
     };
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let has_validator = Command::new(&python)
-        .args(["-c", "import kubernetes_validate"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if common::clients::require("kubernetes-validate (Python)", has_validator.then_some(()))
-        .is_none()
-    {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let files: Vec<_> = KUSTOMIZATIONS
         .iter()
@@ -252,19 +242,7 @@ fn kustomizations_render_and_validate_against_1_27_and_1_33() {
             file
         })
         .collect();
-    for version in ["1.27.0", "1.33.0"] {
-        let out = Command::new(&python)
-            .args(["-m", "kubernetes_validate", "-k", version, "--strict"])
-            .args(&files)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "rendered manifests do not validate against Kubernetes {version}:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    validate(&files, "rendered manifests");
 }
 
 /// deploy/rbac: the sessions API's roles render alike with both kubectls, validate against
@@ -283,7 +261,10 @@ fn session_roles_render_validate_and_grant_what_they_say() {
     for kubectl in &kubectls[1..] {
         assert_eq!(documents(&render(kubectl, "deploy/rbac")), objects);
     }
-    validate(&text);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rbac.yaml");
+    std::fs::write(&file, &text).unwrap();
+    validate(&[file], "deploy/rbac's roles");
     let grants = |kind: &str, name: &str| -> Vec<(String, String)> {
         let role = objects
             .iter()
@@ -330,9 +311,9 @@ fn session_roles_render_validate_and_grant_what_they_say() {
     );
 }
 
-/// Validates a rendered manifest with kubernetes-validate against 1.27 and 1.33 (skipped, or
+/// Validates rendered manifests with kubernetes-validate against 1.27 and 1.33 (skipped, or
 /// failed in CI, without the validator).
-fn validate(text: &str) {
+fn validate(files: &[PathBuf], what: &str) {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let has_validator = Command::new(&python)
         .args(["-c", "import kubernetes_validate"])
@@ -343,18 +324,15 @@ fn validate(text: &str) {
     {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("rbac.yaml");
-    std::fs::write(&file, text).unwrap();
     for version in ["1.27.0", "1.33.0"] {
         let out = Command::new(&python)
             .args(["-m", "kubernetes_validate", "-k", version, "--strict"])
-            .arg(&file)
+            .args(files)
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "deploy/rbac does not validate against Kubernetes {version}:\n{}{}",
+            "{what} do not validate against Kubernetes {version}:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
