@@ -233,6 +233,87 @@ fn kustomizations_render_and_validate_against_1_27_and_1_33() {
     let Some(kubectl) = common::clients::require_kubectl("1.33") else {
         return;
     };
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<_> = KUSTOMIZATIONS
+        .iter()
+        .map(|k| {
+            let file = dir.path().join(format!("{}.yaml", k.dir.replace('/', "-")));
+            std::fs::write(&file, render(&kubectl, k.dir)).unwrap();
+            file
+        })
+        .collect();
+    validate(&files, "rendered manifests");
+}
+
+/// deploy/rbac: the sessions API's roles render alike with both kubectls, validate against
+/// 1.27 and 1.33, and grant what SECURITY.md says: the viewer sees sessions but not their
+/// output, the operator and the namespace admin may also end them and read recordings, and
+/// the proxy's own role creates only SubjectAccessReviews.
+#[test]
+fn session_roles_render_validate_and_grant_what_they_say() {
+    let kubectls = KUBECTLS
+        .iter()
+        .map(|v| common::clients::require_kubectl(v))
+        .collect::<Option<Vec<_>>>();
+    let Some(kubectls) = kubectls else { return };
+    let text = render(&kubectls[0], "deploy/rbac");
+    let objects = documents(&text);
+    for kubectl in &kubectls[1..] {
+        assert_eq!(documents(&render(kubectl, "deploy/rbac")), objects);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rbac.yaml");
+    std::fs::write(&file, &text).unwrap();
+    validate(&[file], "deploy/rbac's roles");
+    let grants = |kind: &str, name: &str| -> Vec<(String, String)> {
+        let role = objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"));
+        let mut grants = Vec::new();
+        for rule in list(&role["rules"]) {
+            for resource in list(&rule["resources"]) {
+                for verb in list(&rule["verbs"]) {
+                    let group = list(&rule["apiGroups"])[0].as_str().unwrap();
+                    grants.push((
+                        format!("{}.{group}", resource.as_str().unwrap()),
+                        verb.as_str().unwrap().to_owned(),
+                    ));
+                }
+            }
+        }
+        grants.sort();
+        grants
+    };
+    let g = |r: &str, v: &str| (r.to_owned(), v.to_owned());
+    let sessions = "sessions.kube-ws-proxy.io";
+    let recording = "sessions/recording.kube-ws-proxy.io";
+    let viewer = vec![
+        g(sessions, "get"),
+        g(sessions, "list"),
+        g(sessions, "watch"),
+    ];
+    assert_eq!(
+        grants("ClusterRole", "kube-ws-proxy-sessions-viewer"),
+        viewer
+    );
+    let mut operator = viewer.clone();
+    operator.extend([g(sessions, "delete"), g(recording, "get")]);
+    operator.sort();
+    assert_eq!(
+        grants("ClusterRole", "kube-ws-proxy-sessions-operator"),
+        operator
+    );
+    assert_eq!(grants("Role", "kube-ws-proxy-sessions-admin"), operator);
+    assert_eq!(
+        grants("ClusterRole", "kube-ws-proxy-access-reviewer"),
+        [g("subjectaccessreviews.authorization.k8s.io", "create")]
+    );
+}
+
+/// Validates rendered manifests with kubernetes-validate against 1.27 and 1.33 (skipped, or
+/// failed in CI, without the validator).
+fn validate(files: &[PathBuf], what: &str) {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let has_validator = Command::new(&python)
         .args(["-c", "import kubernetes_validate"])
@@ -243,24 +324,15 @@ fn kustomizations_render_and_validate_against_1_27_and_1_33() {
     {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let files: Vec<_> = KUSTOMIZATIONS
-        .iter()
-        .map(|k| {
-            let file = dir.path().join(format!("{}.yaml", k.dir.replace('/', "-")));
-            std::fs::write(&file, render(&kubectl, k.dir)).unwrap();
-            file
-        })
-        .collect();
     for version in ["1.27.0", "1.33.0"] {
         let out = Command::new(&python)
             .args(["-m", "kubernetes_validate", "-k", version, "--strict"])
-            .args(&files)
+            .args(files)
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "rendered manifests do not validate against Kubernetes {version}:\n{}{}",
+            "{what} do not validate against Kubernetes {version}:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );

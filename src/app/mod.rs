@@ -2,6 +2,8 @@
 //! ([`clusters`], reached by host name too: [`host_routing`]), reloading the clusters when the
 //! config file changes ([`reload`], with [`fleet_change`]), stopping on a signal.
 
+#[cfg(test)]
+mod access_review_tests;
 mod clusters;
 mod fleet_change;
 mod host_routing;
