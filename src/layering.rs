@@ -20,6 +20,7 @@ const LEAVES: &[&str] = &[
     "read_sizer",
     "request",
     "session_memory",
+    "session_stop",
     "timestamp",
 ];
 
