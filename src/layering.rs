@@ -61,8 +61,20 @@ const ROOMS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "sessions_api",
+        &[
+            "sessions",
+            "route",
+            "auth",
+            "upstream",
+            "observability",
+            "wire",
+        ],
+    ),
+    (
         "listen",
         &[
+            "sessions_api",
             "sessions",
             "route",
             "auth",

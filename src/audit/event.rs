@@ -245,7 +245,7 @@ pub(crate) struct Event<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn info() -> SessionInfo {

@@ -24,6 +24,12 @@ pub enum SessionsCall {
     Resources,
     /// `GET …/sessions` (all namespaces) or `…/namespaces/NS/sessions`.
     List { namespace: Option<String> },
+    /// The same with `?watch=true`: the live sessions, then their changes as they happen,
+    /// for at most `timeout` (`?timeoutSeconds=`).
+    Watch {
+        namespace: Option<String>,
+        timeout: std::time::Duration,
+    },
     /// `GET …/namespaces/NS/sessions/ID`.
     Get { namespace: String, name: String },
     /// `DELETE …/namespaces/NS/sessions/ID`: terminate it.
@@ -36,6 +42,7 @@ impl SessionsCall {
         match self {
             SessionsCall::Group | SessionsCall::Resources => "get",
             SessionsCall::List { .. } => "list",
+            SessionsCall::Watch { .. } => "watch",
             SessionsCall::Get { .. } => "get",
             SessionsCall::Delete { .. } => "delete",
         }
@@ -52,6 +59,10 @@ pub enum NotServed {
     /// A query the call does not take yet (400), e.g. `watch`.
     Unsupported(String),
 }
+
+/// How long a watch runs when the caller does not say (`timeoutSeconds`), and at most: as the
+/// API server, which ends watches after 30 to 60 minutes, so that clients list again.
+pub const WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// Whether `path` lies under `/apis/kube-ws-proxy.io` (the group itself included).
 pub fn is_ours(path: &str) -> bool {
@@ -78,21 +89,13 @@ pub fn read(method: &Method, target: &RequestTarget) -> Option<Result<SessionsCa
 /// The call a path (after `/apis/kube-ws-proxy.io`) names, before its method is checked.
 fn call(method: &Method, rest: &[&str], target: &RequestTarget) -> Result<SessionsCall, NotServed> {
     let not_found = || NotServed::NotFound(format!("/apis/{GROUP}/{}", rest.join("/")));
-    if target
-        .first("watch")
-        .is_some_and(|w| w == "true" || w == "1")
-    {
-        return Err(NotServed::Unsupported(
-            "watching sessions is not served yet: list them instead".into(),
-        ));
-    }
     let name = |s: &str| -> Result<String, NotServed> {
         match is_name(s) {
             true => Ok(s.to_owned()),
             false => Err(not_found()),
         }
     };
-    Ok(match rest {
+    let call = match rest {
         [] => SessionsCall::Group,
         [VERSION] => SessionsCall::Resources,
         [VERSION, RESOURCE] => SessionsCall::List { namespace: None },
@@ -107,7 +110,33 @@ fn call(method: &Method, rest: &[&str], target: &RequestTarget) -> Result<Sessio
             }
         }
         _ => return Err(not_found()),
-    })
+    };
+    match (
+        call,
+        target
+            .first("watch")
+            .is_some_and(|w| w == "true" || w == "1"),
+    ) {
+        (SessionsCall::List { namespace }, true) => Ok(SessionsCall::Watch {
+            namespace,
+            timeout: watch_timeout(target)?,
+        }),
+        (_, true) => Err(NotServed::Unsupported(
+            "only a list of sessions can be watched".into(),
+        )),
+        (call, false) => Ok(call),
+    }
+}
+
+/// A watch's `timeoutSeconds`, at most [`WATCH_TIMEOUT`].
+fn watch_timeout(target: &RequestTarget) -> Result<std::time::Duration, NotServed> {
+    match target.first("timeoutSeconds") {
+        None => Ok(WATCH_TIMEOUT),
+        Some(s) => s
+            .parse::<u64>()
+            .map(|s| std::time::Duration::from_secs(s).min(WATCH_TIMEOUT))
+            .map_err(|_| NotServed::Unsupported(format!("timeoutSeconds {s:?} is not a number"))),
+    }
 }
 
 /// `call` if `method` may ask it: reads are GET (HEAD too), a terminate is DELETE.
@@ -226,9 +255,39 @@ mod tests {
     }
 
     #[test]
-    fn a_watch_is_refused_until_it_is_served() {
+    fn a_list_can_be_watched_and_nothing_else() {
+        assert_eq!(
+            read_str(
+                Method::GET,
+                "/apis/kube-ws-proxy.io/v1/namespaces/a/sessions?watch=true&timeoutSeconds=5"
+            ),
+            Some(Ok(SessionsCall::Watch {
+                namespace: Some("a".into()),
+                timeout: std::time::Duration::from_secs(5)
+            }))
+        );
+        assert_eq!(
+            read_str(
+                Method::GET,
+                "/apis/kube-ws-proxy.io/v1/sessions?watch=1&timeoutSeconds=99999"
+            ),
+            Some(Ok(SessionsCall::Watch {
+                namespace: None,
+                timeout: WATCH_TIMEOUT
+            }))
+        );
         assert!(matches!(
-            read_str(Method::GET, "/apis/kube-ws-proxy.io/v1/sessions?watch=true"),
+            read_str(
+                Method::GET,
+                "/apis/kube-ws-proxy.io/v1/namespaces/a/sessions/b?watch=true"
+            ),
+            Some(Err(NotServed::Unsupported(_)))
+        ));
+        assert!(matches!(
+            read_str(
+                Method::GET,
+                "/apis/kube-ws-proxy.io/v1/sessions?watch=true&timeoutSeconds=x"
+            ),
             Some(Err(NotServed::Unsupported(_)))
         ));
     }

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use tokio::sync::broadcast;
+
 use crate::audit::SessionInfo;
 use crate::session_stop::SessionStop;
 
@@ -26,14 +28,59 @@ pub struct LiveSession {
     pub stop: SessionStop,
 }
 
+impl LiveSession {
+    /// Whether it is a session of `cluster` in `namespace` (`None`: any).
+    pub fn is_in(&self, cluster: Option<&str>, namespace: Option<&str>) -> bool {
+        self.info.cluster.as_deref() == cluster
+            && namespace.is_none_or(|ns| self.info.namespace == ns)
+    }
+}
+
 /// The live sessions of this replica, all clusters together.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LiveSessions {
     /// By the session's number (its id's counter), so that a listing is in start order.
     entries: Mutex<BTreeMap<u64, Arc<LiveSession>>>,
     /// Bumped on every change: the list's `resourceVersion`.
     version: AtomicU64,
+    /// Every change, to the watches ([`LiveSessions::watch`]).
+    changes: broadcast::Sender<Change>,
 }
+
+impl Default for LiveSessions {
+    fn default() -> Self {
+        LiveSessions {
+            entries: Mutex::default(),
+            version: AtomicU64::new(0),
+            changes: broadcast::channel(WATCH_BACKLOG).0,
+        }
+    }
+}
+
+/// How many changes a watch may fall behind before it is ended (its client lists again, as
+/// after any watch's end): what a slow watcher makes the proxy hold is bounded.
+pub const WATCH_BACKLOG: usize = 1024;
+
+/// What happened to a live session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    /// An operator terminated it (it is ending).
+    Modified,
+    Deleted,
+}
+
+/// A change, as a watch sees it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub session: Arc<LiveSession>,
+    /// The list's version after it.
+    pub version: u64,
+}
+
+/// Changes from a [`LiveSessions::watch`]: the sessions live when it began, then every change.
+pub type Changes = broadcast::Receiver<Change>;
 
 /// A session's place on the list; dropping it takes the session off.
 #[derive(Debug)]
@@ -44,8 +91,9 @@ pub struct Listing {
 
 impl Drop for Listing {
     fn drop(&mut self) {
-        if self.live.lock().remove(&self.number).is_some() {
-            self.live.version.fetch_add(1, Ordering::AcqRel);
+        let mut entries = self.live.lock();
+        if let Some(session) = entries.remove(&self.number) {
+            self.live.changed(ChangeKind::Deleted, session);
         }
     }
 }
@@ -59,8 +107,10 @@ impl LiveSessions {
             started: SystemTime::now(),
             stop,
         });
-        self.lock().insert(number, session);
-        self.version.fetch_add(1, Ordering::AcqRel);
+        let mut entries = self.lock();
+        entries.insert(number, session.clone());
+        self.changed(ChangeKind::Added, session);
+        drop(entries);
         Listing {
             live: self.clone(),
             number,
@@ -78,8 +128,7 @@ impl LiveSessions {
         let version = self.version.load(Ordering::Acquire);
         let sessions = entries
             .values()
-            .filter(|s| s.info.cluster.as_deref() == cluster)
-            .filter(|s| namespace.is_none_or(|ns| s.info.namespace == ns))
+            .filter(|s| s.is_in(cluster, namespace))
             .cloned()
             .collect();
         (sessions, version)
@@ -102,6 +151,41 @@ impl LiveSessions {
             .cloned()
     }
 
+    /// Tells the watches that `session` changed (an operator terminated it).
+    pub fn modified(&self, session: &Arc<LiveSession>) {
+        let _entries = self.lock();
+        self.changed(ChangeKind::Modified, session.clone());
+    }
+
+    /// The sessions of `cluster` in `namespace` (as [`LiveSessions::of`]) and every change
+    /// from then on, none lost between the two.
+    pub fn watch(
+        &self,
+        cluster: Option<&str>,
+        namespace: Option<&str>,
+    ) -> (Vec<Arc<LiveSession>>, Changes) {
+        let entries = self.lock();
+        let changes = self.changes.subscribe();
+        let sessions = entries
+            .values()
+            .filter(|s| s.is_in(cluster, namespace))
+            .cloned()
+            .collect();
+        (sessions, changes)
+    }
+
+    /// Numbers a change and tells the watches; called with the entries locked, so that
+    /// watches see changes in their order.
+    fn changed(&self, kind: ChangeKind, session: Arc<LiveSession>) {
+        let version = self.version.fetch_add(1, Ordering::AcqRel) + 1;
+        // No watch: nobody to tell.
+        let _ = self.changes.send(Change {
+            kind,
+            session,
+            version,
+        });
+    }
+
     /// How many sessions are listed.
     pub fn len(&self) -> usize {
         self.lock().len()
@@ -115,5 +199,81 @@ impl LiveSessions {
     fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<LiveSession>>> {
         // Entries are inserted and removed whole: a panic elsewhere cannot leave one half-made.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(id: &str, cluster: Option<&str>, namespace: &str) -> SessionInfo {
+        SessionInfo {
+            session_id: id.into(),
+            cluster: cluster.map(str::to_owned),
+            namespace: namespace.into(),
+            ..crate::audit::event::tests::info()
+        }
+    }
+
+    #[test]
+    fn a_session_is_listed_until_its_listing_drops() {
+        let live = Arc::new(LiveSessions::default());
+        let a = live.list(1, info("r-1", None, "a"), SessionStop::default());
+        let b = live.list(2, info("r-2", Some("prod"), "a"), SessionStop::default());
+        let _c = live.list(3, info("r-3", None, "b"), SessionStop::default());
+        let names = |s: Vec<Arc<LiveSession>>| -> Vec<String> {
+            s.iter().map(|s| s.info.session_id.clone()).collect()
+        };
+        let (all, v1) = live.of(None, None);
+        assert_eq!(names(all), ["r-1", "r-3"]);
+        assert_eq!(names(live.of(None, Some("a")).0), ["r-1"]);
+        assert_eq!(names(live.of(Some("prod"), None).0), ["r-2"]);
+        // Another cluster's session is not found by its id, nor one in another namespace.
+        assert!(live.find(None, "a", "r-2").is_none());
+        assert!(live.find(None, "b", "r-1").is_none());
+        assert!(live.find(None, "a", "r-1").is_some());
+        drop(a);
+        drop(b);
+        let (left, v2) = live.of(None, None);
+        assert_eq!(names(left), ["r-3"]);
+        assert!(v2 > v1);
+        assert_eq!(live.len(), 1);
+    }
+
+    #[test]
+    fn a_watch_sees_what_was_there_then_each_change_in_order() {
+        let live = Arc::new(LiveSessions::default());
+        let a = live.list(1, info("r-1", None, "a"), SessionStop::default());
+        let (now, mut changes) = live.watch(None, None);
+        assert_eq!(now.len(), 1);
+        let b = live.list(2, info("r-2", None, "a"), SessionStop::default());
+        live.modified(&now[0]);
+        drop(a);
+        drop(b);
+        let seen: Vec<(ChangeKind, String)> = std::iter::from_fn(|| changes.try_recv().ok())
+            .map(|c| (c.kind, c.session.info.session_id.clone()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (ChangeKind::Added, "r-2".to_owned()),
+                (ChangeKind::Modified, "r-1".to_owned()),
+                (ChangeKind::Deleted, "r-1".to_owned()),
+                (ChangeKind::Deleted, "r-2".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_watch_that_falls_behind_is_told_so() {
+        let live = Arc::new(LiveSessions::default());
+        let (_, mut changes) = live.watch(None, None);
+        for n in 0..(WATCH_BACKLOG as u64 + 10) {
+            drop(live.list(n, info("r", None, "a"), SessionStop::default()));
+        }
+        assert!(matches!(
+            changes.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(_))
+        ));
     }
 }
