@@ -61,7 +61,7 @@ pub async fn terminate(
 /// The reason the request gives: its `reason` query parameter, else a JSON body's `reason`
 /// (what `kubectl delete --raw` sends with `-f`), else none.
 async fn reason(req: Request<Incoming>) -> Result<String, String> {
-    let from_query = req.uri().query().and_then(|q| url_reason(q));
+    let from_query = req.uri().query().and_then(url_reason);
     let body = Limited::new(req.into_body(), BODY_LIMIT)
         .collect()
         .await
