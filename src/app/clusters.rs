@@ -15,7 +15,9 @@ use tracing::{info, warn};
 use super::StartError;
 use crate::cli::{nonzero, ClusterEntry, ClusterFlag, ServeArgs};
 use crate::config_file::digest;
-use crate::proxy::auth::{AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer};
+use crate::proxy::auth::{
+    AccessReviews, AuthMode, Authenticator, FrontProxyHeaders, ReviewLimits, TokenReviewer,
+};
 use crate::proxy::route::cluster::{Cluster, ClusterName, DEFAULT_CLUSTER};
 use crate::proxy::route::fleet::Fleet;
 use crate::proxy::sessions::registry::Sessions;
@@ -317,8 +319,10 @@ pub(super) fn build(
     .map_err(named)?;
     warn_plain_http(&setup, &upstream);
     let auth = authenticator(&setup, &source).map_err(named)?;
+    let access_reviews = access_reviews(&setup, &source, &upstream).map_err(named)?;
     Ok(
         Cluster::new(spec.name.clone(), upstream, auth, spec.streaming)
+            .with_access_reviews(access_reviews)
             .with_max_sessions(spec.max_sessions)
             .stopped_by(stop),
     )
@@ -433,6 +437,38 @@ fn authenticator(
         reviewer,
         source.token.clone(),
         front_proxy,
+    ))
+}
+
+/// Who authorizes the cluster's sessions API calls: each caller itself in passthrough
+/// (SelfSubjectAccessReviews with its credentials, on the upstream that carries none of the
+/// proxy's); the proxy with its own credentials otherwise (SubjectAccessReviews on the
+/// upstream as the TokenReviewer reaches it). Bounded per caller as TokenReviews are.
+fn access_reviews(
+    setup: &ClusterSetup<'_>,
+    source: &UpstreamSource,
+    upstream: &Upstream,
+) -> Result<AccessReviews, StartError> {
+    let args = setup.args;
+    let timeout = args.limits.handshake_timeout;
+    let limits = ReviewLimits {
+        per_second: args.auth.token_review_rate,
+        burst: args.auth.token_review_burst,
+        in_flight: args.auth.token_review_max_in_flight,
+    };
+    if setup.spec.mode == AuthMode::Passthrough {
+        return Ok(AccessReviews::self_subject(
+            upstream.clone(),
+            timeout,
+            limits,
+        ));
+    }
+    let own = endpoint(setup, source, source.client_cert.clone())?;
+    Ok(AccessReviews::subject(
+        own,
+        source.token.clone(),
+        timeout,
+        limits,
     ))
 }
 

@@ -12,6 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::access;
 use super::authn::{self, Authenticated};
 use super::exec::Target;
 use super::identity::SimIdentity;
@@ -297,6 +298,18 @@ async fn route(
         ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
             slow(inner.config.delays.reviews).await;
             reviews::self_subject_review(user)
+        }
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]
+            if method == Method::POST =>
+        {
+            slow(inner.config.delays.reviews).await;
+            access::subject_access_review(&inner, req, user).await
+        }
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"]
+            if method == Method::POST =>
+        {
+            slow(inner.config.delays.reviews).await;
+            access::self_subject_access_review(&inner, req, user).await
         }
         ["api", "v1", "namespaces", ns, "pods", pod, sub]
             if matches!(*sub, "exec" | "attach" | "portforward" | "log") =>

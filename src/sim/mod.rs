@@ -33,6 +33,10 @@
 //!   ([`SimCluster::token_reviews`]); `POST selfsubjectreviews` answers (201) with the caller's
 //!   effective identity (`kubectl auth whoami`). Any authenticated caller may create both (no
 //!   RBAC here).
+//! * `authorization.k8s.io/v1`: `POST subjectaccessreviews` (only by
+//!   [`SimConfig::access_reviewers`]) and `POST selfsubjectaccessreviews` (anyone), answered
+//!   from [`SimConfig::access_policy`] and recorded ([`SimCluster::access_reviews`];
+//!   src/sim/access.rs).
 //! * `pods/{pod}/exec` and `/attach` over **SPDY/3.1** (versions v4, v3, v2, v1 — never v5) and
 //!   over the **legacy WebSocket** protocols an old kubelet serves (`v4.channel.k8s.io`,
 //!   `v4.base64.channel.k8s.io`, `channel.k8s.io`, `base64.channel.k8s.io`, none). In the
@@ -107,6 +111,7 @@
 //! exec in container: ... exec: "<cmd>": executable file not found in $PATH: unknown`
 //! (kubectl prints it and exits 1).
 
+mod access;
 mod authn;
 mod exec;
 mod http;
@@ -145,6 +150,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use access::{SeenAccessReview, SimAccessRule, SimReviewKind, SimSubject};
 pub use authn::SimFrontProxy;
 pub use identity::{
     AuthenticatedBy, SimIdentity, SimUser, SimUserParseError, ANONYMOUS_USER, AUTHENTICATED_GROUP,
@@ -174,6 +180,11 @@ pub struct SimConfig {
     pub users: Vec<SimUser>,
     /// Users allowed to impersonate anyone (`Impersonate-*` headers); everyone else gets 403.
     pub impersonators: Vec<String>,
+    /// What SubjectAccessReviews and SelfSubjectAccessReviews allow (default: nothing, but
+    /// to `system:masters`).
+    pub access_policy: Vec<SimAccessRule>,
+    /// Users allowed to create SubjectAccessReviews; everyone else gets 403.
+    pub access_reviewers: Vec<String>,
     /// Request-header (front-proxy) authentication; needs `tls`. Turns authentication on.
     pub front_proxy: Option<SimFrontProxy>,
     /// Which streaming protocols the cluster speaks (default: an old SPDY-only cluster).
@@ -196,7 +207,7 @@ pub struct SimDelays {
     /// Every streaming request (an exec, attach or port-forward upgrade, a log), after the
     /// API server's checks and before anything of it starts or is answered.
     pub streaming: Duration,
-    /// Every TokenReview and SelfSubjectReview.
+    /// Every TokenReview, SelfSubjectReview and access review.
     pub reviews: Duration,
 }
 
@@ -212,6 +223,8 @@ impl Default for SimConfig {
             tls: None,
             users: Vec::new(),
             impersonators: Vec::new(),
+            access_policy: Vec::new(),
+            access_reviewers: Vec::new(),
             front_proxy: None,
             streaming: SimStreaming::SpdyOnly,
             delays: SimDelays::default(),
@@ -351,6 +364,7 @@ pub(crate) struct Inner {
 #[derive(Default)]
 struct Records {
     requests: VecDeque<SeenRequest>,
+    access_reviews: VecDeque<SeenAccessReview>,
     events: VecDeque<SimEvent>,
     pods: BTreeSet<(String, String)>,
     namespaces: BTreeSet<String>,
@@ -363,6 +377,14 @@ impl Inner {
 
     pub(crate) fn count_token_review(&self) {
         self.token_reviews.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_access_review(&self, r: SeenAccessReview) {
+        let mut rec = self.records();
+        if rec.access_reviews.len() >= RECORD_LIMIT {
+            rec.access_reviews.pop_front();
+        }
+        rec.access_reviews.push_back(r);
     }
 
     pub(crate) fn next_session(&self) -> u64 {
@@ -593,6 +615,17 @@ impl SimCluster {
     /// Every request received so far (oldest first, at most the last 10 000).
     pub fn requests(&self) -> Vec<SeenRequest> {
         self.inner.records().requests.iter().cloned().collect()
+    }
+
+    /// Every access review answered so far (oldest first, at most the last 10 000); refused
+    /// ones (403, 400) are not among them.
+    pub fn access_reviews(&self) -> Vec<SeenAccessReview> {
+        self.inner
+            .records()
+            .access_reviews
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Every event so far (oldest first, at most the last 10 000).

@@ -22,7 +22,7 @@ const MAX_BODY: usize = 1024 * 1024;
 /// wording).
 const INVALID_TOKEN: &str = "invalid bearer token";
 
-async fn read_json(req: Request<Incoming>) -> Result<Map<String, Value>, String> {
+pub(crate) async fn read_json(req: Request<Incoming>) -> Result<Map<String, Value>, String> {
     let body = Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await

@@ -6,7 +6,13 @@
 //!   checked by TokenReview) and calls upstream with its own credentials plus `Impersonate-*`.
 //! - `front-proxy`: as `impersonate`, but the identity travels in request-header authentication
 //!   (`X-Remote-User` …) on a connection made with the proxy's front-proxy client certificate.
+//!
+//! Calls to the proxy's own sessions API are authorized by the cluster ([`access_review`]:
+//! a SubjectAccessReview, or in passthrough a SelfSubjectAccessReview with the caller's own
+//! credentials).
 
+pub mod access_attributes;
+pub mod access_review;
 mod client_cert;
 mod identity;
 mod impersonation;
@@ -23,6 +29,8 @@ use std::sync::Arc;
 use http::header::{self, HeaderMap};
 use http::{Response, StatusCode};
 
+pub use access_attributes::{AccessAttributes, Decision, SessionVerb};
+pub use access_review::{AccessReviewError, AccessReviews};
 pub use client_cert::{identity_from_certificate, ClientCertError, PeerCertificate};
 pub use identity::{Identity, IdentityError, AUTHENTICATED_GROUP};
 pub use impersonation::requested_impersonation;

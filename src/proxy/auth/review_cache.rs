@@ -1,7 +1,8 @@
-//! The TokenReview answers the proxy remembers: accepted tokens for the cache TTL, rejected
-//! ones briefly. Each kind has its own bounded room and, when full, forgets its oldest entry
-//! first, so a caller trying bogus tokens only ever pushes out other bogus tokens: the
-//! identities of real callers stay cached, and nothing is flushed whole.
+//! The review answers the proxy remembers (TokenReviews, access reviews): positive answers for
+//! their TTL, negative ones briefly. Each kind has its own bounded room and, when full, forgets
+//! its oldest entry first, so a caller trying bogus tokens (or forbidden requests) only ever
+//! pushes out other negative answers: the answers of real callers stay cached, and nothing is
+//! flushed whole.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -11,23 +12,44 @@ use super::review::Review;
 /// Most entries of each kind (accepted, rejected).
 pub const MAX_PER_KIND: usize = 10_000;
 
+/// An answer the cache keeps: positive answers and negative ones live in separate rooms.
+pub trait Answer: Clone {
+    /// Whether it grants (an authenticated token, an allowed request).
+    fn is_positive(&self) -> bool;
+}
+
+impl Answer for Review {
+    fn is_positive(&self) -> bool {
+        matches!(self, Review::Authenticated(_))
+    }
+}
+
 /// Entries of one kind, in the order they expire (every entry of a kind has the same TTL, so
 /// insertion order is expiry order).
-#[derive(Debug, Default)]
-struct Room {
-    entries: HashMap<String, (Review, Instant)>,
+#[derive(Debug)]
+struct Room<A> {
+    entries: HashMap<String, (A, Instant)>,
     order: VecDeque<(String, Instant)>,
 }
 
-impl Room {
-    fn get(&self, token: &str, now: Instant) -> Option<&Review> {
+impl<A> Default for Room<A> {
+    fn default() -> Self {
+        Room {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<A> Room<A> {
+    fn get(&self, token: &str, now: Instant) -> Option<&A> {
         self.entries
             .get(token)
             .filter(|(_, until)| *until > now)
             .map(|(review, _)| review)
     }
 
-    fn insert(&mut self, token: &str, review: Review, until: Instant, capacity: usize) {
+    fn insert(&mut self, token: &str, review: A, until: Instant, capacity: usize) {
         self.expire(Instant::now());
         while self.entries.len() >= capacity {
             if !self.pop_oldest() {
@@ -69,21 +91,21 @@ impl Room {
     }
 }
 
-/// Accepted and rejected tokens, each kind bounded.
+/// Positive and negative answers by key (a token, a caller and request), each kind bounded.
 #[derive(Debug)]
-pub struct ReviewCache {
-    accepted: Room,
-    rejected: Room,
+pub struct ReviewCache<A = Review> {
+    accepted: Room<A>,
+    rejected: Room<A>,
     capacity: usize,
 }
 
-impl Default for ReviewCache {
+impl<A> Default for ReviewCache<A> {
     fn default() -> Self {
         ReviewCache::with_capacity(MAX_PER_KIND)
     }
 }
 
-impl ReviewCache {
+impl<A> ReviewCache<A> {
     /// At most `capacity` entries of each kind.
     pub fn with_capacity(capacity: usize) -> Self {
         ReviewCache {
@@ -92,9 +114,11 @@ impl ReviewCache {
             capacity: capacity.max(1),
         }
     }
+}
 
+impl<A: Answer> ReviewCache<A> {
     /// The remembered answer for `token`, if still fresh.
-    pub fn get(&self, token: &str) -> Option<Review> {
+    pub fn get(&self, token: &str) -> Option<A> {
         let now = Instant::now();
         self.accepted
             .get(token, now)
@@ -103,14 +127,15 @@ impl ReviewCache {
     }
 
     /// Remembers `review` for `ttl`.
-    pub fn insert(&mut self, token: &str, review: Review, ttl: Duration) {
+    pub fn insert(&mut self, token: &str, review: A, ttl: Duration) {
         if ttl.is_zero() {
             return;
         }
         let until = Instant::now() + ttl;
-        let (room, other) = match review {
-            Review::Authenticated(_) => (&mut self.accepted, &mut self.rejected),
-            Review::Rejected => (&mut self.rejected, &mut self.accepted),
+        let (room, other) = if review.is_positive() {
+            (&mut self.accepted, &mut self.rejected)
+        } else {
+            (&mut self.rejected, &mut self.accepted)
         };
         other.remove(token);
         room.insert(token, review, until, self.capacity);

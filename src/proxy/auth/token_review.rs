@@ -290,7 +290,7 @@ impl Drop for InFlight<'_> {
 
 /// The `message` of a Kubernetes Status (why the API server refused the review: RBAC, an
 /// expired token of the proxy's), cut to [`MAX_REFUSAL_MESSAGE`] bytes.
-fn status_message(body: &[u8]) -> Option<String> {
+pub(super) fn status_message(body: &[u8]) -> Option<String> {
     #[derive(Deserialize)]
     struct Status {
         message: String,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::proxy::auth::self_subject_review::SelfSubjectReviews;
-use crate::proxy::auth::Authenticator;
+use crate::proxy::auth::{AccessReviews, AuthMode, Authenticator, ReviewLimits};
 use crate::proxy::observability::metrics::ClusterLabel;
 use crate::proxy::observability::readiness::{Readiness, READY_CACHE};
 use crate::proxy::upstream::endpoint::{PooledClient, Upstream};
@@ -77,6 +77,8 @@ pub struct Cluster {
     pub auth: Authenticator,
     /// Passthrough callers' identities at this cluster, for audit events.
     pub self_reviews: SelfSubjectReviews,
+    /// Whether its callers may use the sessions API, as its RBAC decides.
+    pub access_reviews: AccessReviews,
     /// Whether v5 exec/attach and the tunnel are translated to SPDY or passed through
     /// (its `upstream-streaming`).
     pub upstream_streaming: UpstreamStreaming,
@@ -104,6 +106,7 @@ impl Cluster {
         upstream_streaming: UpstreamStreaming,
     ) -> Cluster {
         let label = ClusterLabel::new(name.as_ref().map_or(DEFAULT_CLUSTER, ClusterName::as_str));
+        let access_reviews = default_access_reviews(auth.mode(), &upstream);
         Cluster {
             name,
             label,
@@ -111,6 +114,7 @@ impl Cluster {
             upstream,
             auth,
             self_reviews: SelfSubjectReviews::default(),
+            access_reviews,
             upstream_streaming,
             streaming_memory: StreamingMemory::default(),
             readiness: Readiness::new(READY_CACHE),
@@ -125,6 +129,13 @@ impl Cluster {
     /// of the proxy.
     pub fn with_max_sessions(mut self, max: Option<usize>) -> Cluster {
         self.max_sessions = max;
+        self
+    }
+
+    /// The cluster, its sessions API calls authorized by `reviews` (made with the proxy's own
+    /// credentials for it in impersonate and front-proxy modes).
+    pub fn with_access_reviews(mut self, reviews: AccessReviews) -> Cluster {
+        self.access_reviews = reviews;
         self
     }
 
@@ -171,6 +182,18 @@ impl Cluster {
     /// Its `cluster` label in metrics (the same value).
     pub fn metrics_label(&self) -> &ClusterLabel {
         &self.label
+    }
+}
+
+/// Access reviews until [`Cluster::with_access_reviews`] says otherwise: self-subject ones in
+/// passthrough; in the other modes subject ones on `upstream` without a token (they fail, and
+/// fail closed, where the upstream wants the proxy's credentials).
+fn default_access_reviews(mode: AuthMode, upstream: &Upstream) -> AccessReviews {
+    const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+    let limits = ReviewLimits::default();
+    match mode {
+        AuthMode::Passthrough => AccessReviews::self_subject(upstream.clone(), TIMEOUT, limits),
+        _ => AccessReviews::subject(upstream.clone(), None, TIMEOUT, limits),
     }
 }
 
