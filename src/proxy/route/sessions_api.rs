@@ -6,14 +6,12 @@ use http::Method;
 
 use crate::request::target::RequestTarget;
 
-/// The API group the proxy serves itself.
-pub const GROUP: &str = "kube-ws-proxy.io";
-/// Its one version.
+pub use crate::proxy::auth::access_attributes::{
+    SESSIONS_GROUP as GROUP, SESSIONS_RESOURCE as RESOURCE,
+};
+
+/// The group's one version.
 pub const VERSION: &str = "v1";
-/// Its one resource.
-pub const RESOURCE: &str = "sessions";
-/// The subresource that carries a session's recording.
-pub const RECORDING: &str = "recording";
 
 /// What a request to the group asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,19 +32,6 @@ pub enum SessionsCall {
     Get { namespace: String, name: String },
     /// `DELETE …/namespaces/NS/sessions/ID`: terminate it.
     Delete { namespace: String, name: String },
-}
-
-impl SessionsCall {
-    /// The RBAC verb it needs on `sessions`.
-    pub fn verb(&self) -> &'static str {
-        match self {
-            SessionsCall::Group | SessionsCall::Resources => "get",
-            SessionsCall::List { .. } => "list",
-            SessionsCall::Watch { .. } => "watch",
-            SessionsCall::Get { .. } => "get",
-            SessionsCall::Delete { .. } => "delete",
-        }
-    }
 }
 
 /// Why a request to the group is not a call it serves.

@@ -55,6 +55,8 @@ struct Spec<'a> {
     ports: &'a [u16],
     client_address: &'a str,
     protocol_path: ProtocolPath,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol: Option<String>,
     http_version: HttpVersion,
 }
 
@@ -78,6 +80,7 @@ impl<'a> Session<'a> {
     pub fn of(live: &'a LiveSession) -> Session<'a> {
         let info = &live.info;
         let started = crate::timestamp::rfc3339(live.started);
+        let (protocol_path, protocol) = live.path();
         Session {
             kind: "Session",
             api_version: api_version(),
@@ -99,7 +102,8 @@ impl<'a> Session<'a> {
                 stdin: info.stdin,
                 ports: &info.ports,
                 client_address: &info.client_address,
-                protocol_path: info.protocol_path,
+                protocol_path,
+                protocol,
                 http_version: info.http_version,
             },
             status: SessionStatus {
@@ -181,11 +185,9 @@ mod tests {
         info.session_id = "abcd-7".into();
         info.namespace = "team-a".into();
         info.recording = Some("/rec/x.cast".into());
-        LiveSession {
-            info,
-            started: std::time::UNIX_EPOCH,
-            stop: SessionStop::default(),
-        }
+        let mut session = LiveSession::new(info, SessionStop::default());
+        session.started = std::time::UNIX_EPOCH;
+        session
     }
 
     #[test]

@@ -201,6 +201,9 @@ impl Running {
     /// What its `ended` event says of the path and the protocol the session agreed on (a
     /// relay or a tunnel learns it from the upstream's answer).
     pub fn agreed(&mut self, path: ProtocolPath, protocol: Option<String>) {
+        if let Some(session) = self.listing.as_ref().and_then(Listing::session) {
+            session.agreed(path, protocol.clone());
+        }
         if let Some(audit) = self.audit.as_mut() {
             audit.set_path(path, protocol);
         }

@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use tokio::sync::broadcast;
 
-use crate::audit::SessionInfo;
+use crate::audit::{ProtocolPath, SessionInfo};
 use crate::session_stop::SessionStop;
 
 /// One live session.
@@ -26,9 +26,36 @@ pub struct LiveSession {
     pub started: SystemTime,
     /// Its stop signal: what a terminate fires.
     pub stop: SessionStop,
+    /// The path and protocol it took, once the upstream's answer decided them (`info` says
+    /// what was known at its start: `auto` under `--upstream-streaming auto`).
+    agreed: Mutex<Option<(ProtocolPath, Option<String>)>>,
 }
 
 impl LiveSession {
+    /// A session described by `info`, ended through `stop`, starting now.
+    pub fn new(info: SessionInfo, stop: SessionStop) -> LiveSession {
+        LiveSession {
+            info,
+            started: SystemTime::now(),
+            stop,
+            agreed: Mutex::new(None),
+        }
+    }
+
+    /// The path it took, and the protocol it speaks where known.
+    pub fn path(&self) -> (ProtocolPath, Option<String>) {
+        let agreed = self.agreed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*agreed {
+            Some((path, protocol)) => (*path, protocol.clone()),
+            None => (self.info.protocol_path, self.info.protocol.clone()),
+        }
+    }
+
+    /// It took `path`, speaking `protocol` (where known).
+    pub fn agreed(&self, path: ProtocolPath, protocol: Option<String>) {
+        *self.agreed.lock().unwrap_or_else(|e| e.into_inner()) = Some((path, protocol));
+    }
+
     /// Whether it is a session of `cluster` in `namespace` (`None`: any).
     pub fn is_in(&self, cluster: Option<&str>, namespace: Option<&str>) -> bool {
         self.info.cluster.as_deref() == cluster
@@ -89,6 +116,13 @@ pub struct Listing {
     number: u64,
 }
 
+impl Listing {
+    /// The listed session.
+    pub fn session(&self) -> Option<Arc<LiveSession>> {
+        self.live.lock().get(&self.number).cloned()
+    }
+}
+
 impl Drop for Listing {
     fn drop(&mut self) {
         let mut entries = self.live.lock();
@@ -102,11 +136,7 @@ impl LiveSessions {
     /// Lists session `number`, described by `info`, ended through `stop`, until the returned
     /// [`Listing`] drops.
     pub fn list(self: &Arc<Self>, number: u64, info: SessionInfo, stop: SessionStop) -> Listing {
-        let session = Arc::new(LiveSession {
-            info,
-            started: SystemTime::now(),
-            stop,
-        });
+        let session = Arc::new(LiveSession::new(info, stop));
         let mut entries = self.lock();
         entries.insert(number, session.clone());
         self.changed(ChangeKind::Added, session);
