@@ -20,6 +20,7 @@ const LEAVES: &[&str] = &[
     "read_sizer",
     "request",
     "session_memory",
+    "session_stop",
     "timestamp",
 ];
 
@@ -60,8 +61,20 @@ const ROOMS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "sessions_api",
+        &[
+            "sessions",
+            "route",
+            "auth",
+            "upstream",
+            "observability",
+            "wire",
+        ],
+    ),
+    (
         "listen",
         &[
+            "sessions_api",
             "sessions",
             "route",
             "auth",

@@ -40,6 +40,7 @@ pub mod proxy;
 pub mod read_sizer;
 pub mod request;
 pub mod session_memory;
+pub mod session_stop;
 pub mod sim;
 pub mod spdy;
 pub mod timestamp;

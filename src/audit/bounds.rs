@@ -288,6 +288,8 @@ pub fn bound_end(end: &mut SessionEnd) -> Truncations {
     let mut t = Truncations::default();
     t.optional_text("status", &mut end.status, TEXT_CAP);
     t.optional_text("recording_error", &mut end.recording_error, TEXT_CAP);
+    t.optional_text("terminated_by", &mut end.terminated_by, TEXT_CAP);
+    t.optional_text("termination_reason", &mut end.termination_reason, TEXT_CAP);
     t.optional_text("connections_error", &mut end.connections_error, TEXT_CAP);
     let original = Cut {
         original_bytes: end
@@ -612,9 +614,10 @@ mod tests {
             text(),
             text(),
             prop::collection::vec((text(), text()), 0..1500),
+            (text(), text()),
         )
             .prop_map(
-                |(status, recording_error, connections_error, connections)| SessionEnd {
+                |(status, recording_error, connections_error, connections, (by, why))| SessionEnd {
                     bytes_in: u64::MAX,
                     bytes_out: u64::MAX,
                     duration_ms: u64::MAX,
@@ -623,6 +626,8 @@ mod tests {
                     outcome: "upstream_unresponsive",
                     ended_by: "the proxy's session task ended without a result",
                     recording_error: Some(recording_error),
+                    terminated_by: Some(by),
+                    termination_reason: Some(why),
                     connections: connections
                         .into_iter()
                         .map(|(request_id, error)| ForwardedConnection {
@@ -685,6 +690,8 @@ mod tests {
             exit_code: Some(i32::MIN),
             status: Some(big.clone()),
             recording_error: Some(big.clone()),
+            terminated_by: Some(big.clone()),
+            termination_reason: Some(big.clone()),
             connections_error: Some(big),
             connections: vec![connection; 1500],
             connections_omitted: u64::MAX - 5000,

@@ -169,6 +169,11 @@ pub struct SessionEnd {
     pub ended_by: &'static str,
     /// Why the recording could not start or was cut short, if it was.
     pub recording_error: Option<String>,
+    /// The operator who ended it through the sessions API, and the reason they gave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminated_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub termination_reason: Option<String>,
     /// A port-forward's connections (tunnel, relayed SPDY or legacy WebSocket), the first
     /// 1,000 in the order they were opened; empty for other sessions.
     pub connections: Vec<ForwardedConnection>,
@@ -240,7 +245,7 @@ pub(crate) struct Event<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn info() -> SessionInfo {

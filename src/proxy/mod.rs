@@ -42,5 +42,6 @@ pub mod listen;
 pub mod observability;
 pub mod route;
 pub mod sessions;
+pub mod sessions_api;
 pub mod upstream;
 pub mod wire;

@@ -3,12 +3,12 @@
 //! parsing it. Message boundaries mean nothing: kubectl writes one SPDY frame as several tiny
 //! messages.
 
+use crate::session_stop::SessionStop;
 use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 
 use super::observe::{Direction, PortForwardWatch};
 use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket, WsReader, WsWriter};
@@ -42,6 +42,8 @@ pub enum TunnelEnd {
     ClientViolation,
     /// The proxy shut down (drain timeout passed).
     Drained,
+    /// An operator ended it (the sessions API).
+    Terminated,
     /// The client stopped answering pings.
     ClientUnresponsive,
     /// No byte went either way for the idle timeout.
@@ -49,6 +51,14 @@ pub enum TunnelEnd {
 }
 
 impl TunnelEnd {
+    /// Why a tunnel whose `stop` fired ended: an operator's termination, else a drain.
+    pub fn stopped(stop: &SessionStop) -> TunnelEnd {
+        match stop.termination() {
+            Some(_) => TunnelEnd::Terminated,
+            None => TunnelEnd::Drained,
+        }
+    }
+
     /// How the session log says it.
     pub fn describe(self) -> &'static str {
         match self {
@@ -56,6 +66,7 @@ impl TunnelEnd {
             TunnelEnd::Upstream => "upstream",
             TunnelEnd::ClientViolation => "client protocol violation",
             TunnelEnd::Drained => "drained",
+            TunnelEnd::Terminated => "terminated",
             TunnelEnd::ClientUnresponsive => "client unresponsive",
             TunnelEnd::IdleTimeout => "idle timeout",
         }
@@ -101,7 +112,7 @@ pub async fn run<S, U>(
     ws: WebSocket<S>,
     upstream: U,
     leftover: Bytes,
-    stop: CancellationToken,
+    stop: SessionStop,
     idle_timeout: Option<Duration>,
     watch: Option<&PortForwardWatch>,
 ) -> TunnelOutcome
@@ -138,13 +149,13 @@ where
         tokio::select! {
             () = down => TunnelEnd::Upstream,
             end = up => end,
-            _ = stop.cancelled() => TunnelEnd::Drained,
+            () = stop.stopped() => TunnelEnd::stopped(&stop),
             _ = liveness.lost() => TunnelEnd::ClientUnresponsive,
             _ = activity.quiet_for_limit(idle_timeout) => TunnelEnd::IdleTimeout,
         }
     };
     let _ = up_write.shutdown().await;
-    close_client(&mut reader, &mut writer, client_last, ended_by).await;
+    close_client(&mut reader, &mut writer, client_last, ended_by, &stop).await;
     TunnelOutcome::since(started, bytes_up, bytes_down, ended_by)
 }
 
@@ -285,6 +296,7 @@ async fn close_client<R, W>(
     writer: &mut WsWriter<W>,
     client_last: ClientLast,
     ended_by: TunnelEnd,
+    stop: &SessionStop,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -303,6 +315,11 @@ async fn close_client<R, W>(
         (ClientLast::Nothing, TunnelEnd::Drained) => CloseFrame::new(
             CloseCode::AWAY,
             "kube-ws-proxy is shutting down, or the cluster left its configuration",
+        ),
+        // The close reason's 123 bytes are all the client will see of who and why.
+        (ClientLast::Nothing, TunnelEnd::Terminated) => CloseFrame::new(
+            CloseCode::POLICY,
+            stop.termination().map(|t| t.message()).unwrap_or_default(),
         ),
         (ClientLast::Nothing, TunnelEnd::IdleTimeout) => CloseFrame::new(
             CloseCode::NORMAL,
@@ -497,7 +514,7 @@ mod tests {
             ws,
             ours,
             Bytes::new(),
-            CancellationToken::new(),
+            crate::session_stop::SessionStop::default(),
             None,
             None,
         ));

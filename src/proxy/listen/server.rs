@@ -37,6 +37,7 @@ use crate::proxy::route::by_host::{cluster_by_host, HostFields, HostUnrouted};
 use crate::proxy::route::classify::{classify, Class};
 use crate::proxy::route::fleet::Unrouted;
 use crate::proxy::route::kubelet::{kubelet_call, KubeletRun};
+use crate::proxy::route::sessions_api as sessions_api_path;
 use crate::proxy::route::stream_request::{is_followed_log, StreamRequest, StreamTarget};
 use crate::proxy::sessions::admission::{Admissible, Requested};
 use crate::proxy::sessions::forward::forward;
@@ -50,6 +51,7 @@ use crate::proxy::sessions::relay::run::relay;
 use crate::proxy::sessions::reverse_handler;
 use crate::proxy::sessions::spdy_auto;
 use crate::proxy::sessions::state::{ProxyState, Shared};
+use crate::proxy::sessions_api;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::client_stream::{ConnectionId, HandshakeForm};
 use crate::proxy::wire::headers::caller_address;
@@ -551,6 +553,18 @@ async fn route_authenticated(
     conn: &Connection,
     target: RequestTarget,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    // The proxy's own API group, whatever the method or upgrade: it never goes upstream.
+    if let Some(call) = sessions_api_path::read(req.method(), &target) {
+        let caller = authenticate(&state, req.headers(), None, conn).await?;
+        let (method, started) = (req.method().clone(), Instant::now());
+        let resp = sessions_api::serve(&state, req, &caller, call).await;
+        let label = state.cluster.metrics_label();
+        let code = resp.status().as_u16();
+        state
+            .metrics
+            .request(label, &method, code, started.elapsed());
+        return Ok(resp);
+    }
     let upgrade = match classify(req.method(), &target, req.headers()) {
         Class::BadRequest(reason) => return Ok(bad_request(&state, reason)),
         Class::Forward => return forward_request(&state, req, conn, &target).await,

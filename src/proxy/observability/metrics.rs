@@ -89,6 +89,8 @@ pub enum SessionOutcome {
     /// The session's recording failed under `--record=required`.
     RecordingFailed,
     Drained,
+    /// An operator ended it (the sessions API).
+    Terminated,
 }
 
 impl SessionOutcome {
@@ -104,6 +106,7 @@ impl SessionOutcome {
             SessionOutcome::IdleTimeout => "idle_timeout",
             SessionOutcome::RecordingFailed => "recording_failed",
             SessionOutcome::Drained => "drained",
+            SessionOutcome::Terminated => "terminated",
         }
     }
 }
@@ -948,7 +951,7 @@ mod tests {
         SessionKind::PassThrough,
         SessionKind::KubeletRun,
     ];
-    const OUTCOMES: [SessionOutcome; 9] = [
+    const OUTCOMES: [SessionOutcome; 10] = [
         SessionOutcome::Success,
         SessionOutcome::NonZeroExit,
         SessionOutcome::UpstreamError,
@@ -958,6 +961,7 @@ mod tests {
         SessionOutcome::IdleTimeout,
         SessionOutcome::RecordingFailed,
         SessionOutcome::Drained,
+        SessionOutcome::Terminated,
     ];
 
     /// The configured clusters of these tests: the unnamed upstream and a named one.

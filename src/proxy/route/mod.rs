@@ -5,6 +5,8 @@
 //! - [`stream_request`]: a streaming request read once (pod, subresource, options, ports,
 //!   caller, client, audit id), which the front door hands to its session.
 //! - [`kubelet`]: kubelet calls through `nodes/{node}/proxy` and what is done with them.
+//! - [`sessions_api`]: requests to the proxy's own API group (`kube-ws-proxy.io`), which never
+//!   go upstream.
 //!
 //! - [`cluster`]: one cluster behind the proxy (its upstream, credentials, auth and streaming
 //!   mode, what `auto` learned), and its name.
@@ -21,4 +23,5 @@ pub mod classify;
 pub mod cluster;
 pub mod fleet;
 pub mod kubelet;
+pub mod sessions_api;
 pub mod stream_request;

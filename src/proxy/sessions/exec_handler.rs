@@ -227,7 +227,7 @@ impl ExecSession {
         limits.idle_timeout = state.stream_idle_timeout;
         let outcome = match setup {
             Ok(streams) => {
-                let stop = self.running.slot().stop_token();
+                let stop = self.running.slot().stop();
                 let recording = self.recording.recording.as_ref();
                 remote_command::run(ws, streams, ready, options.tty, &limits, stop, recording).await
             }

@@ -227,7 +227,7 @@ impl ReverseSession {
         let outcome = port_forward::run(
             client,
             upstream.socket,
-            self.running.slot().stop_token(),
+            self.running.slot().stop(),
             self.state.stream_idle_timeout,
             watch.as_ref(),
         )
@@ -358,14 +358,7 @@ async fn exec(
         upstream_ping_interval: state.upstream_ping_interval,
         upstream_ping_timeout: state.upstream_ping_timeout,
     };
-    reverse::run(
-        streams,
-        upstream.socket,
-        &limits,
-        slot.stop_token(),
-        recording,
-    )
-    .await
+    reverse::run(streams, upstream.socket, &limits, slot.stop(), recording).await
 }
 
 /// The 101 to the client's SPDY upgrade, naming the negotiated version.

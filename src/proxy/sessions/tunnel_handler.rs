@@ -147,7 +147,7 @@ impl TunnelSession {
             ws,
             upstream.io,
             upstream.leftover,
-            self.running.slot().stop_token(),
+            self.running.slot().stop(),
             state.stream_idle_timeout,
             self.watch.as_ref(),
         )

@@ -4,9 +4,8 @@
 //! required recording failing, the drain, an upstream that stopped answering pings; each is
 //! watched and worded here once.
 
+use crate::session_stop::SessionStop;
 use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
 
 use super::outcome::{SessionEndKind, SessionRecording};
 use crate::activity_clock::ActivityClock;
@@ -81,6 +80,17 @@ impl EndStatus {
         }
     }
 
+    /// `stop` fired: an operator's termination (who and why), else a drain.
+    fn stopped(stop: &SessionStop) -> EndStatus {
+        match stop.termination() {
+            Some(t) => EndStatus {
+                status: Status::failure(403, "Forbidden", t.message()),
+                kind: SessionEndKind::Terminated,
+            },
+            None => EndStatus::drained(),
+        }
+    }
+
     /// Shutdown, or the session's cluster left the proxy's configuration: the command is
     /// still running; the client is told so rather than cut off.
     fn drained() -> EndStatus {
@@ -104,7 +114,7 @@ pub async fn first_proxy_end(
     data: &ActivityClock,
     idle_timeout: Option<Duration>,
     recording: Option<&SessionRecording>,
-    stop: &CancellationToken,
+    stop: &SessionStop,
 ) -> EndStatus {
     let recording_failed = async {
         match recording.filter(|r| r.required) {
@@ -115,6 +125,6 @@ pub async fn first_proxy_end(
     tokio::select! {
         quiet = data.quiet_for_limit(idle_timeout) => EndStatus::idle(quiet),
         why = recording_failed => EndStatus::recording_failed(&why),
-        () = stop.cancelled() => EndStatus::drained(),
+        () = stop.stopped() => EndStatus::stopped(stop),
     }
 }

@@ -74,6 +74,8 @@ pub enum SessionEndKind {
     IdleTimeout,
     /// The recording failed under `--record=required`; a Failure Status said so.
     RecordingFailed,
+    /// An operator ended it (the sessions API); a Failure Status said who and why.
+    Terminated,
 }
 
 impl SessionEndKind {
@@ -90,6 +92,7 @@ impl SessionEndKind {
             SessionEndKind::UpstreamUnresponsive => "upstream unresponsive",
             SessionEndKind::IdleTimeout => "idle timeout",
             SessionEndKind::RecordingFailed => "recording failed",
+            SessionEndKind::Terminated => "terminated",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! One translated exec/attach session, from the ready message to the graceful close.
 
+use crate::session_stop::SessionStop;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +10,6 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::client_reader::{read_client, ClientEnd, ClientSinks};
 use super::end_status::{first_proxy_end, EndStatus};
@@ -61,7 +61,7 @@ pub async fn run<S>(
     ready: Channel,
     tty: bool,
     limits: &SessionLimits,
-    stop: CancellationToken,
+    stop: SessionStop,
     recording: Option<&SessionRecording>,
 ) -> Outcome
 where
@@ -140,7 +140,7 @@ struct Session<'a> {
     version: UpstreamVersion,
     limits: &'a SessionLimits,
     recording: Option<&'a SessionRecording>,
-    stop: CancellationToken,
+    stop: SessionStop,
     /// stdin bytes from the client, counted by its reader.
     bytes_in: AtomicU64,
     /// When data last went either way (`--stream-idle-timeout`).
@@ -155,7 +155,7 @@ impl<'a> Session<'a> {
         tty: bool,
         limits: &'a SessionLimits,
         recording: Option<&'a SessionRecording>,
-        stop: CancellationToken,
+        stop: SessionStop,
     ) -> (Session<'a>, Pumps) {
         let mut pumps = Pumps {
             outputs: Outputs {

@@ -1,12 +1,12 @@
 //! Sessions against an in-memory kubelet (our SPDY server role) and a client that stops
 //! reading: whatever ends such a session, it must end (found by the `exec_session` fuzz target).
 
+use crate::session_stop::SessionStop;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::DuplexStream;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::spdy::proto::{Config as SpdyConfig, Connection};
@@ -60,7 +60,7 @@ async fn session(
     client_pipe: usize,
     output: usize,
     limits: SessionLimits,
-    stop: CancellationToken,
+    stop: SessionStop,
 ) -> (DuplexStream, Connection, JoinHandle<Outcome>) {
     let (client, server) = tokio::io::duplex(client_pipe);
     let (ours, theirs) = tokio::io::duplex(64 * 1024);
@@ -82,18 +82,42 @@ async fn session(
 
 #[tokio::test(start_paused = true)]
 async fn a_drain_ends_a_session_whose_client_stopped_reading() {
-    let stop = CancellationToken::new();
+    let proxy = tokio_util::sync::CancellationToken::new();
+    let stop = SessionStop::child_of(&proxy);
     let limits = SessionLimits::default();
     // The output fills the client's pipe: the status cannot go out behind it.
     let (_client, _kubelet, task) = session(4096, 64 * 1024, limits.clone(), stop.clone()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!task.is_finished());
-    stop.cancel();
+    proxy.cancel();
     let outcome = tokio::time::timeout(limits.close_drain_timeout * 3, task)
         .await
         .expect("the drained session never ended")
         .unwrap();
     assert_eq!(outcome.end, SessionEndKind::Drained);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminated_session_ends_saying_who_and_why() {
+    let stop = SessionStop::default();
+    let limits = SessionLimits::default();
+    let (_client, _kubelet, task) = session(4096, 64 * 1024, limits.clone(), stop.clone()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.terminate(crate::session_stop::Termination {
+        by: "alice".into(),
+        reason: "incident 42".into(),
+    });
+    let outcome = tokio::time::timeout(limits.close_drain_timeout * 3, task)
+        .await
+        .expect("the terminated session never ended")
+        .unwrap();
+    assert_eq!(outcome.end, SessionEndKind::Terminated);
+    let status = outcome.status.expect("a Status");
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "kube-ws-proxy ended the session: terminated by alice: incident 42"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -103,7 +127,7 @@ async fn an_idle_timeout_ends_a_session_whose_client_stopped_reading() {
         ..SessionLimits::default()
     };
     let (_client, _kubelet, task) =
-        session(4096, 64 * 1024, limits.clone(), CancellationToken::new()).await;
+        session(4096, 64 * 1024, limits.clone(), SessionStop::default()).await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(30) + limits.close_drain_timeout * 3,
         task,
@@ -190,7 +214,7 @@ async fn spawn_recorded_stdout(
     };
     tokio::spawn(async move {
         let limits = SessionLimits::default();
-        let stop = CancellationToken::new();
+        let stop = SessionStop::default();
         run(ws, streams, ready, false, &limits, stop, Some(&recording)).await
     })
 }

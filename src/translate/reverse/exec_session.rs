@@ -10,6 +10,7 @@
 //! Every hop is bounded: a slow client slows the upstream reader (SPDY's outgoing data lane), a
 //! stalled upstream stops the stdin pump once a few messages are queued.
 
+use crate::session_stop::SessionStop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -103,7 +104,7 @@ pub async fn run<U>(
     client: ClientStreams,
     upstream: WebSocketStream<U>,
     limits: &ReverseLimits,
-    stop: CancellationToken,
+    stop: SessionStop,
     recording: Option<&SessionRecording>,
 ) -> Outcome
 where
@@ -251,7 +252,7 @@ impl UpstreamWriter {
 struct Session<'a> {
     limits: &'a ReverseLimits,
     recording: Option<&'a SessionRecording>,
-    stop: CancellationToken,
+    stop: SessionStop,
     /// stdin bytes from the client.
     bytes_in: AtomicU64,
     /// When data last went either way (`--stream-idle-timeout`).

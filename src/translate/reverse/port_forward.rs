@@ -6,6 +6,7 @@
 //! message's payload goes to the client as it is. Message boundaries mean nothing either way.
 //! Both sides end together (no half-close), as in kube-apiserver's tunnel.
 
+use crate::session_stop::SessionStop;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -15,7 +16,6 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
-use tokio_util::sync::CancellationToken;
 
 use crate::activity_clock::ActivityClock;
 use crate::read_sizer::ReadSizer;
@@ -29,7 +29,7 @@ use crate::translate::CLOSE_WAIT;
 pub async fn run<C, U>(
     client: C,
     upstream: WebSocketStream<U>,
-    stop: CancellationToken,
+    stop: SessionStop,
     idle_timeout: Option<Duration>,
     watch: Option<&PortForwardWatch>,
 ) -> TunnelOutcome
@@ -55,7 +55,7 @@ where
         tokio::select! {
             end = up => end,
             end = down => end,
-            () = stop.cancelled() => TunnelEnd::Drained,
+            () = stop.stopped() => TunnelEnd::stopped(&stop),
             _ = activity.quiet_for_limit(idle_timeout) => TunnelEnd::IdleTimeout,
         }
     };
@@ -142,7 +142,7 @@ where
     U: AsyncRead + AsyncWrite + Unpin,
 {
     let frame = CloseFrame {
-        code: if ended_by == TunnelEnd::Drained {
+        code: if matches!(ended_by, TunnelEnd::Drained | TunnelEnd::Terminated) {
             CloseCode::Away
         } else {
             CloseCode::Normal

@@ -10,7 +10,6 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
-use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::spdy::frame::HeaderBlock;
@@ -91,7 +90,7 @@ async fn start_recorded(
             streams,
             to_upstream,
             &limits,
-            CancellationToken::new(),
+            crate::session_stop::SessionStop::default(),
             recording.as_ref(),
         )
         .await
@@ -455,7 +454,7 @@ async fn port_forward_carries_spdy_bytes_unchanged() {
         port_forward::run(
             proxy_side,
             to_upstream,
-            CancellationToken::new(),
+            crate::session_stop::SessionStop::default(),
             None,
             None,
         )

@@ -15,6 +15,8 @@ impl CloseCode {
     pub const PROTOCOL: CloseCode = CloseCode(1002);
     /// 1007: a text message that is not UTF-8.
     pub const INVALID_DATA: CloseCode = CloseCode(1007);
+    /// A message (or here, an operator) ended it for a policy reason.
+    pub const POLICY: CloseCode = CloseCode(1008);
     /// 1009: a message too big to process.
     pub const TOO_BIG: CloseCode = CloseCode(1009);
 

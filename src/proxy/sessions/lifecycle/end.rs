@@ -11,6 +11,7 @@ use super::audit;
 use super::task::ClientPresence;
 use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, SessionInfo};
 use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOutcome};
+use crate::proxy::sessions::registry::live::Listing;
 use crate::proxy::sessions::registry::SessionSlot;
 use crate::proxy::sessions::state::ProxyState;
 use crate::translate::observe::PortForwardWatch;
@@ -25,6 +26,8 @@ use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
 pub struct Running {
     session_id: u64,
     audit: Option<SessionAudit>,
+    /// Its place on the list of live sessions, from its audit trail's start to its end.
+    listing: Option<Listing>,
     slot: SessionSlot,
     guard: SessionGuard,
     client: ClientPresence,
@@ -156,6 +159,7 @@ impl Running {
         Running {
             session_id,
             audit: None,
+            listing: None,
             slot,
             guard,
             client,
@@ -171,6 +175,14 @@ impl Running {
     /// names no pod). Called once, before anything of the session goes upstream.
     pub fn start_audit(&mut self, state: &ProxyState, info: Option<SessionInfo>) {
         debug_assert!(self.audit.is_none(), "a session's trail starts once");
+        if let Some(info) = &info {
+            let listed = SessionInfo {
+                cluster: state.cluster.name.as_ref().map(ToString::to_string),
+                ..info.clone()
+            };
+            let live = state.sessions.live();
+            self.listing = Some(live.list(self.session_id, listed, self.slot.stop()));
+        }
         self.audit = audit::start(state, info);
     }
 
@@ -189,6 +201,9 @@ impl Running {
     /// What its `ended` event says of the path and the protocol the session agreed on (a
     /// relay or a tunnel learns it from the upstream's answer).
     pub fn agreed(&mut self, path: ProtocolPath, protocol: Option<String>) {
+        if let Some(session) = self.listing.as_ref().and_then(Listing::session) {
+            session.agreed(path, protocol.clone());
+        }
         if let Some(audit) = self.audit.as_mut() {
             audit.set_path(path, protocol);
         }
@@ -219,8 +234,15 @@ impl Running {
         let (outcome, bytes_in, bytes_out) = (end.outcome, end.bytes_in, end.bytes_out);
         // Before the slot goes: a drained proxy exits once every slot is back.
         if let Some(audit) = self.audit {
-            audit.end(end.audit_event());
+            let mut event = end.audit_event();
+            if let (SessionOutcome::Terminated, Some(t)) = (outcome, self.slot.stop().termination())
+            {
+                event.terminated_by = Some(t.by.clone());
+                event.termination_reason = Some(t.reason.clone());
+            }
+            audit.end(event);
         }
+        drop(self.listing);
         drop(self.slot);
         self.guard.finish(outcome, bytes_in, bytes_out);
     }
@@ -267,6 +289,7 @@ impl Running {
             refused_with,
         );
         self.guard.finish(outcome, 0, 0);
+        drop(self.listing);
         drop(self.slot);
     }
 }
@@ -282,6 +305,7 @@ pub fn remote_command_outcome(outcome: &Outcome) -> SessionOutcome {
         SessionEndKind::UpstreamRefused => SessionOutcome::UpstreamError,
         SessionEndKind::ClientGone | SessionEndKind::ClientViolation => SessionOutcome::ClientGone,
         SessionEndKind::Drained => SessionOutcome::Drained,
+        SessionEndKind::Terminated => SessionOutcome::Terminated,
         SessionEndKind::ClientUnresponsive => SessionOutcome::ClientUnresponsive,
         SessionEndKind::UpstreamUnresponsive => SessionOutcome::UpstreamUnresponsive,
         SessionEndKind::IdleTimeout => SessionOutcome::IdleTimeout,
@@ -294,6 +318,7 @@ pub fn remote_command_outcome(outcome: &Outcome) -> SessionOutcome {
 pub fn tunnel_outcome(end: TunnelEnd) -> SessionOutcome {
     match end {
         TunnelEnd::Drained => SessionOutcome::Drained,
+        TunnelEnd::Terminated => SessionOutcome::Terminated,
         TunnelEnd::Upstream => SessionOutcome::Success,
         TunnelEnd::Client | TunnelEnd::ClientViolation => SessionOutcome::ClientGone,
         TunnelEnd::ClientUnresponsive => SessionOutcome::ClientUnresponsive,

@@ -138,7 +138,10 @@ impl RelaySession {
                 info!(session = session_id, silent_ms = silent.as_millis() as u64, "relayed session ended: the client stopped answering pings");
                 SessionOutcome::ClientUnresponsive
             }
-            _ = self.running.slot().stop_token().cancelled_owned() => SessionOutcome::Drained,
+            _ = self.running.slot().stop().stopped_owned() => match self.running.slot().stop().termination() {
+                Some(_) => SessionOutcome::Terminated,
+                None => SessionOutcome::Drained,
+            },
             _ = idle => SessionOutcome::IdleTimeout,
             e = must_end => {
                 warn!(session = session_id, error = %e, "relayed session ended: its recording failed and recordings are required");
@@ -216,6 +219,7 @@ impl RelaySession {
 fn ended_by(outcome: SessionOutcome) -> &'static str {
     match outcome {
         SessionOutcome::Drained => "drained",
+        SessionOutcome::Terminated => "terminated",
         SessionOutcome::IdleTimeout => "idle timeout",
         SessionOutcome::RecordingFailed => "recording failed",
         SessionOutcome::ClientUnresponsive => "client unresponsive",

@@ -1,5 +1,8 @@
-//! Admission and draining of streaming sessions: `--max-sessions` slots, and the signals a
-//! graceful shutdown sends to every running session.
+//! Admission and draining of streaming sessions: `--max-sessions` slots, the signals a
+//! graceful shutdown sends to every running session, and the list of live sessions
+//! ([`live`]) that operators see and end.
+
+pub mod live;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::proxy::client::connection_deadline::RequestInFlight;
 use crate::proxy::route::cluster::Cluster;
+use crate::session_stop::SessionStop;
 
 /// Session ids for log lines, unique within one process.
 static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
@@ -26,6 +30,7 @@ pub struct Sessions {
     idle: Notify,
     draining: AtomicBool,
     stop: CancellationToken,
+    live: Arc<live::LiveSessions>,
 }
 
 /// Why a session was not admitted.
@@ -48,7 +53,13 @@ impl Sessions {
             idle: Notify::new(),
             draining: AtomicBool::new(false),
             stop: CancellationToken::new(),
+            live: Arc::default(),
         })
+    }
+
+    /// The sessions live now, as operators see them.
+    pub fn live(&self) -> &Arc<live::LiveSessions> {
+        &self.live
     }
 
     /// Takes a slot for a new session to `cluster`, counted among the proxy's and the
@@ -65,7 +76,7 @@ impl Sessions {
             sessions: self.clone(),
             connection_hold: None,
             cluster_sessions: None,
-            stop: cluster.stop_token(),
+            stop: SessionStop::child_of(&cluster.stop_token()),
         };
         let count = cluster.session_count();
         // Refused here, the proxy's slot is released as `slot` drops.
@@ -142,8 +153,9 @@ pub struct SessionSlot {
     connection_hold: Option<RequestInFlight>,
     /// The running sessions of the session's cluster, which count it while it runs.
     cluster_sessions: Option<Arc<AtomicUsize>>,
-    /// Fires when the session must end now: the proxy's stop, or its cluster's.
-    stop: CancellationToken,
+    /// Fires when the session must end now: the proxy's stop, its cluster's, or an operator's
+    /// termination of this session alone.
+    stop: SessionStop,
 }
 
 impl SessionSlot {
@@ -155,8 +167,8 @@ impl SessionSlot {
     }
 
     /// Fires when the session must end now: a shutdown's drain timeout has passed, or that of
-    /// its cluster leaving the configuration.
-    pub fn stop_token(&self) -> CancellationToken {
+    /// its cluster leaving the configuration, or an operator terminated it; it says which.
+    pub fn stop(&self) -> SessionStop {
         self.stop.clone()
     }
 }
@@ -221,10 +233,10 @@ mod tests {
         let on_a = s.admit(&a).unwrap();
         let on_b = s.admit(&b).unwrap();
         a.stop_sessions();
-        assert!(on_a.stop_token().is_cancelled());
-        assert!(!on_b.stop_token().is_cancelled());
+        assert!(on_a.stop().is_stopped());
+        assert!(!on_b.stop().is_stopped());
         s.stop_all();
-        assert!(on_b.stop_token().is_cancelled());
+        assert!(on_b.stop().is_stopped());
     }
 
     #[test]

@@ -1,0 +1,106 @@
+//! Who may call the sessions API: the caller as the main listener authenticated it, authorized
+//! by the cluster the request is routed to, with its RBAC, for group `kube-ws-proxy.io`,
+//! resource `sessions` ([`AccessReviews`](crate::proxy::auth::access_review::AccessReviews):
+//! a SubjectAccessReview about an authenticated caller, a SelfSubjectAccessReview with a
+//! passthrough caller's own credentials). Discovery is open to every authenticated caller, as
+//! the API server's is.
+
+use http::{HeaderMap, Response};
+
+use crate::proxy::auth::access_attributes::{AccessAttributes, SessionVerb};
+use crate::proxy::auth::access_review;
+use crate::proxy::auth::Caller;
+use crate::proxy::route::sessions_api::SessionsCall;
+use crate::proxy::sessions::state::ProxyState;
+use crate::proxy::wire::body::ProxyBody;
+
+/// The caller of an authorized call, as a terminate names them.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    /// Their user name as the cluster decided for it (`system:unknown` where it would not
+    /// say).
+    pub user: String,
+}
+
+/// Authorizes `call` for `caller` (whose request carried `headers`): the operator, or the
+/// answer to a caller who may not (a 403 Status worded as kube-apiserver's, or the failed
+/// review's Status: a review that fails never allows).
+pub async fn check(
+    state: &ProxyState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    call: &SessionsCall,
+) -> Result<Operator, Response<ProxyBody>> {
+    let Some(attrs) = attributes(call) else {
+        return Ok(Operator {
+            user: caller.user().unwrap_or(UNKNOWN).to_owned(),
+        });
+    };
+    let reviews = &state.cluster.access_reviews;
+    let outcome = reviews.authorize(caller, headers, &attrs).await;
+    if let Some(refusal) = access_review::answer(&outcome, &attrs) {
+        return Err(refusal);
+    }
+    let user = outcome.map(|d| d.user).unwrap_or_default();
+    Ok(Operator {
+        user: match user.is_empty() {
+            true => UNKNOWN.to_owned(),
+            false => user,
+        },
+    })
+}
+
+/// How a terminate names an operator the cluster would not name.
+const UNKNOWN: &str = "system:unknown";
+
+/// What RBAC is asked about `call`; `None` for discovery, which every authenticated caller
+/// may read.
+fn attributes(call: &SessionsCall) -> Option<AccessAttributes> {
+    let (verb, namespace, name) = match call {
+        SessionsCall::Group | SessionsCall::Resources => return None,
+        SessionsCall::List { namespace } => (SessionVerb::List, namespace.clone(), None),
+        SessionsCall::Watch { namespace, .. } => (SessionVerb::Watch, namespace.clone(), None),
+        SessionsCall::Get { namespace, name } => (
+            SessionVerb::Get,
+            Some(namespace.clone()),
+            Some(name.clone()),
+        ),
+        SessionsCall::Delete { namespace, name } => (
+            SessionVerb::Delete,
+            Some(namespace.clone()),
+            Some(name.clone()),
+        ),
+    };
+    Some(AccessAttributes {
+        verb,
+        namespace,
+        subresource: None,
+        name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_call_asks_for_its_verb_in_its_namespace() {
+        let get = SessionsCall::Get {
+            namespace: "a".into(),
+            name: "r-1".into(),
+        };
+        let attrs = attributes(&get).unwrap();
+        assert_eq!(attrs.verb, SessionVerb::Get);
+        assert_eq!(attrs.namespace.as_deref(), Some("a"));
+        assert_eq!(attrs.name.as_deref(), Some("r-1"));
+        let all = attributes(&SessionsCall::List { namespace: None }).unwrap();
+        assert_eq!((all.verb, all.namespace), (SessionVerb::List, None));
+        let watch = SessionsCall::Watch {
+            namespace: Some("b".into()),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(attributes(&watch).unwrap().verb, SessionVerb::Watch);
+        assert!(attributes(&SessionsCall::Group).is_none());
+        assert!(attributes(&SessionsCall::Resources).is_none());
+    }
+}

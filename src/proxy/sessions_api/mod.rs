@@ -1,0 +1,118 @@
+//! The sessions API: the proxy's own API group `kube-ws-proxy.io/v1`, resource `sessions`,
+//! served on the main listener to callers the listener authenticated, each call authorized by
+//! the cluster's RBAC ([`access`]). A call never goes upstream (only its reviews do).
+//!
+//! - `GET /apis/kube-ws-proxy.io/v1/sessions`, `…/namespaces/NS/sessions`: the live sessions of
+//!   the cluster the request was routed to, on this replica.
+//! - `?watch=true` on either: the same, then their changes as they happen ([`watch`]).
+//! - `GET …/namespaces/NS/sessions/ID`: one.
+//! - `DELETE …/namespaces/NS/sessions/ID`: terminate it (`?reason=…`, or a JSON body with
+//!   `reason`); its client is told who and why, its audit `ended` event names them.
+//!
+//! May use `sessions`, `route`, `auth`, `upstream`, `observability` and `wire`; used by
+//! `listen`.
+
+pub mod access;
+pub mod objects;
+mod terminate;
+mod watch;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+
+use crate::proxy::auth::Caller;
+use crate::proxy::route::sessions_api::{NotServed, SessionsCall};
+use crate::proxy::sessions::state::ProxyState;
+use crate::proxy::wire::body::ProxyBody;
+use crate::proxy::wire::status_response::failure;
+use objects::{Session, SessionList};
+
+/// Answers a request to the group: `call` as the front door read it, `caller` as the listener
+/// authenticated it.
+pub async fn serve(
+    state: &ProxyState,
+    req: Request<Incoming>,
+    caller: &Caller,
+    call: Result<SessionsCall, NotServed>,
+) -> Response<ProxyBody> {
+    let call = match call {
+        Ok(call) => call,
+        Err(not) => return not_served(not),
+    };
+    let operator = match access::check(state, caller, req.headers(), &call).await {
+        Ok(operator) => operator,
+        Err(refusal) => return refusal,
+    };
+    let cluster = state.cluster.name.as_ref().map(|n| n.as_str());
+    let live = state.sessions.live();
+    match call {
+        SessionsCall::Group => json(StatusCode::OK, &objects::api_group()),
+        SessionsCall::Resources => json(StatusCode::OK, &objects::api_resources()),
+        SessionsCall::List { namespace } => {
+            let (sessions, version) = live.of(cluster, namespace.as_deref());
+            json(StatusCode::OK, &SessionList::of(&sessions, version))
+        }
+        SessionsCall::Watch { namespace, timeout } => {
+            watch::watch(live, cluster.map(str::to_owned), namespace, timeout)
+        }
+        SessionsCall::Get { namespace, name } => match live.find(cluster, &namespace, &name) {
+            Some(session) => json(StatusCode::OK, &Session::of(&session)),
+            None => not_found(&name),
+        },
+        SessionsCall::Delete { namespace, name } => {
+            let Some(session) = live.find(cluster, &namespace, &name) else {
+                return not_found(&name);
+            };
+            let answer = terminate::terminate(req, &session, operator).await;
+            if answer.status() == StatusCode::OK {
+                live.modified(&session);
+            }
+            answer
+        }
+    }
+}
+
+/// The answer to a request to the group that names no call.
+fn not_served(not: NotServed) -> Response<ProxyBody> {
+    match not {
+        NotServed::NotFound(path) => failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        ),
+        NotServed::MethodNotAllowed(method) => failure(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({method})"),
+        ),
+        NotServed::Unsupported(why) => failure(StatusCode::BAD_REQUEST, "BadRequest", why),
+    }
+}
+
+/// The 404 for a session that is not live (here: on this replica, in that namespace).
+fn not_found(name: &str) -> Response<ProxyBody> {
+    failure(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("sessions.kube-ws-proxy.io \"{name}\" not found"),
+    )
+}
+
+/// `value` as a JSON response.
+fn json(code: StatusCode, value: &impl serde::Serialize) -> Response<ProxyBody> {
+    // Plain strings, numbers and lists: serializing cannot fail.
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut resp = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
