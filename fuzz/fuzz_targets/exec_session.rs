@@ -418,7 +418,8 @@ async fn exec_case(data: &[u8]) {
     let stop = CancellationToken::new();
     let session = {
         let options = options.clone();
-        let stop = stop.clone();
+        // The session's own signal, fired when the proxy's is.
+        let stop = kube_ws_proxy::session_stop::SessionStop::child_of(&stop);
         let limits = limits.clone();
         tokio::spawn(async move {
             let ready = options.ready_channel();

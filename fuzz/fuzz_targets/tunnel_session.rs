@@ -115,7 +115,7 @@ async fn tunnel_case(data: &[u8]) {
         ws,
         proxy_up,
         Bytes::from(leftover.clone()),
-        stop.clone(),
+        kube_ws_proxy::session_stop::SessionStop::child_of(&stop),
         idle_timeout,
         None,
     ));

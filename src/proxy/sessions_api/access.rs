@@ -11,6 +11,7 @@ use crate::proxy::auth::access_attributes::{AccessAttributes, SessionVerb};
 use crate::proxy::auth::access_review;
 use crate::proxy::auth::Caller;
 use crate::proxy::route::sessions_api::SessionsCall;
+use crate::proxy::sessions::lifecycle::audit;
 use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 
@@ -41,13 +42,30 @@ pub async fn check(
     if let Some(refusal) = access_review::answer(&outcome, &attrs) {
         return Err(refusal);
     }
-    let user = outcome.map(|d| d.user).unwrap_or_default();
+    let mut user = outcome.map(|d| d.user).unwrap_or_default();
+    if user.is_empty() && matches!(call, SessionsCall::Delete { .. }) {
+        // A SelfSubjectAccessReview does not say whom it allowed; a terminate must name its
+        // operator, so the cluster is asked who these credentials are (cached as for audits).
+        user = who(state, caller, headers).await.unwrap_or_default();
+    }
     Ok(Operator {
         user: match user.is_empty() {
             true => UNKNOWN.to_owned(),
             false => user,
         },
     })
+}
+
+/// Who a passthrough caller's credentials are, as a SelfSubjectReview made with them says.
+async fn who(state: &ProxyState, caller: &Caller, headers: &HeaderMap) -> Option<String> {
+    let credentials = audit::outbound_credentials(state, caller, headers);
+    let timeout = state.handshake_timeout.min(audit::REVIEW_TIMEOUT);
+    let cluster = &state.cluster;
+    let reviewed = cluster
+        .self_reviews
+        .who(&cluster.client, &cluster.upstream, credentials, timeout)
+        .await?;
+    Some(reviewed.user)
 }
 
 /// How a terminate names an operator the cluster would not name.
