@@ -14,13 +14,14 @@
 //! review that fails is never "allowed": it is an [`AccessReviewError`], which [`answer`]
 //! turns into a Status.
 
+use super::review_request::review_request;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
-use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tracing::warn;
@@ -393,21 +394,7 @@ impl AccessReviews {
             reason: "kube-ws-proxy could not make the request".to_owned(),
         };
         let uri = self.upstream.uri(prepared.path).map_err(|e| local(&e))?;
-        let mut req = Request::builder()
-            .method(Method::POST)
-            .uri(uri)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json")
-            .body(
-                Full::new(Bytes::from(prepared.body.clone()))
-                    .map_err(|never| match never {})
-                    .boxed(),
-            )
-            .map_err(|e| local(&e))?;
-        if let Some(credentials) = &prepared.authorization {
-            req.headers_mut()
-                .insert(header::AUTHORIZATION, credentials.clone());
-        }
+        let req = review_request(uri, prepared.body.clone(), prepared.authorization.clone());
         let resp = self.client.get().request(req).await.map_err(|e| {
             let chained = Chained(&e);
             AccessReviewError::Request {

@@ -20,6 +20,7 @@ mod outbound;
 mod review;
 mod review_cache;
 mod review_limiter;
+mod review_request;
 pub mod self_subject_review;
 mod token_review;
 

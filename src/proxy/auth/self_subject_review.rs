@@ -7,13 +7,13 @@
 //! authenticate for a session either ([`SelfReview::Unauthenticated`]). Answers are kept
 //! briefly per credential, so a burst of sessions costs one review.
 
+use super::review_request::review_request;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 use tracing::debug;
 
@@ -151,23 +151,8 @@ async fn ask(client: &PooledClient, upstream: &Upstream, credentials: &HeaderVal
         let Ok(uri) = upstream.uri(&path) else {
             return SelfReview::Unknown;
         };
-        let Ok(mut req) = Request::builder()
-            .method(Method::POST)
-            .uri(uri)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json")
-            .body(
-                Full::new(Bytes::from(body.to_string()))
-                    .map_err(|never| match never {})
-                    .boxed(),
-            )
-        else {
-            return SelfReview::Unknown;
-        };
-        if !credentials.is_empty() {
-            req.headers_mut()
-                .insert(header::AUTHORIZATION, credentials.clone());
-        }
+        let authorization = (!credentials.is_empty()).then(|| credentials.clone());
+        let req = review_request(uri, body.to_string(), authorization);
         let resp = match client.get().request(req).await {
             Ok(resp) => resp,
             Err(e) => {

@@ -6,14 +6,14 @@
 //! flight instead of each making their own, each caller address has a budget of reviews
 //! ([`ReviewLimiter`]), and the API server's answer must come within a time limit.
 
+use super::review_request::review_request;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::warn;
@@ -238,22 +238,14 @@ impl TokenReviewer {
             .upstream
             .uri(TOKEN_REVIEW_PATH)
             .map_err(ReviewError::local)?;
-        let mut req = Request::builder()
-            .method(Method::POST)
-            .uri(uri)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json")
-            .body(
-                Full::new(Bytes::from(body.to_string()))
-                    .map_err(|never| match never {})
-                    .boxed(),
-            )
-            .map_err(ReviewError::local)?;
-        if let Some(own) = self.credentials.as_ref().and_then(|t| t.current()) {
-            let value = HeaderValue::from_str(&format!("Bearer {own}"))
-                .map_err(|_| ReviewError::local("the proxy's token is not a valid header"))?;
-            req.headers_mut().insert(header::AUTHORIZATION, value);
-        }
+        let own = match self.credentials.as_ref().and_then(|t| t.current()) {
+            Some(own) => Some(
+                HeaderValue::from_str(&format!("Bearer {own}"))
+                    .map_err(|_| ReviewError::local("the proxy's token is not a valid header"))?,
+            ),
+            None => None,
+        };
+        let req = review_request(uri, body.to_string(), own);
         let resp = self.client.get().request(req).await.map_err(|e| {
             let chained = Chained(&e);
             ReviewError::Request {
