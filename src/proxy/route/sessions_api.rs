@@ -30,8 +30,13 @@ pub enum SessionsCall {
     },
     /// `GET …/namespaces/NS/sessions/ID`.
     Get { namespace: String, name: String },
-    /// `DELETE …/namespaces/NS/sessions/ID`: terminate it.
-    Delete { namespace: String, name: String },
+    /// `DELETE …/namespaces/NS/sessions/ID`: terminate it, for the `reason` its query gives
+    /// (first value, as the API server reads a query), if it gives one.
+    Delete {
+        namespace: String,
+        name: String,
+        reason: Option<String>,
+    },
 }
 
 /// Why a request to the group is not a call it serves.
@@ -90,7 +95,11 @@ fn call(method: &Method, rest: &[&str], target: &RequestTarget) -> Result<Sessio
         [VERSION, "namespaces", ns, RESOURCE, id] => {
             let (namespace, name) = (name(ns)?, name(id)?);
             match *method == Method::DELETE {
-                true => SessionsCall::Delete { namespace, name },
+                true => SessionsCall::Delete {
+                    namespace,
+                    name,
+                    reason: target.first("reason").map(str::to_owned),
+                },
                 false => SessionsCall::Get { namespace, name },
             }
         }
@@ -179,11 +188,12 @@ mod tests {
         assert_eq!(
             read_str(
                 Method::DELETE,
-                "/apis/kube-ws-proxy.io/v1/namespaces/team-a/sessions/r1-7"
+                "/apis/kube-ws-proxy.io/v1/namespaces/team-a/sessions/r1-7?reason=a%20b&reason=c"
             ),
             Some(Ok(SessionsCall::Delete {
                 namespace: "team-a".into(),
-                name: "r1-7".into()
+                name: "r1-7".into(),
+                reason: Some("a b".into()),
             }))
         );
     }

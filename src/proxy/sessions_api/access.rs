@@ -83,7 +83,9 @@ fn attributes(call: &SessionsCall) -> Option<AccessAttributes> {
             Some(namespace.clone()),
             Some(name.clone()),
         ),
-        SessionsCall::Delete { namespace, name } => (
+        SessionsCall::Delete {
+            namespace, name, ..
+        } => (
             SessionVerb::Delete,
             Some(namespace.clone()),
             Some(name.clone()),

@@ -61,11 +61,15 @@ pub async fn serve(
             Some(session) => json(StatusCode::OK, &Session::of(&session)),
             None => not_found(&name),
         },
-        SessionsCall::Delete { namespace, name } => {
+        SessionsCall::Delete {
+            namespace,
+            name,
+            reason,
+        } => {
             let Some(session) = live.find(cluster, &namespace, &name) else {
                 return not_found(&name);
             };
-            let answer = terminate::terminate(req, &session, operator).await;
+            let answer = terminate::terminate(req, reason, &session, operator).await;
             if answer.status() == StatusCode::OK {
                 live.modified(&session);
             }

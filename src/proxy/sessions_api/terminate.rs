@@ -17,16 +17,19 @@ use crate::translate::status::{Status, StatusDetails};
 
 /// The largest body a terminate reads (a `DeleteOptions`-style object with a `reason`).
 const BODY_LIMIT: usize = 16 * 1024;
-/// The longest reason kept; the client sees it in its Status, the audit log in its event.
+/// The longest reason kept (as JSON text, as the audit log bounds its texts); the client sees
+/// it in its Status, the audit log in its event.
 const REASON_LIMIT: usize = 1024;
 
 /// Ends `session` for `operator`, with the reason the request gives.
+/// `query_reason` is the request's `reason` parameter, as the front door read it.
 pub async fn terminate(
     req: Request<Incoming>,
+    query_reason: Option<String>,
     session: &Arc<LiveSession>,
     operator: Operator,
 ) -> Response<ProxyBody> {
-    let reason = match reason(req).await {
+    let reason = match reason(req, query_reason).await {
         Ok(reason) => reason,
         Err(why) => return failure(StatusCode::BAD_REQUEST, "BadRequest", why),
     };
@@ -58,10 +61,9 @@ pub async fn terminate(
     status_response(StatusCode::OK, &status)
 }
 
-/// The reason the request gives: its `reason` query parameter, else a JSON body's `reason`
-/// (what `kubectl delete --raw` sends with `-f`), else none.
-async fn reason(req: Request<Incoming>) -> Result<String, String> {
-    let from_query = req.uri().query().and_then(url_reason);
+/// The reason the request gives: its `reason` query parameter (`from_query`), else a JSON
+/// body's `reason` (what `kubectl delete --raw` sends with `-f`), else none.
+async fn reason(req: Request<Incoming>, from_query: Option<String>) -> Result<String, String> {
     let body = Limited::new(req.into_body(), BODY_LIMIT)
         .collect()
         .await
@@ -79,20 +81,6 @@ async fn reason(req: Request<Incoming>) -> Result<String, String> {
                 .to_owned()
         }
     };
-    if reason.len() > REASON_LIMIT {
-        let mut cut = REASON_LIMIT;
-        while !reason.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        reason.truncate(cut);
-    }
+    crate::audit::bounds::cut_text(&mut reason, REASON_LIMIT);
     Ok(reason)
-}
-
-/// The `reason` parameter of a query, decoded.
-fn url_reason(query: &str) -> Option<String> {
-    crate::request::target::RequestTarget::parse("/", Some(query))
-        .ok()?
-        .first("reason")
-        .map(str::to_owned)
 }
