@@ -188,6 +188,30 @@ impl Operated {
         child
     }
 
+    /// Ends `session` (a running kubectl) with `kubectl delete --raw path` as `kc`: that
+    /// kubectl succeeds, the session's exits non-zero; what the session's kubectl printed on
+    /// stderr.
+    async fn terminate(
+        &self,
+        k: &Path,
+        kc: &Path,
+        path: &str,
+        mut session: tokio::process::Child,
+    ) -> String {
+        use tokio::io::AsyncReadExt;
+        let done = self.kubectl(k, kc, &["delete", "--raw", path]).await;
+        assert!(done.status.success(), "{}", stderr(&done));
+        let ended = tokio::time::timeout(Duration::from_secs(20), session.wait())
+            .await
+            .expect("the terminated session's kubectl exits")
+            .unwrap();
+        assert!(!ended.success());
+        let mut printed = String::new();
+        let mut err = session.stderr.take().unwrap();
+        err.read_to_string(&mut printed).await.unwrap();
+        printed
+    }
+
     /// The audit log's `ended` event for the session `id`, once written.
     async fn ended(&self, id: &str) -> Value {
         let deadline = tokio::time::Instant::now() + T;
@@ -239,7 +263,7 @@ async fn passthrough_operators_list_and_terminate_under_the_clusters_rbac() {
         o.kubeconfig("olga", Some(OLGA), None),
         o.kubeconfig("vic", Some(VIC), None),
     );
-    let mut session = o.running_exec(&k33, &tina, "echo started; sleep 50").await;
+    let session = o.running_exec(&k33, &tina, "echo started; sleep 50").await;
 
     // olga sees it, with who runs what where.
     let items = o.sessions(&k33, &olga, 1).await;
@@ -277,22 +301,7 @@ async fn passthrough_operators_list_and_terminate_under_the_clusters_rbac() {
 
     // olga ends it: tina's kubectl is told who and why and fails; the pod's process ends.
     let reason = format!("{one}?reason=incident-42");
-    let done = o.kubectl(&k33, &olga, &["delete", "--raw", &reason]).await;
-    assert!(done.status.success(), "{}", stderr(&done));
-    let ended = tokio::time::timeout(Duration::from_secs(20), session.wait())
-        .await
-        .expect("the terminated session's kubectl exits")
-        .unwrap();
-    assert!(!ended.success());
-    let mut printed = String::new();
-    use tokio::io::AsyncReadExt;
-    session
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut printed)
-        .await
-        .unwrap();
+    let printed = o.terminate(&k33, &olga, &reason, session).await;
     assert!(
         printed.contains("terminated by olga: incident-42"),
         "{printed}"
@@ -326,7 +335,7 @@ async fn impersonate_mode_asks_the_cluster_about_the_authenticated_caller() {
     let o = Operated::start(&["--auth-mode", "impersonate"]).await;
     let olga = o.kubeconfig("olga", None, Some(&o.client_ca.client("olga", None)));
     let tina = o.kubeconfig("tina", None, Some(&o.client_ca.client("tina", None)));
-    let mut session = o.running_exec(&k33, &tina, "echo started; sleep 50").await;
+    let session = o.running_exec(&k33, &tina, "echo started; sleep 50").await;
     let items = o.sessions(&k33, &olga, 1).await;
     assert_eq!(items[0]["spec"]["user"], "tina", "{}", items[0]);
     let denied = o.get_raw(&k33, &tina, SESSIONS).await.unwrap_err();
@@ -336,13 +345,7 @@ async fn impersonate_mode_asks_the_cluster_about_the_authenticated_caller() {
     );
     let id = items[0]["metadata"]["name"].as_str().unwrap();
     let one = format!("/apis/kube-ws-proxy.io/v1/namespaces/default/sessions/{id}");
-    let done = o.kubectl(&k33, &olga, &["delete", "--raw", &one]).await;
-    assert!(done.status.success(), "{}", stderr(&done));
-    let ended = tokio::time::timeout(Duration::from_secs(20), session.wait())
-        .await
-        .expect("the terminated session's kubectl exits")
-        .unwrap();
-    assert!(!ended.success());
+    o.terminate(&k33, &olga, &one, session).await;
     assert_eq!(o.ended(id).await["terminated_by"], "olga");
     // SubjectAccessReviews, made by the proxy's own account about the caller.
     let reviews = o.sim.access_reviews();

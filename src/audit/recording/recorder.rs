@@ -1227,10 +1227,9 @@ mod tests {
         }
     }
 
-    /// A disk that refuses writes (`/dev/full` behaves as a full disk) fails the recording,
-    /// and the session hears of it.
-    #[tokio::test]
-    async fn a_full_disk_fails_the_recording_and_tells_the_session() {
+    /// A recorder (`--record=required` or not) whose file is `/dev/full`, which refuses every
+    /// write as a full disk does, with the writer thread running; and its counters.
+    fn full_disk_recorder(required: bool) -> (RecordingCounters, Recorder) {
         let c = counters();
         let (tx, inbox) = queue::channel();
         std::thread::spawn(move || writer::run(inbox));
@@ -1255,10 +1254,18 @@ mod tests {
             express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
             state,
             record_stdin: false,
-            required: true,
+            required,
             path: "/dev/full".into(),
             closing: None,
         };
+        (c, rec)
+    }
+
+    /// A disk that refuses writes (`/dev/full` behaves as a full disk) fails the recording,
+    /// and the session hears of it.
+    #[tokio::test]
+    async fn a_full_disk_fails_the_recording_and_tells_the_session() {
+        let (c, rec) = full_disk_recorder(true);
         rec.output(&Bytes::from_static(b"lost")).await;
         let why = tokio::time::timeout(std::time::Duration::from_secs(5), rec.failed())
             .await
@@ -1303,34 +1310,7 @@ mod tests {
     /// no other way: they never wait for the disk), so their `ended` event can say so.
     #[tokio::test]
     async fn close_names_a_tail_that_could_not_be_written() {
-        let c = counters();
-        let (tx, inbox) = queue::channel();
-        std::thread::spawn(move || writer::run(inbox));
-        let state = Arc::new(RecordingState::new());
-        let full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .unwrap();
-        tx.send(Message::Open {
-            id: 9,
-            file: full,
-            header: writer::test_header(""),
-            counted: c.of("default"),
-            written: None,
-            state: state.clone(),
-        });
-        let rec = Recorder {
-            id: 9,
-            tx,
-            budget: Arc::new(Semaphore::new(BUDGET_BYTES)),
-            cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
-            express: Arc::new(Semaphore::new(EXPRESS_BYTES)),
-            state,
-            record_stdin: false,
-            required: false,
-            path: "/dev/full".into(),
-            closing: None,
-        };
+        let (c, rec) = full_disk_recorder(false);
         let why = rec.close().await.expect("the failed tail is named");
         assert!(why.contains("No space left"), "{why}");
         assert_eq!(count(&c.failures), 1);
