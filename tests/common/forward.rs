@@ -84,6 +84,24 @@ impl Forward {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits (bounded) for kubectl to exit; how it exited, if it did.
+    pub async fn exit_status(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .ok()
+            .map(|s| s.expect("kubectl's exit"))
+    }
+
+    /// What kubectl wrote to stderr, once `done` says it is all there (kubectl's stderr is
+    /// read by a background task: its last line may land after its exit), or after 10 s.
+    pub async fn stderr_once(&self, done: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(&self.stderr()) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.stderr()
+    }
+
     /// Waits (bounded) for kubectl to exit; whether it did.
     pub async fn exited(&mut self, timeout: Duration) -> bool {
         tokio::time::timeout(timeout, self.child.wait())

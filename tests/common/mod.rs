@@ -14,6 +14,7 @@ pub mod h2_ws;
 pub mod hangup;
 pub mod harness;
 pub mod middlebox;
+pub mod operated;
 pub mod page_server;
 pub mod pki;
 pub mod pod_server;
