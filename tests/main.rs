@@ -46,6 +46,7 @@ mod e2e_reverse;
 mod e2e_security;
 mod e2e_session_ends;
 mod e2e_sessions_api;
+mod e2e_sessions_terminate;
 mod e2e_slow_clients;
 mod e2e_spdy_headers;
 mod e2e_tls;

@@ -17,6 +17,7 @@ pub mod status;
 pub mod status_mapping;
 pub mod subprotocol;
 pub mod tunnel;
+pub mod tunnel_stop;
 pub mod ws;
 
 /// How long a WebSocket's closing handshake may take at the end of a session (the tunnel's

@@ -11,6 +11,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::observe::{Direction, PortForwardWatch};
+use super::tunnel_stop::{end_messages, operator_ended, SpdyEdges};
 use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket, WsReader, WsWriter};
 use super::CLOSE_WAIT;
 use crate::activity_clock::ActivityClock;
@@ -103,7 +104,10 @@ enum ClientLast {
 
 /// Relays until either side ends, then closes both: Close 1000 to the client, shutdown to the
 /// upstream. `leftover` are bytes the upstream sent right after its 101.
-/// `stop` ends the tunnel early (graceful shutdown), with Close 1001 to the client;
+/// `stop` ends the tunnel early: a drain with Close 1001 to the client; an operator's
+/// termination with Close 1008 saying who and why, after (with a `watch`, which knows the
+/// forwarded connections) the message on each open connection's error stream and at most
+/// [`CLOSE_WAIT`] for the client to close ([`super::tunnel_stop`]);
 /// `idle_timeout` ends a tunnel that carried no byte either way for that long (the client's
 /// pings do not count). A client that stops answering the WebSocket's keepalive pings ends it
 /// too, without a closing handshake. With a `watch` (the audit log's), the SPDY bytes of both
@@ -129,6 +133,8 @@ where
     let mut client_last = ClientLast::Nothing;
     // When a byte last went either way.
     let activity = ActivityClock::new();
+    // With the watch the down direction tells the open connections of a termination itself.
+    let tells = watch.map(|w| (w, &stop));
     let ended_by = {
         let down = relay_down(
             &mut up_read,
@@ -136,7 +142,7 @@ where
             leftover,
             &mut bytes_down,
             &activity,
-            watch,
+            tells,
         );
         let up = relay_up(
             &mut reader,
@@ -146,10 +152,20 @@ where
             &activity,
             watch,
         );
+        tokio::pin!(up);
         tokio::select! {
-            () = down => TunnelEnd::Upstream,
-            end = up => end,
-            () = stop.stopped() => TunnelEnd::stopped(&stop),
+            down = down => match down {
+                Down::Ended => TunnelEnd::Upstream,
+                Down::Terminated { told } => {
+                    if told {
+                        // The client's turn to close (kubectl does once it read the frames).
+                        let _ = tokio::time::timeout(CLOSE_WAIT, &mut up).await;
+                    }
+                    TunnelEnd::Terminated
+                }
+            },
+            end = &mut up => end,
+            () = cut_by(&stop, tells.is_some()) => TunnelEnd::stopped(&stop),
             _ = liveness.lost() => TunnelEnd::ClientUnresponsive,
             _ = activity.quiet_for_limit(idle_timeout) => TunnelEnd::IdleTimeout,
         }
@@ -159,27 +175,52 @@ where
     TunnelOutcome::since(started, bytes_up, bytes_down, ended_by)
 }
 
+/// Resolves when the session's stop must cut the tunnel: always, or (`told`: the down
+/// direction tells the client of a termination itself) on a drain only.
+async fn cut_by(stop: &SessionStop, told: bool) {
+    stop.stopped().await;
+    if told && stop.termination().is_some() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// How the down direction ended.
+enum Down {
+    /// The upstream ended, or the client cannot be written to.
+    Ended,
+    /// An operator terminated the session; `told`: the client's open connections were told.
+    Terminated { told: bool },
+}
+
 /// Upstream to client: `leftover` first, then each upstream read as one message, until the
 /// upstream ends or the client cannot be written to. Keepalive pings and pongs go out between
-/// reads.
+/// reads. With `tells` (the audit's watch and the session's stop), the upstream's SPDY frames
+/// are followed, and a termination is told to the client's open connections between two of
+/// them.
 async fn relay_down<R, W>(
     up_read: &mut R,
     writer: &mut WsWriter<W>,
     leftover: Bytes,
     bytes_down: &mut u64,
     activity: &ActivityClock,
-    watch: Option<&PortForwardWatch>,
-) where
+    tells: Option<(&PortForwardWatch, &SessionStop)>,
+) -> Down
+where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let watch = tells.map(|(w, _)| w);
+    let mut edges = tells.map(|_| SpdyEdges::default());
     if !leftover.is_empty() {
         *bytes_down += leftover.len() as u64;
         if let Some(watch) = watch {
             watch.relayed(Direction::UpstreamToClient, &leftover);
         }
+        if let Some(edges) = edges.as_mut() {
+            edges.follow(&leftover);
+        }
         if writer.send_binary(&[], leftover).await.is_err() {
-            return;
+            return Down::Ended;
         }
     }
     // Reads of up to 64 KiB while data flows (kube-apiserver's tunnel uses 32 KiB; 64 KiB
@@ -194,7 +235,7 @@ async fn relay_down<R, W>(
         let want = sizer.prepare(&mut buf, None);
         tokio::select! {
             read = up_read.read_buf(&mut buf) => match read {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => return Down::Ended,
                 Ok(n) => {
                     *bytes_down += n as u64;
                     activity.touch();
@@ -203,19 +244,76 @@ async fn relay_down<R, W>(
                     if let Some(watch) = watch {
                         watch.relayed(Direction::UpstreamToClient, &msg);
                     }
+                    if let Some(edges) = edges.as_mut() {
+                        edges.follow(&msg);
+                    }
                     if writer.send_binary(&[], msg).await.is_err() {
-                        return;
+                        return Down::Ended;
                     }
                 }
             },
             // Flushing sends the pong or the keepalive ping.
             () = writer.control_due() => {
                 if writer.flush().await.is_err() {
-                    return;
+                    return Down::Ended;
                 }
+            }
+            () = operator_ended(tells.map(|(_, stop)| stop)) => {
+                let (Some((watch, stop)), Some(edges)) = (tells, edges.as_mut()) else {
+                    return Down::Ended;
+                };
+                let told = tell_terminated(up_read, writer, edges, watch, stop).await;
+                return Down::Terminated { told };
             }
         }
     }
+}
+
+/// Tells the client's open connections that an operator terminated the session: the frame it
+/// has begun finished first (what more the upstream sends of it, within [`CLOSE_WAIT`]), then
+/// the proxy's frames. Whether they went; where they cannot, the Close alone says it.
+async fn tell_terminated<R, W>(
+    up_read: &mut R,
+    writer: &mut WsWriter<W>,
+    edges: &mut SpdyEdges,
+    watch: &PortForwardWatch,
+    stop: &SessionStop,
+) -> bool
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let finished = tokio::time::timeout(CLOSE_WAIT, async {
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        while !edges.at_boundary() {
+            buf.clear();
+            match up_read.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            }
+            // The rest of the read (frames after it) is the upstream's last word: dropped.
+            let rest = buf.split_to(edges.finishing(&buf)).freeze();
+            watch.relayed(Direction::UpstreamToClient, &rest);
+            edges.follow(&rest);
+            if writer.send_binary(&[], rest).await.is_err() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    if finished != Ok(true) {
+        return false;
+    }
+    let message = stop.termination().map(|t| t.message()).unwrap_or_default();
+    // None when no connection is open (or the watch stopped following): the Close says it.
+    let messages = end_messages(watch, &message);
+    for frames in &messages {
+        if writer.send_binary(&[], frames.clone()).await.is_err() {
+            return false;
+        }
+    }
+    !messages.is_empty()
 }
 
 /// Client to upstream, until the client ends (its Close, a violation, its connection gone) or
@@ -414,6 +512,7 @@ mod tests {
     use tokio::task::JoinHandle;
 
     use super::*;
+    use crate::spdy::frame::FLAG_FIN;
     use crate::translate::ws::frame::OpCode;
     use crate::translate::ws::test_client::{masked, server_frames};
     use crate::translate::ws::Config;
@@ -519,6 +618,77 @@ mod tests {
             None,
         ));
         (client, upstream, task, writes)
+    }
+
+    /// The client's SYN_STREAMs of one forwarded connection (error stream 1, data stream 3).
+    fn connection_opened() -> Vec<u8> {
+        use crate::spdy::codec::FrameEncoder;
+        use crate::spdy::frame::{Frame, HeaderBlock, StreamId, SynStream};
+        let mut enc = FrameEncoder::new();
+        let mut out = BytesMut::new();
+        for (id, kind) in [(1, "error"), (3, "data")] {
+            let mut headers = HeaderBlock::new();
+            headers.push("streamtype", kind);
+            headers.push("port", "80");
+            headers.push("requestid", "0");
+            let frame = Frame::SynStream(SynStream::new(StreamId::new(id), headers));
+            enc.encode(&frame, &mut out).unwrap();
+        }
+        out.to_vec()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_termination_is_told_between_two_frames_on_each_open_connection() {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let (ours, mut upstream) = tokio::io::duplex(1 << 20);
+        let ws = WebSocket::new(
+            server,
+            Config {
+                max_message_size: 1 << 20,
+                keepalive: None,
+                memory: None,
+            },
+        );
+        let stop = SessionStop::default();
+        let watch = PortForwardWatch::new();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move { run(ws, ours, Bytes::new(), stop, None, Some(&watch)).await })
+        };
+        client
+            .write_all(&masked(0x82, &connection_opened()))
+            .await
+            .unwrap();
+        let mut opened = vec![0; connection_opened().len()];
+        upstream.read_exact(&mut opened).await.unwrap();
+        // The upstream is inside a DATA frame of 5 bytes on the data stream when it ends.
+        upstream
+            .write_all(&[0, 0, 0, 3, 0, 0, 0, 5, b'a', b'b'])
+            .await
+            .unwrap();
+        assert_eq!(server_frames(&mut client, 1).await[0].1.len(), 10);
+        stop.terminate(crate::session_stop::Termination {
+            by: "olga".into(),
+            reason: "enough".into(),
+        });
+        // The tunnel sees the termination before the upstream's next bytes.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The frame's rest goes; what follows it does not, the proxy's frames do.
+        upstream
+            .write_all(b"cde\0\0\0\x03\0\0\0\x01z")
+            .await
+            .unwrap();
+        let frames = server_frames(&mut client, 3).await;
+        assert_eq!(frames[0], (OpCode::Binary, b"cde".to_vec()));
+        let told = b"kube-ws-proxy ended the session: terminated by olga: enough";
+        let mut end = vec![0, 0, 0, 1, FLAG_FIN, 0, 0, told.len() as u8];
+        end.extend_from_slice(told);
+        end.extend_from_slice(&[0, 0, 0, 3, FLAG_FIN, 0, 0, 0]);
+        assert_eq!(frames[1], (OpCode::Binary, end));
+        // The client did not close within the 2 s: the Close says it all the same.
+        assert_eq!(frames[2].0, OpCode::Close);
+        assert_eq!(&frames[2].1[..2], &1008u16.to_be_bytes());
+        assert_eq!(task.await.unwrap().ended_by, TunnelEnd::Terminated);
     }
 
     #[tokio::test]

@@ -4,11 +4,13 @@ object with what it saw. Used by tests/e2e_python.rs; the Rust test makes the as
     k8s_client.py SERVER [OPTIONS] exec-v5
     k8s_client.py SERVER [OPTIONS] exec-v4
     k8s_client.py SERVER [OPTIONS] portforward POD_PORT BYTES
+    k8s_client.py SERVER [OPTIONS] exec-v4-until-ended
 
 OPTIONS, each set in the client's configuration as a user sets it:
     --proxy URL   reach SERVER through that HTTP proxy (`proxy`): the WebSocket is a tunnel
                   made with CONNECT to SERVER's host and port, so the name needs no resolver
     --ca FILE     trust only the CA in FILE for an https SERVER (`ssl_ca_cert`)
+    --token T     authenticate with the bearer token T (`api_key`)
 """
 import hashlib
 import json
@@ -23,6 +25,8 @@ from kubernetes.stream import portforward, stream
 
 # The client configuration's settings given as OPTIONS (see above), by attribute.
 SETTINGS = {}
+# The bearer token (--token), if any.
+TOKEN = None
 OPTIONS = {"--proxy": "proxy", "--ca": "ssl_ca_cert"}
 
 
@@ -31,6 +35,9 @@ def api(server):
     cfg.host = server
     for name, value in SETTINGS.items():
         setattr(cfg, name, value)
+    if TOKEN:
+        cfg.api_key = {"authorization": TOKEN}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
     return client.CoreV1Api(client.ApiClient(cfg))
 
 
@@ -94,6 +101,36 @@ def exec_v4(server):
     }
 
 
+def exec_v4_until_ended(server):
+    # A v4 session (relayed) that runs until something else ends it: prints `started` (its
+    # first output) on a line of its own, then, once the session is over, what the error
+    # channel said. The channel is read as is: a Status without an exit code is no returncode.
+    resp = stream(
+        api(server).connect_get_namespaced_pod_exec,
+        "web",
+        "default",
+        command=["sh", "-c", "echo started; sleep 50"],
+        stdin=False,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+        _headers={"sec-websocket-protocol": "v4.channel.k8s.io"},
+    )
+    out = ""
+    while resp.is_open() and "started" not in out:
+        resp.update(timeout=1)
+        out += resp.read_stdout() if resp.peek_stdout() else ""
+    print("started", flush=True)
+    more, err = drain(resp)
+    return {
+        "subprotocol": resp.subprotocol,
+        "stdout": out + more,
+        "stderr": err,
+        "error": resp.read_channel(3),
+    }
+
+
 def port_forward(server, port, size):
     """Sends `size` pseudo-random bytes to an echo server in the pod and reads them back."""
     pf = portforward(
@@ -136,7 +173,12 @@ def port_forward(server, port, size):
 
 
 def main():
+    global TOKEN
     args = sys.argv[1:]
+    if "--token" in args:
+        at = args.index("--token")
+        TOKEN = args[at + 1]
+        del args[at : at + 2]
     for option, setting in OPTIONS.items():
         if option in args:
             at = args.index(option)
@@ -147,6 +189,8 @@ def main():
         result = exec_v5(server)
     elif mode == "exec-v4":
         result = exec_v4(server)
+    elif mode == "exec-v4-until-ended":
+        result = exec_v4_until_ended(server)
     elif mode == "portforward":
         result = port_forward(server, int(args[2]), int(args[3]))
     else:

@@ -34,7 +34,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
-pub use port_forward::MAX_CONNECTIONS;
+pub use port_forward::{OpenForwards, MAX_CONNECTIONS};
 pub use spdy::{RemoteCommandStreams, SpdyObserver};
 pub use tunnel::TunnelObserver;
 pub use websocket::{WebSocketFraming, WebSocketObserver};
@@ -369,6 +369,16 @@ impl PortForwardWatch {
             // Frees the buffers and zlib contexts at once.
             state.observer = None;
             state.memory = None;
+        }
+    }
+
+    /// The SPDY port-forward's streams the upstream has not ended yet (none known once the
+    /// watch stopped, or for a legacy WebSocket port-forward, which has no streams).
+    pub fn open_forwards(&self) -> OpenForwards {
+        match &self.lock().observer {
+            Some(Protocol::Spdy(o)) => o.open_forwards().unwrap_or_default(),
+            Some(Protocol::Tunnel(o)) => o.open_forwards(),
+            _ => OpenForwards::default(),
         }
     }
 

@@ -25,6 +25,16 @@ const MAX_OPEN_STREAMS: usize = 4_096;
 /// Most bytes of a connection's error text kept (the kubelet's messages are one line).
 const MAX_ERROR_TEXT: usize = 1_024;
 
+/// The streams of a port-forward's connections that the upstream may still write on: where
+/// the proxy tells the client that the session ended (the error streams) and ends their data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenForwards {
+    /// Error streams.
+    pub errors: Vec<u32>,
+    /// Data streams.
+    pub data: Vec<u32>,
+}
+
 /// What a stream is for, within its connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -175,6 +185,21 @@ impl PortForwards {
             }
             _ => {}
         }
+    }
+
+    /// The forwarded connections' streams the upstream has not ended yet, lowest first.
+    pub(super) fn open(&self) -> OpenForwards {
+        let mut open = OpenForwards::default();
+        for (&id, stream) in &self.streams {
+            match (stream.kind, stream.upstream_done) {
+                (Kind::Error, false) => open.errors.push(id),
+                (Kind::Data, false) => open.data.push(id),
+                _ => {}
+            }
+        }
+        open.errors.sort_unstable();
+        open.data.sort_unstable();
+        open
     }
 
     /// What was seen so far.

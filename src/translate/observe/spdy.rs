@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use bytes::BytesMut;
 
-use super::port_forward::PortForwards;
+use super::port_forward::{OpenForwards, PortForwards};
 use super::{Direction, ObserveError, Observed, Scope, MAX_FRAME};
 use crate::audit::port_forward::PortForwardReport;
 use crate::spdy::codec::FrameDecoder;
@@ -161,6 +161,11 @@ impl SpdyObserver {
             forwards: Some(Box::default()),
             ..SpdyObserver::new()
         }
+    }
+
+    /// A port-forward's streams the upstream has not ended; `None` for a remote-command one.
+    pub fn open_forwards(&self) -> Option<OpenForwards> {
+        self.forwards.as_deref().map(PortForwards::open)
     }
 
     /// What a port-forward observer has seen so far; `None` for a remote-command one.

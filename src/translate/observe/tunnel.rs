@@ -8,7 +8,7 @@
 //! is handed on where it lies, a masked one (the client's) is unmasked a small piece at a time
 //! on the stack.
 
-use super::{Direction, ObserveError, SpdyObserver};
+use super::{Direction, ObserveError, OpenForwards, SpdyObserver};
 use crate::audit::port_forward::PortForwardReport;
 use crate::translate::ws::frame::{FrameHead, OpCode, MAX_HEAD_LEN};
 use crate::translate::ws::mask::apply_mask;
@@ -115,6 +115,11 @@ impl TunnelObserver {
             upstream: Deframer::new(),
             spdy: SpdyObserver::port_forward(),
         }
+    }
+
+    /// The tunnel's forwarded connections' streams the upstream has not ended.
+    pub fn open_forwards(&self) -> OpenForwards {
+        self.spdy.open_forwards().unwrap_or_default()
     }
 
     /// What the tunnel's SPDY session carried so far.

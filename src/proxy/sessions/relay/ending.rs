@@ -1,5 +1,5 @@
 //! How a relayed exec/attach is ended by the proxy when its recording fails under
-//! `--record=required`: at a frame boundary ([`FrameCursor`]), with what a kubelet sends at
+//! `--record=required`, or an operator terminates it (the sessions API): at a frame boundary ([`FrameCursor`]), with what a kubelet sends at
 //! the end of a failed stream, so that the client prints why and fails.
 //!
 //! - SPDY/3.1: the Status as a DATA frame on the error stream the client opened, with FIN,
@@ -17,6 +17,7 @@
 use base64::Engine;
 
 use super::frames::{FrameCursor, Framing};
+use crate::session_stop::Termination;
 use crate::spdy::frame::FLAG_FIN;
 use crate::translate::channel::Channel;
 use crate::translate::observe::{RemoteCommandStreams, WebSocketFraming};
@@ -36,6 +37,12 @@ pub fn recording_failed(why: &str) -> Status {
              required (--record=required)"
         ),
     )
+}
+
+/// The Status a session an operator terminated ends with (`Forbidden`, 403, saying who and
+/// why), as on the translated path.
+pub fn terminated(termination: &Termination) -> Status {
+    Status::failure(403, "Forbidden", termination.message())
 }
 
 /// What the error channel of a protocol carries.
@@ -168,7 +175,7 @@ fn websocket_frames(framing: WebSocketFraming, payload: &[u8], in_message: bool)
     let mut out = Vec::new();
     let close = if in_message {
         // Kubernetes servers never fragment; a Close may go between fragments, a message not.
-        close_payload(CloseCode(1011), "recording failed")
+        close_payload(CloseCode(1011), "ended by kube-ws-proxy")
     } else {
         let channel = Channel::Error.as_byte();
         match framing {
@@ -341,8 +348,8 @@ mod tests {
         let mut cursor = FrameCursor::holding_heads(Framing::WebSocket);
         cursor.follow(&[0x02, 1, 1]);
         let end = ending.frames(&status, &cursor, streams()).unwrap();
-        let mut expected = vec![0x88, 18, 0x03, 0xf3];
-        expected.extend_from_slice(b"recording failed");
+        let mut expected = vec![0x88, 24, 0x03, 0xf3];
+        expected.extend_from_slice(b"ended by kube-ws-proxy");
         assert_eq!(end.bytes, expected);
     }
 

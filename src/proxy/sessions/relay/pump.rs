@@ -21,6 +21,7 @@ use super::pings::PingInjector;
 use super::recording::RelayTap;
 use crate::activity_clock::ActivityClock;
 use crate::peer_hangup::{Hangup, PeerHangup};
+use crate::session_stop::SessionStop;
 use crate::translate::observe::{Direction, PortForwardWatch};
 use crate::translate::ws::Liveness;
 
@@ -68,6 +69,10 @@ pub struct RelayHooks<'a> {
     /// The TCP socket under the upstream given to [`pump`], watched for its hang-up while the
     /// tap holds a read back.
     pub upstream_hangup: Option<PeerHangup>,
+    /// The session's stop signal: an operator's termination ends the session towards the
+    /// client with a Status between two frames, where the tap can say one
+    /// ([`RelayTap::terminable`]).
+    pub stop: Option<SessionStop>,
 }
 
 /// The upstream's hang-up, looked for while the tap holds a read back; once seen, known.
@@ -127,10 +132,14 @@ pub async fn pump<C, U>(
         watch,
         seen: AtomicU8::new(0),
     });
+    let terminated = hooks
+        .stop
+        .filter(|_| hooks.tap.is_some_and(RelayTap::terminable));
     let down = async {
         let side = Side {
             direction: Direction::UpstreamToClient,
             total: &counters.upstream_to_client,
+            terminated: terminated.as_ref(),
             tap: hooks.tap,
             watch: hooks.watch,
             frames: DownFrames::needed(hooks.tap, pings),
@@ -149,6 +158,7 @@ pub async fn pump<C, U>(
         let side = Side {
             direction: Direction::ClientToUpstream,
             total: &counters.client_to_upstream,
+            terminated: None,
             tap: hooks.tap,
             watch: hooks.watch,
             frames: None,
@@ -215,6 +225,8 @@ impl DownFrames {
 struct Side<'a> {
     direction: Direction,
     total: &'a AtomicU64,
+    /// Towards the client, when a termination ends it with a Status: the session's stop.
+    terminated: Option<&'a SessionStop>,
     tap: Option<&'a RelayTap>,
     watch: Option<&'a PortForwardWatch>,
     /// Towards the client, when followed.
@@ -380,13 +392,20 @@ where
     let ender = side
         .tap
         .filter(|_| side.direction == Direction::UpstreamToClient);
+    let terminated = side.terminated;
     loop {
         let must_end = async {
-            match ender {
-                Some(tap) => {
-                    tap.must_end().await;
+            let recording = async {
+                match ender {
+                    Some(tap) => {
+                        tap.must_end().await;
+                    }
+                    None => std::future::pending().await,
                 }
-                None => std::future::pending().await,
+            };
+            tokio::select! {
+                () = recording => {}
+                () = operator_ended(terminated) => {}
             }
         };
         let pings = side
@@ -419,6 +438,19 @@ where
     }
 }
 
+/// Resolves once an operator terminated the session (never on a drain, which cuts it).
+async fn operator_ended(stop: Option<&SessionStop>) {
+    match stop {
+        Some(stop) => {
+            stop.stopped().await;
+            if stop.termination().is_none() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// Ends a session that must end, towards the client: the frame the client has begun is
 /// completed (the first bytes of `buf[..have]`, then what more the upstream sends of it),
 /// and the proxy's last frames follow, with the Status saying why. Where none can go (the
@@ -442,12 +474,19 @@ where
     else {
         return closed;
     };
-    tap.note_ended();
-    let Some(frames) = side.frames.as_mut().filter(|_| tap.ends_with_status()) else {
+    let termination = side.terminated.and_then(SessionStop::termination);
+    if termination.is_none() {
+        tap.note_ended();
+    }
+    let with_status = termination.is_some() || tap.ends_with_status();
+    let Some(frames) = side.frames.as_mut().filter(|_| with_status) else {
         return closed;
     };
     let cursor = &mut frames.cursor;
-    let why = tap.must_end().await;
+    let why = match termination {
+        Some(t) => Why::Terminated(t),
+        None => Why::Recording(tap.must_end().await),
+    };
     loop {
         let done = cursor.complete(&buf[..have]);
         if done > 0 {
@@ -464,7 +503,11 @@ where
             Ok(n) => n,
         };
     }
-    let Some(end) = tap.end_frames(&why, cursor) else {
+    let end = match why {
+        Why::Terminated(t) => tap.terminate_frames(t, cursor),
+        Why::Recording(why) => tap.end_frames(&why, cursor),
+    };
+    let Some(end) = end else {
         return closed;
     };
     if w.write_all(&end.bytes).await.is_err() || w.flush().await.is_err() {
@@ -473,6 +516,14 @@ where
     Copied::MustEnd {
         half_close: end.half_close,
     }
+}
+
+/// Why the relay ends a session itself.
+enum Why<'a> {
+    /// An operator terminated it.
+    Terminated(&'a crate::session_stop::Termination),
+    /// Its required recording failed, for this reason.
+    Recording(String),
 }
 
 /// Reads and drops until the end of the stream.

@@ -10,9 +10,10 @@ use std::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::ending::{recording_failed, EndFrames, Ending};
+use super::ending::{recording_failed, terminated, EndFrames, Ending};
 use super::frames::FrameCursor;
 use crate::audit::recording::{Recordable, Recorded, Recorder};
+use crate::session_stop::Termination;
 use crate::translate::observe::{Direction, ErrorStream, Observed, Observer, RemoteCommandStreams};
 
 /// What the two directions of one relay share. Both run in one task, so the lock is never
@@ -44,6 +45,9 @@ pub struct RelayTap {
     unobservable: CancellationToken,
     /// How the session is ended with a Status when it must end (`--record=required`).
     ending: Option<Ending>,
+    /// How the session is ended with a Status when an operator terminates it: any
+    /// remote-command protocol the tap follows, recorded or not.
+    terminable: Option<Ending>,
     /// Set once the relay stopped passing bytes on because the session must end.
     ended: AtomicBool,
 }
@@ -84,6 +88,7 @@ impl RelayTap {
             }),
             unobservable: CancellationToken::new(),
             ending: None,
+            terminable: None,
             ended: AtomicBool::new(false),
         }
     }
@@ -92,8 +97,9 @@ impl RelayTap {
     /// two of the upstream's frames: the relay then follows the upstream's frames
     /// ([`RelayTap::frame_cursor`]), and the whole declared length of a frame whose head has
     /// been passed on counts against the bound (see [`RelayTap::pass_down`]). Without
-    /// `required`, nothing changes.
+    /// `required`, only an operator's termination ends it so ([`RelayTap::terminable`]).
     pub fn ending_with(mut self, ending: Option<Ending>) -> RelayTap {
+        self.terminable = ending;
         if let (true, Some(_), Some(ending)) = (self.required, &self.recorder, ending) {
             self.ending = Some(ending);
         }
@@ -104,6 +110,7 @@ impl RelayTap {
     /// session between two of them: one that never lets a read end inside a head.
     pub fn frame_cursor(&self) -> Option<FrameCursor> {
         self.ending
+            .or(self.terminable)
             .map(|ending| FrameCursor::holding_heads(ending.framing()))
     }
 
@@ -193,7 +200,7 @@ impl RelayTap {
                 }
                 shared.unrecorded.get_or_insert(why);
             }
-            if direction == Direction::ClientToUpstream && self.ending.is_some() {
+            if direction == Direction::ClientToUpstream && self.terminable.is_some() {
                 if let Some(streams) = shared.observer.spdy_streams() {
                     shared.streams = streams;
                 }
@@ -254,6 +261,25 @@ impl RelayTap {
         let shared = self.lock();
         let streams = shared.observer.spdy_streams().unwrap_or(shared.streams);
         ending.frames(&recording_failed(why), frames, streams)
+    }
+
+    /// Whether an operator's termination ends the session with a Status of the proxy's (a
+    /// remote-command protocol the tap follows, whose frames the relay follows too).
+    pub fn terminable(&self) -> bool {
+        self.terminable.is_some()
+    }
+
+    /// The frames that end the session with a Status saying who terminated it and why
+    /// (`termination`), where the client stands now (`frames`); `None` where none can go.
+    pub fn terminate_frames(
+        &self,
+        termination: &Termination,
+        frames: &FrameCursor,
+    ) -> Option<EndFrames> {
+        let ending = self.terminable?;
+        let shared = self.lock();
+        let streams = shared.observer.spdy_streams().unwrap_or(shared.streams);
+        ending.frames(&terminated(termination), frames, streams)
     }
 
     /// Notes that the relay stopped passing bytes on because the session must end.
@@ -583,6 +609,73 @@ mod tests {
             RelayTap::new(recorder, observer, true).ending_with(ending),
             writer,
         )
+    }
+
+    /// An operator's termination of a relayed v4 session that is only audited (no recording):
+    /// the frame the client has begun is finished, then the Status on channel 3 and a Close;
+    /// nothing of the upstream's after that frame.
+    #[tokio::test]
+    async fn a_termination_ends_an_audited_relay_between_two_frames_with_its_status() {
+        use crate::session_stop::{SessionStop, Termination};
+        let observer = Observer::with_scope(
+            Some("websocket"),
+            Some(V4),
+            crate::translate::observe::Scope::ErrorStream,
+        )
+        .unwrap();
+        let ending = Ending::for_protocol(Some("websocket"), Some(V4));
+        let tap = RelayTap::observing(observer).ending_with(ending);
+        assert!(tap.terminable());
+        let stop = SessionStop::default();
+        let (client_near, mut client_far) = tokio::io::duplex(64 * 1024);
+        let (upstream_near, mut upstream_far) = tokio::io::duplex(64 * 1024);
+        let (counters, activity) = (RelayCounters::default(), ActivityClock::new());
+        let hooks = RelayHooks {
+            tap: Some(&tap),
+            linger: Some(Duration::from_secs(5)),
+            stop: Some(stop.clone()),
+            ..RelayHooks::default()
+        };
+        let message = stdout_message(10);
+        let (stopper, sent) = (stop.clone(), message.clone());
+        // Moved in: the client and the upstream hang up once done, which ends the relay.
+        let peers = async move {
+            let message = sent;
+            // The upstream is 4 bytes into a message when the session is terminated.
+            upstream_far.write_all(&message[..8]).await.unwrap();
+            let mut got = vec![0; 8];
+            client_far.read_exact(&mut got).await.unwrap();
+            stopper.terminate(Termination {
+                by: "olga".into(),
+                reason: "enough".into(),
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            upstream_far.write_all(&message[8..]).await.unwrap();
+            upstream_far.write_all(&stdout_message(3)).await.unwrap();
+            let mut got = Vec::new();
+            client_far.read_to_end(&mut got).await.unwrap();
+            got
+        };
+        let ((), got) = tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::join!(
+                pump(client_near, upstream_near, &counters, &activity, hooks),
+                peers
+            )
+        })
+        .await
+        .unwrap();
+        let status = crate::proxy::sessions::relay::ending::terminated(&Termination {
+            by: "olga".into(),
+            reason: "enough".into(),
+        });
+        let cursor =
+            FrameCursor::holding_heads(crate::proxy::sessions::relay::frames::Framing::WebSocket);
+        let end = ending
+            .unwrap()
+            .frames(&status, &cursor, Default::default())
+            .unwrap();
+        assert_eq!(&got[..message.len() - 8], &message[8..]);
+        assert_eq!(&got[message.len() - 8..], &end.bytes[..]);
     }
 
     /// What the relay does with a read from the upstream (`frames`: the tap's cursor): how

@@ -261,7 +261,10 @@ fn follow_session<B>(
     // error stream alone, the other streams' payloads passed over unread.
     if let (None, Some(_)) = (&tap, &state.audit) {
         if relayed.target.is_remote_command() {
-            tap = observer_for(state, resp, Scope::ErrorStream).map(RelayTap::observing);
+            let (upgrade, protocol) = agreed(resp);
+            let ending = ending::Ending::for_protocol(upgrade, protocol);
+            tap = observer_for(state, resp, Scope::ErrorStream)
+                .map(|observer| RelayTap::observing(observer).ending_with(ending));
         }
     }
     (tap, refusal)

@@ -104,7 +104,9 @@ impl RelaySession {
         C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
         U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
-        // A relay carries a protocol we do not parse: on shutdown it can only be cut.
+        // A relay carries a protocol we do not parse: on shutdown it can only be cut. A tap
+        // that follows it (a recording, the audit log's exit code) knows where its frames
+        // begin, so that a termination's Status can go between two of them.
         let activity = ActivityClock::new();
         let idle = async {
             match self.idle_timeout {
@@ -129,6 +131,7 @@ impl RelaySession {
             }),
             linger: Some(self.linger),
             upstream_hangup: self.upstream_hangup,
+            stop: Some(self.running.slot().stop()),
         };
         let session_id = self.session_id;
         let mut relay = Box::pin(pump(client, upstream, counters, &activity, hooks));
@@ -149,7 +152,7 @@ impl RelaySession {
                 SessionOutcome::RecordingFailed
             }
         };
-        if outcome == SessionOutcome::RecordingFailed {
+        if self.ends_itself(outcome) {
             // The relay ends it itself: the frame the client has begun, the Status, and the
             // client's own close, within the close drain timeout; then both are cut.
             let _ = tokio::time::timeout(self.linger, &mut relay).await;
@@ -165,6 +168,17 @@ impl RelaySession {
                 outcome,
                 recording_failure,
             },
+        }
+    }
+
+    /// Whether the relay ends a session that ran to `outcome` itself, with a Status of the
+    /// proxy's: a required recording that failed, or an operator's termination where the tap
+    /// can say it. Anything else is cut.
+    fn ends_itself(&self, outcome: SessionOutcome) -> bool {
+        match outcome {
+            SessionOutcome::RecordingFailed => true,
+            SessionOutcome::Terminated => self.tap.as_ref().is_some_and(RelayTap::terminable),
+            _ => false,
         }
     }
 
