@@ -175,12 +175,14 @@ where
     TunnelOutcome::since(started, bytes_up, bytes_down, ended_by)
 }
 
-/// Resolves when the session's stop must cut the tunnel: always, or (`told`: the down
-/// direction tells the client of a termination itself) on a drain only.
+/// Resolves when the session's stop must cut the tunnel: at once on a drain, or without the
+/// down direction telling the client itself (`told`); otherwise once the telling should have
+/// been done (the frame under way finished, the client's close: [`CLOSE_WAIT`] each), so that
+/// a client that reads nothing is cut all the same.
 async fn cut_by(stop: &SessionStop, told: bool) {
     stop.stopped().await;
     if told && stop.termination().is_some() {
-        std::future::pending::<()>().await;
+        tokio::time::sleep(2 * CLOSE_WAIT).await;
     }
 }
 
@@ -689,6 +691,51 @@ mod tests {
         assert_eq!(frames[2].0, OpCode::Close);
         assert_eq!(&frames[2].1[..2], &1008u16.to_be_bytes());
         assert_eq!(task.await.unwrap().ended_by, TunnelEnd::Terminated);
+    }
+
+    /// A client that reads nothing holds the tunnel's telling up: it is cut all the same.
+    #[tokio::test(start_paused = true)]
+    async fn a_terminated_tunnel_whose_client_reads_nothing_is_cut() {
+        let (mut client, server) = tokio::io::duplex(256);
+        let (ours, mut upstream) = tokio::io::duplex(1 << 20);
+        let ws = WebSocket::new(
+            server,
+            Config {
+                max_message_size: 1 << 20,
+                keepalive: None,
+                memory: None,
+            },
+        );
+        let stop = SessionStop::default();
+        let watch = PortForwardWatch::new();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move { run(ws, ours, Bytes::new(), stop, None, Some(&watch)).await })
+        };
+        client
+            .write_all(&masked(0x82, &connection_opened()))
+            .await
+            .unwrap();
+        let mut opened = vec![0; connection_opened().len()];
+        upstream.read_exact(&mut opened).await.unwrap();
+        // More than the client's pipe holds, in whole frames; the client reads none of it.
+        let mut frame = vec![0, 0, 0, 3, 0, 0, 0x10, 0];
+        frame.resize(8 + 0x1000, b'x');
+        for _ in 0..4 {
+            upstream.write_all(&frame).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stop.terminate(crate::session_stop::Termination {
+            by: "olga".into(),
+            reason: String::new(),
+        });
+        // Time is paused: only the tunnel's own timers move it.
+        // At most: the telling (2 × CLOSE_WAIT), then the Close (CLOSE_WAIT).
+        let outcome = tokio::time::timeout(4 * CLOSE_WAIT, task)
+            .await
+            .expect("cut once the telling should have been done")
+            .unwrap();
+        assert_eq!(outcome.ended_by, TunnelEnd::Terminated);
     }
 
     #[tokio::test]
