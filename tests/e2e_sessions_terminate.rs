@@ -78,6 +78,35 @@ async fn relayed_spdy_kubectl_is_told_on_the_error_stream() {
     ended_by_olga(&o, &k33, &id).await;
 }
 
+/// Without the audit log (or a recording) nothing follows a relayed session's frames: a
+/// terminate cuts it (docs/sessions-api.md says so), and kubectl ≤ 1.30 is told nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_audit_log_a_relayed_session_is_cut() {
+    let (Some(k33), Some(k27)) = (require_kubectl("1.33"), require_kubectl("1.27")) else {
+        return;
+    };
+    let o = Operated::start_unaudited(&[]).await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    let mut session = o.running_exec(&k27, &tina, "echo started; sleep 50").await;
+    terminate_the_session(&o, &k33, "relay_spdy").await;
+    tokio::time::timeout(T, session.wait())
+        .await
+        .expect("the cut session's kubectl exits")
+        .unwrap();
+    let mut printed = String::new();
+    session
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut printed)
+        .await
+        .unwrap();
+    assert!(!printed.contains("terminated by"), "{printed}");
+    process_ended(&o).await;
+    let olga = o.kubeconfig("olga", Some(OLGA), None);
+    assert!(o.sessions(&k33, &olga, 0).await.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passed_through_v5_kubectl_is_told_on_channel_3() {
     let Some(k33) = require_kubectl("1.33") else {
@@ -230,6 +259,9 @@ async fn rfc_8441_exec_is_told(o: &Operated, k33: &Path, path: &str) {
     }
     // Reading on sends the Close's answer, which the proxy waits for before it finishes.
     while let Ok(Some(_)) = tokio::time::timeout(T, ws.next()).await {}
+    // The stream ends with the client's side of it (an HTTP/2 client that keeps it open is
+    // waited for until --close-drain-timeout).
+    drop((ws, conn));
     let status: Value = serde_json::from_slice(&error).expect("a Status on channel 3");
     assert_eq!(status["status"], "Failure", "{status}");
     assert_eq!(status["message"], TOLD, "{status}");

@@ -38,7 +38,8 @@ pub fn session_path(namespace: &str, id: &str) -> String {
 
 /// A cluster whose RBAC lets olga do everything with sessions everywhere, and vic list and
 /// get them in `team-a` only; tina (who runs sessions) may do nothing with them. Behind a
-/// proxy with listener TLS (kubectl sends tokens only over TLS), an audit log, and `extra`.
+/// proxy with listener TLS (kubectl sends tokens only over TLS), an audit log (unless
+/// [`Operated::start_unaudited`]), and `extra`.
 pub struct Operated {
     pub sim: SimCluster,
     pub proxy: ProxyProcess,
@@ -57,13 +58,25 @@ impl Operated {
     /// [`Operated::start`] with the cluster's configuration changed by `sim` first (its
     /// streaming protocols, say).
     pub async fn start_with(extra: &[&str], sim: impl FnOnce(&mut SimConfig)) -> Operated {
+        Operated::launch(extra, sim, true).await
+    }
+
+    /// [`Operated::start`] without the audit log (so [`Operated::ended`] has nothing to read).
+    pub async fn start_unaudited(extra: &[&str]) -> Operated {
+        Operated::launch(extra, |_| {}, false).await
+    }
+
+    async fn launch(extra: &[&str], sim: impl FnOnce(&mut SimConfig), audited: bool) -> Operated {
         let mut config = rbac_cluster();
         sim(&mut config);
         let sim = SimCluster::start(config).await.expect("start the cluster");
         let dir = tempfile::tempdir().unwrap();
         let (proxy_ca, client_ca) = (Ca::new("proxy"), Ca::new("clients"));
         let audit_log = dir.path().join("audit.log");
-        let mut args = proxy_args(&sim, dir.path(), &proxy_ca, &client_ca, &audit_log);
+        let mut args = proxy_args(&sim, dir.path(), &proxy_ca, &client_ca);
+        if audited {
+            args.extend(["--audit-log".to_owned(), audit_log.display().to_string()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let proxy = ProxyProcess::launch(&refs, &[]);
@@ -290,15 +303,8 @@ fn rbac_cluster() -> SimConfig {
     }
 }
 
-/// The proxy's flags: the cluster with the proxy's token, listener TLS with a client CA, the
-/// audit log.
-fn proxy_args(
-    sim: &SimCluster,
-    dir: &Path,
-    proxy_ca: &Ca,
-    client_ca: &Ca,
-    audit_log: &Path,
-) -> Vec<String> {
+/// The proxy's flags: the cluster with the proxy's token, listener TLS with a client CA.
+fn proxy_args(sim: &SimCluster, dir: &Path, proxy_ca: &Ca, client_ca: &Ca) -> Vec<String> {
     let (cert, key) = proxy_ca.server().write(dir, "serving");
     let client_ca_file = client_ca.write(dir, "client-ca");
     let token_file = dir.join("proxy-token");
@@ -315,7 +321,5 @@ fn proxy_args(
         path(&key),
         "--client-ca-file".into(),
         path(&client_ca_file),
-        "--audit-log".into(),
-        path(audit_log),
     ]
 }
