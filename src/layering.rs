@@ -21,6 +21,7 @@ const LEAVES: &[&str] = &[
     "request",
     "session_memory",
     "session_stop",
+    "session_traffic",
     "timestamp",
 ];
 

@@ -20,7 +20,8 @@
 //! - `sim` uses `spdy` only: the reference cluster shares no session code with what it tests.
 //! - `spdy` and `audit` use only the leaves.
 //! - Leaves, usable by all and using none: `request`, `activity_clock`, `address_budget`,
-//!   `read_sizer`, `timestamp`, `memory_trim`, `peer_hangup`, `session_memory`.
+//!   `read_sizer`, `timestamp`, `memory_trim`, `peer_hangup`, `session_memory`,
+//!   `session_traffic`.
 
 pub mod activity_clock;
 pub mod address_budget;
@@ -41,6 +42,7 @@ pub mod read_sizer;
 pub mod request;
 pub mod session_memory;
 pub mod session_stop;
+pub mod session_traffic;
 pub mod sim;
 pub mod spdy;
 pub mod timestamp;

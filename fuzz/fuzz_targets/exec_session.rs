@@ -429,7 +429,10 @@ async fn exec_case(data: &[u8]) {
                 tokio::time::timeout(HANDSHAKE, open_streams(conn.clone(), version, &options))
                     .await;
             match opened {
-                Ok(Ok(streams)) => run(ws, streams, ready, options.tty, &limits, stop, None).await,
+                Ok(Ok(streams)) => {
+                    let traffic = kube_ws_proxy::session_traffic::SessionTraffic::new();
+                    run(ws, streams, ready, options.tty, &limits, stop, None, &traffic).await
+                },
                 Ok(Err(e)) => {
                     conn.close().await;
                     let status = Status::internal_error(&format!("error creating streams: {e}"));

@@ -111,14 +111,12 @@ async fn tunnel_case(data: &[u8]) {
         },
     );
     let stop = CancellationToken::new();
-    let mut session = tokio::spawn(run(
-        ws,
-        proxy_up,
-        Bytes::from(leftover.clone()),
-        kube_ws_proxy::session_stop::SessionStop::child_of(&stop),
-        idle_timeout,
-        None,
-    ));
+    let session_stop = kube_ws_proxy::session_stop::SessionStop::child_of(&stop);
+    let carried = Bytes::from(leftover.clone());
+    let mut session = tokio::spawn(async move {
+        let traffic = kube_ws_proxy::session_traffic::SessionTraffic::new();
+        run(ws, proxy_up, carried, session_stop, idle_timeout, None, &traffic).await
+    });
 
     // What the upstream sent (after its 101 too), and the client's binary messages, in order.
     let mut up_sent = leftover;

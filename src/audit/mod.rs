@@ -32,4 +32,4 @@ pub use event::{
 pub use log_file::{AuditCounters, AuditLog, AuditLogConfig, AuditTarget};
 pub use port_forward::{ForwardedConnection, PortForwardReport};
 pub use refusals::RefusalLimits;
-pub use session::SessionAudit;
+pub use session::{BoundedInfo, SessionAudit};

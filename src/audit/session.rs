@@ -14,11 +14,33 @@ use super::event::{Event, ProtocolPath, SessionEnd, SessionInfo};
 use super::log_file::AuditLog;
 use crate::timestamp::rfc3339_millis;
 
+/// What a session's events say of it, cut to the caps once ([`bounds::bound_info`]) and held
+/// once: its audit trail and the registry of live sessions share it.
+#[derive(Debug, Clone)]
+pub struct BoundedInfo {
+    pub info: Arc<SessionInfo>,
+    /// What had to be cut.
+    pub truncated: Truncations,
+}
+
+impl BoundedInfo {
+    /// `info`, cut to the caps.
+    pub fn new(mut info: SessionInfo) -> BoundedInfo {
+        let truncated = bounds::bound_info(&mut info);
+        BoundedInfo {
+            info: Arc::new(info),
+            truncated,
+        }
+    }
+}
+
 /// One session's audit trail.
 #[derive(Debug)]
 pub struct SessionAudit {
     log: Arc<AuditLog>,
-    info: SessionInfo,
+    /// As the `started` event said it; shared, so changed (a copy made) only for the `ended`
+    /// event, where the path or the ports differ.
+    info: Arc<SessionInfo>,
     /// What the `started` event had to cut.
     truncated: Truncations,
     started: Instant,
@@ -27,12 +49,11 @@ pub struct SessionAudit {
 
 impl SessionAudit {
     /// Writes the `started` event.
-    pub fn start(log: Arc<AuditLog>, mut info: SessionInfo) -> SessionAudit {
-        let truncated = bounds::bound_info(&mut info);
+    pub fn start(log: Arc<AuditLog>, info: BoundedInfo) -> SessionAudit {
         let audit = SessionAudit {
             log,
-            info,
-            truncated,
+            info: info.info,
+            truncated: info.truncated,
             started: Instant::now(),
             ended: false,
         };
@@ -47,11 +68,17 @@ impl SessionAudit {
 
     /// The path the session took and the protocol it agreed on, for its `ended` event: under
     /// `--upstream-streaming auto` the path is decided after the `started` event (which says
-    /// `auto`), and a relayed session's protocol is in the upstream's answer.
+    /// `auto`), and a relayed session's protocol is in the upstream's answer. Once per
+    /// session at most, off the hot path: the copy of a shared info is made here.
     pub fn set_path(&mut self, path: ProtocolPath, protocol: Option<String>) {
-        self.info.protocol_path = path;
+        if self.info.protocol_path == path && (protocol.is_none() || protocol == self.info.protocol)
+        {
+            return;
+        }
+        let info = Arc::make_mut(&mut self.info);
+        info.protocol_path = path;
         if protocol.is_some() {
-            self.info.protocol = protocol;
+            info.protocol = protocol;
         }
     }
 
@@ -88,7 +115,7 @@ impl SessionAudit {
         let mut truncated = self.truncated.merged(&bounds::bound_end(&mut end));
         if let Some(mut ports) = end.ports_seen.take() {
             truncated = truncated.merged(&bounds::bound_ports(&mut ports));
-            self.info.ports = ports;
+            Arc::make_mut(&mut self.info).ports = ports;
         }
         if let (true, Some(caller)) = (end.charges_caller(), self.info.charged_to) {
             self.log.refusals().charge(caller);

@@ -16,6 +16,7 @@ use super::ws::{CloseCode, CloseFrame, Incoming, WebSocket, WsReader, WsWriter};
 use super::CLOSE_WAIT;
 use crate::activity_clock::ActivityClock;
 use crate::read_sizer::ReadSizer;
+use crate::session_traffic::SessionTraffic;
 
 /// Most client bytes gathered into one upstream write.
 const BATCH_BYTES: usize = 64 * 1024;
@@ -111,7 +112,8 @@ enum ClientLast {
 /// `idle_timeout` ends a tunnel that carried no byte either way for that long (the client's
 /// pings do not count). A client that stops answering the WebSocket's keepalive pings ends it
 /// too, without a closing handshake. With a `watch` (the audit log's), the SPDY bytes of both
-/// directions are shown to it as they pass.
+/// directions are shown to it as they pass. What goes each way is counted on `traffic`, once
+/// per write, and the outcome reports those counts.
 pub async fn run<S, U>(
     ws: WebSocket<S>,
     upstream: U,
@@ -119,6 +121,7 @@ pub async fn run<S, U>(
     stop: SessionStop,
     idle_timeout: Option<Duration>,
     watch: Option<&PortForwardWatch>,
+    traffic: &SessionTraffic,
 ) -> TunnelOutcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -128,8 +131,6 @@ where
     let (mut reader, mut writer) = ws.split();
     let liveness = reader.liveness();
     let (mut up_read, mut up_write) = tokio::io::split(upstream);
-    let mut bytes_up = 0u64;
-    let mut bytes_down = 0u64;
     let mut client_last = ClientLast::Nothing;
     // When a byte last went either way.
     let activity = ActivityClock::new();
@@ -140,14 +141,14 @@ where
             &mut up_read,
             &mut writer,
             leftover,
-            &mut bytes_down,
+            traffic,
             &activity,
             tells,
         );
         let up = relay_up(
             &mut reader,
             &mut up_write,
-            &mut bytes_up,
+            traffic,
             &mut client_last,
             &activity,
             watch,
@@ -172,6 +173,7 @@ where
     };
     let _ = up_write.shutdown().await;
     close_client(&mut reader, &mut writer, client_last, ended_by, &stop).await;
+    let (bytes_up, bytes_down) = traffic.moved();
     TunnelOutcome::since(started, bytes_up, bytes_down, ended_by)
 }
 
@@ -203,7 +205,7 @@ async fn relay_down<R, W>(
     up_read: &mut R,
     writer: &mut WsWriter<W>,
     leftover: Bytes,
-    bytes_down: &mut u64,
+    traffic: &SessionTraffic,
     activity: &ActivityClock,
     tells: Option<(&PortForwardWatch, &SessionStop)>,
 ) -> Down
@@ -214,7 +216,7 @@ where
     let watch = tells.map(|(w, _)| w);
     let mut edges = tells.map(|_| SpdyEdges::default());
     if !leftover.is_empty() {
-        *bytes_down += leftover.len() as u64;
+        traffic.to_client(leftover.len());
         if let Some(watch) = watch {
             watch.relayed(Direction::UpstreamToClient, &leftover);
         }
@@ -239,7 +241,7 @@ where
             read = up_read.read_buf(&mut buf) => match read {
                 Ok(0) | Err(_) => return Down::Ended,
                 Ok(n) => {
-                    *bytes_down += n as u64;
+                    traffic.to_client(n);
                     activity.touch();
                     sizer.observe(n, want, None);
                     let msg = buf.split().freeze();
@@ -331,7 +333,7 @@ where
 async fn relay_up<R, W>(
     reader: &mut WsReader<R>,
     up_write: &mut W,
-    bytes_up: &mut u64,
+    traffic: &SessionTraffic,
     client_last: &mut ClientLast,
     activity: &ActivityClock,
     watch: Option<&PortForwardWatch>,
@@ -357,7 +359,7 @@ where
                     continue;
                 }
                 match batch.write_to(up_write).await {
-                    Ok(n) => *bytes_up += n as u64,
+                    Ok(n) => traffic.from_client(n),
                     Err(_) => return TunnelEnd::Upstream,
                 }
             }
@@ -383,7 +385,7 @@ where
     };
     // What was held back still goes upstream.
     if let Ok(n) = batch.write_to(up_write).await {
-        *bytes_up += n as u64;
+        traffic.from_client(n);
     }
     end
 }
@@ -611,14 +613,11 @@ mod tests {
                 memory: None,
             },
         );
-        let task = tokio::spawn(run(
-            ws,
-            ours,
-            Bytes::new(),
-            crate::session_stop::SessionStop::default(),
-            None,
-            None,
-        ));
+        let task = tokio::spawn(async move {
+            let traffic = SessionTraffic::new();
+            let stop = crate::session_stop::SessionStop::default();
+            run(ws, ours, Bytes::new(), stop, None, None, &traffic).await
+        });
         (client, upstream, task, writes)
     }
 

@@ -229,7 +229,10 @@ impl ExecSession {
             Ok(streams) => {
                 let stop = self.running.slot().stop();
                 let recording = self.recording.recording.as_ref();
-                remote_command::run(ws, streams, ready, options.tty, &limits, stop, recording).await
+                let traffic = self.running.traffic();
+                let tty = options.tty;
+                remote_command::run(ws, streams, ready, tty, &limits, stop, recording, traffic)
+                    .await
             }
             Err(status) => remote_command::refuse(ws, ready, status, &limits).await,
         };

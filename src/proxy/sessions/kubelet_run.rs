@@ -122,7 +122,7 @@ struct RunPump {
 
 impl RunPump {
     async fn run(mut self) {
-        let mut bytes_out = 0u64;
+        let traffic = self.running.traffic().clone();
         let (outcome, ended_by) = loop {
             let frame = match self.body.frame().await {
                 None => break (SessionOutcome::Success, "completed"),
@@ -133,7 +133,7 @@ impl RunPump {
                 Some(Ok(frame)) => frame,
             };
             if let Some(data) = frame.data_ref() {
-                bytes_out += data.len() as u64;
+                traffic.to_client(data.len());
                 if !self.record(data).await {
                     break (SessionOutcome::RecordingFailed, "recording failed");
                 }
@@ -143,6 +143,7 @@ impl RunPump {
             }
         };
         let duration = self.started.elapsed();
+        let bytes_out = traffic.bytes_to_client();
         let recording_error = self.recording.finish().await;
         self.running.finish(Finished {
             recording_error,

@@ -19,7 +19,6 @@ use super::lifecycle::audit;
 use super::lifecycle::end::{remote_command_outcome, Finished, Running};
 use super::lifecycle::recording::OpenedRecording;
 use super::lifecycle::start::{self, Begun};
-use super::registry::SessionSlot;
 use super::state::ProxyState;
 use super::upstream_refusal;
 use crate::audit::ProtocolPath;
@@ -230,6 +229,7 @@ impl ReverseSession {
             self.running.slot().stop(),
             self.state.stream_idle_timeout,
             watch.as_ref(),
+            self.running.traffic(),
         )
         .await;
         let finished = Finished::tunnel(&outcome, watch);
@@ -267,7 +267,7 @@ impl ReverseSession {
             upstream,
             version,
             &self.stream.target.options,
-            self.running.slot(),
+            &self.running,
             self.recording.recording.as_ref(),
         )
         .await;
@@ -315,7 +315,7 @@ async fn exec(
     upstream: DialedWebSocket,
     version: UpstreamVersion,
     options: &ExecOptions,
-    slot: &SessionSlot,
+    running: &Running,
     recording: Option<&SessionRecording>,
 ) -> Outcome {
     let started = std::time::Instant::now();
@@ -358,7 +358,8 @@ async fn exec(
         upstream_ping_interval: state.upstream_ping_interval,
         upstream_ping_timeout: state.upstream_ping_timeout,
     };
-    reverse::run(streams, upstream.socket, &limits, slot.stop(), recording).await
+    let (stop, traffic) = (running.slot().stop(), running.traffic());
+    reverse::run(streams, upstream.socket, &limits, stop, recording, traffic).await
 }
 
 /// The 101 to the client's SPDY upgrade, naming the negotiated version.

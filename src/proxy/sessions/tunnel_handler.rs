@@ -150,6 +150,7 @@ impl TunnelSession {
             self.running.slot().stop(),
             state.stream_idle_timeout,
             self.watch.as_ref(),
+            self.running.traffic(),
         )
         .await;
         let finished = Finished::tunnel(&outcome, self.watch);

@@ -4,7 +4,8 @@
 //!
 //! - `GET /apis/kube-ws-proxy.io/v1/sessions`, `…/namespaces/NS/sessions`: the live sessions of
 //!   the cluster the request was routed to, on this replica.
-//! - `?watch=true` on either: the same, then their changes as they happen ([`watch`]).
+//! - `?watch=true` on either: the same, then their changes as they happen ([`watch`]); a
+//!   caller keeps a bounded number of watches open (429 past it).
 //! - `GET …/namespaces/NS/sessions/ID`: one.
 //! - `DELETE …/namespaces/NS/sessions/ID`: terminate it (`?reason=…`, or a JSON body with
 //!   `reason`); its client is told who and why, its audit `ended` event names them.
@@ -55,7 +56,7 @@ pub async fn serve(
             json(StatusCode::OK, &SessionList::of(&sessions, version))
         }
         SessionsCall::Watch { namespace, timeout } => {
-            watch::watch(live, cluster.map(str::to_owned), namespace, timeout)
+            watch::watch(live, caller, cluster.map(str::to_owned), namespace, timeout)
         }
         SessionsCall::Get { namespace, name } => match live.find(cluster, &namespace, &name) {
             Some(session) => json(StatusCode::OK, &Session::of(&session)),

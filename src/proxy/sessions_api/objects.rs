@@ -60,10 +60,20 @@ struct Spec<'a> {
     http_version: HttpVersion,
 }
 
+/// How it is doing, read from its traffic counter when the object is made.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct SessionStatus<'a> {
     started: String,
+    /// Bytes from the client towards the pod so far (payload for a translated exec or
+    /// attach, the stream as it is for tunnels and relays, as the `ended` audit event counts).
+    bytes_from_client: u64,
+    /// Bytes from the pod towards the client so far.
+    bytes_to_client: u64,
+    /// When it last carried a byte either way (its start if it never did), to the second.
+    last_activity: String,
+    /// Whole seconds since then.
+    idle_seconds: u64,
     /// Whether it is recorded, and where (`--record-dir` on its replica).
     recorded: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,7 +89,8 @@ impl<'a> Session<'a> {
     /// `live` as the API shows it.
     pub fn of(live: &'a LiveSession) -> Session<'a> {
         let info = &live.info;
-        let started = crate::timestamp::rfc3339(live.started);
+        let traffic = &live.traffic;
+        let started = crate::timestamp::rfc3339(traffic.started());
         let (protocol_path, protocol) = live.path();
         Session {
             kind: "Session",
@@ -108,6 +119,10 @@ impl<'a> Session<'a> {
             },
             status: SessionStatus {
                 started,
+                bytes_from_client: traffic.bytes_from_client(),
+                bytes_to_client: traffic.bytes_to_client(),
+                last_activity: crate::timestamp::rfc3339(traffic.last_activity()),
+                idle_seconds: traffic.idle_seconds(),
                 recorded: info.recording.is_some(),
                 recording: info.recording.as_deref(),
                 replica: crate::audit::instance::instance_id(),
@@ -180,14 +195,19 @@ mod tests {
     use super::*;
     use crate::session_stop::{SessionStop, Termination};
 
+    use crate::session_traffic::SessionTraffic;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant, UNIX_EPOCH};
+
+    /// A session that started at the epoch, 90 s ago on the monotonic clock.
     fn live() -> LiveSession {
         let mut info = crate::audit::event::tests::info();
         info.session_id = "abcd-7".into();
         info.namespace = "team-a".into();
         info.recording = Some("/rec/x.cast".into());
-        let mut session = LiveSession::new(info, SessionStop::default());
-        session.started = std::time::UNIX_EPOCH;
-        session
+        let started = Instant::now() - Duration::from_secs(90);
+        let traffic = Arc::new(SessionTraffic::started_at(started, UNIX_EPOCH));
+        LiveSession::new(7, Arc::new(info), traffic, SessionStop::default())
     }
 
     #[test]
@@ -199,6 +219,7 @@ mod tests {
         assert_eq!(v["metadata"]["name"], "abcd-7");
         assert_eq!(v["metadata"]["namespace"], "team-a");
         assert_eq!(v["metadata"]["creationTimestamp"], "1970-01-01T00:00:00Z");
+        assert_eq!(v["status"]["started"], "1970-01-01T00:00:00Z");
         assert_eq!(v["status"]["recorded"], true);
         assert_eq!(v["status"]["recording"], "/rec/x.cast");
         assert!(v["status"].get("terminatedBy").is_none());
@@ -209,6 +230,29 @@ mod tests {
         });
         let v = serde_json::to_value(Session::of(&s)).unwrap();
         assert_eq!(v["status"]["terminatedBy"], "alice");
+    }
+
+    #[test]
+    fn its_status_shows_its_traffic_and_how_long_it_has_been_idle() {
+        let s = live();
+        let v = serde_json::to_value(Session::of(&s)).unwrap();
+        let status = &v["status"];
+        assert_eq!(
+            (&status["bytesFromClient"], &status["bytesToClient"]),
+            (&0.into(), &0.into())
+        );
+        assert_eq!(status["lastActivity"], "1970-01-01T00:00:00Z");
+        assert!(status["idleSeconds"].as_u64().unwrap() >= 90, "{v}");
+        assert_eq!(status["replica"], crate::audit::instance::instance_id());
+        s.traffic.from_client(12);
+        s.traffic.to_client(34);
+        let v = serde_json::to_value(Session::of(&s)).unwrap();
+        let status = &v["status"];
+        assert_eq!(status["bytesFromClient"], 12);
+        assert_eq!(status["bytesToClient"], 34);
+        assert!(status["idleSeconds"].as_u64().unwrap() < 90, "{v}");
+        let last = status["lastActivity"].as_str().unwrap();
+        assert!(last >= "1970-01-01T00:01:30Z", "{last}");
     }
 
     #[test]

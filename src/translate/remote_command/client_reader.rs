@@ -3,8 +3,6 @@
 //! while stdin is backed up — until the bounded stdin queue is full, at which point reading
 //! stops and TCP slows the client.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use bytes::{Buf, Bytes};
 use tokio::io::AsyncRead;
 use tokio::sync::{mpsc, watch};
@@ -12,6 +10,7 @@ use tokio::sync::{mpsc, watch};
 use super::stdin_pump::StdinItem;
 use crate::activity_clock::ActivityClock;
 use crate::audit::recording::Recorder;
+use crate::session_traffic::SessionTraffic;
 use crate::translate::channel::Channel;
 use crate::translate::close_signal::{CloseSignal, CLOSE_SIGNAL_BYTE};
 use crate::translate::resize::{ResizeDecoder, TerminalSize};
@@ -43,7 +42,7 @@ pub(crate) struct ClientSinks {
 pub(crate) async fn read_client<R>(
     reader: &mut WsReader<R>,
     mut sinks: ClientSinks,
-    bytes_in: &AtomicU64,
+    traffic: &SessionTraffic,
     data: &ActivityClock,
     recorder: Option<&Recorder>,
 ) -> ClientEnd
@@ -65,7 +64,7 @@ where
             }
         };
         data.touch();
-        if let Some(end) = dispatch(message, &mut sinks, &mut resize, bytes_in, recorder).await {
+        if let Some(end) = dispatch(message, &mut sinks, &mut resize, traffic, recorder).await {
             return end;
         }
     }
@@ -76,7 +75,7 @@ async fn dispatch(
     data: Bytes,
     sinks: &mut ClientSinks,
     resize: &mut ResizeDecoder,
-    bytes_in: &AtomicU64,
+    traffic: &SessionTraffic,
     recorder: Option<&Recorder>,
 ) -> Option<ClientEnd> {
     let Some(&first) = data.first() else {
@@ -106,7 +105,7 @@ async fn dispatch(
             // Advancing (unlike slicing) never allocates, whatever backs the bytes.
             let mut payload = data;
             payload.advance(1);
-            bytes_in.fetch_add(payload.len() as u64, Ordering::Relaxed);
+            traffic.from_client(payload.len());
             if let (Some(recorder), Some(_)) = (recorder, &sinks.stdin) {
                 recorder.input(&payload).await;
             }

@@ -6,6 +6,7 @@ use tokio::io::AsyncWrite;
 
 use crate::activity_clock::ActivityClock;
 use crate::audit::recording::Recorder;
+use crate::session_traffic::SessionTraffic;
 use crate::spdy::proto::RecvStream;
 use crate::translate::channel::Channel;
 use crate::translate::ws::WsWriter;
@@ -30,13 +31,13 @@ pub(crate) enum OutputEnd {
     RecordingFailed,
 }
 
-/// Pumps until both outputs ended, counting the bytes forwarded in `bytes_out`, noting
+/// Pumps until both outputs ended, counting the bytes forwarded on `traffic`, noting
 /// each output on `activity` (the session's idle clock) and on `recorder`.
 pub(crate) async fn pump_output<W>(
     writer: &mut WsWriter<W>,
     mut stdout: Option<RecvStream>,
     mut stderr: Option<RecvStream>,
-    bytes_out: &mut u64,
+    traffic: &SessionTraffic,
     activity: &ActivityClock,
     recorder: Option<&Recorder>,
 ) -> OutputEnd
@@ -74,7 +75,7 @@ where
             _ => &mut stderr,
         };
         let gathered = gather(data, rx, &mut batch);
-        *bytes_out += gathered as u64;
+        traffic.to_client(gathered);
         activity.touch();
         if let Some(recorder) = recorder {
             // What the client is sent, as it is sent: the batch waits for the recording

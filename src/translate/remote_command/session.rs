@@ -3,7 +3,6 @@
 use crate::session_stop::SessionStop;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,6 +18,7 @@ use super::output_pump::{pump_output, OutputEnd};
 use super::setup::ExecStreams;
 use super::stdin_pump::pump_stdin;
 use crate::activity_clock::ActivityClock;
+use crate::session_traffic::SessionTraffic;
 use crate::spdy::proto::{Connection, RecvStream, SendStream, SessionEnd};
 use crate::translate::channel::Channel;
 use crate::translate::protocol::UpstreamVersion;
@@ -54,7 +54,10 @@ impl Default for SessionLimits {
 }
 
 /// Runs a translated session on an accepted `v5.channel.k8s.io` WebSocket: the ready message,
-/// then the pumps until the first end, then the finish that end calls for.
+/// then the pumps until the first end, then the finish that end calls for. What it carries is
+/// counted on `traffic`, once per message or chunk (stdin from the client; stdout and stderr
+/// to it), and its outcome reports those counts.
+#[allow(clippy::too_many_arguments)]
 pub async fn run<S>(
     ws: WebSocket<S>,
     upstream: ExecStreams,
@@ -63,6 +66,7 @@ pub async fn run<S>(
     limits: &SessionLimits,
     stop: SessionStop,
     recording: Option<&SessionRecording>,
+    traffic: &SessionTraffic,
 ) -> Outcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -78,26 +82,13 @@ where
         upstream.conn.close().await;
         return Outcome::since(started, 0, 0, None, SessionEndKind::ClientGone);
     }
-    let (session, pumps) = Session::start(upstream, tty, limits, recording, stop);
+    let (session, pumps) = Session::start(upstream, tty, limits, recording, stop, traffic);
     let liveness = reader.liveness();
     let recorder = recording.map(|r| &r.recorder);
-    let client = read_client(
-        &mut reader,
-        pumps.sinks,
-        &session.bytes_in,
-        &session.data,
-        recorder,
-    );
+    let client = read_client(&mut reader, pumps.sinks, traffic, &session.data, recorder);
     tokio::pin!(client);
-    let mut bytes_out = 0u64;
     let first = session
-        .first_end(
-            &mut writer,
-            pumps.outputs,
-            client.as_mut(),
-            &liveness,
-            &mut bytes_out,
-        )
+        .first_end(&mut writer, pumps.outputs, client.as_mut(), &liveness)
         .await;
     let (status, kind) = match first {
         Ok(end) => {
@@ -113,7 +104,7 @@ where
             (None, kind)
         }
     };
-    let bytes_in = session.bytes_in.load(Ordering::Relaxed);
+    let (bytes_in, bytes_out) = traffic.moved();
     Outcome::since(started, bytes_in, bytes_out, status, kind)
 }
 
@@ -141,8 +132,8 @@ struct Session<'a> {
     limits: &'a SessionLimits,
     recording: Option<&'a SessionRecording>,
     stop: SessionStop,
-    /// stdin bytes from the client, counted by its reader.
-    bytes_in: AtomicU64,
+    /// What went each way: stdin counted by the client's reader, output by its pump.
+    traffic: &'a SessionTraffic,
     /// When data last went either way (`--stream-idle-timeout`).
     data: ActivityClock,
 }
@@ -156,6 +147,7 @@ impl<'a> Session<'a> {
         limits: &'a SessionLimits,
         recording: Option<&'a SessionRecording>,
         stop: SessionStop,
+        traffic: &'a SessionTraffic,
     ) -> (Session<'a>, Pumps) {
         let mut pumps = Pumps {
             outputs: Outputs {
@@ -185,7 +177,7 @@ impl<'a> Session<'a> {
             limits,
             recording,
             stop,
-            bytes_in: AtomicU64::new(0),
+            traffic,
             data: ActivityClock::new(),
         };
         (session, pumps)
@@ -199,7 +191,6 @@ impl<'a> Session<'a> {
         outputs: Outputs,
         client: Pin<&mut C>,
         liveness: &Liveness,
-        bytes_out: &mut u64,
     ) -> Result<EndStatus, ClientEnd>
     where
         W: AsyncWrite + Unpin,
@@ -212,7 +203,7 @@ impl<'a> Session<'a> {
                 stderr,
                 error,
             } = outputs;
-            match pump_output(writer, stdout, stderr, bytes_out, &self.data, recorder).await {
+            match pump_output(writer, stdout, stderr, self.traffic, &self.data, recorder).await {
                 OutputEnd::ClientGone => return None,
                 // The session ends with the recording's Status (`first_proxy_end`).
                 OutputEnd::RecordingFailed => std::future::pending::<()>().await,

@@ -2,6 +2,7 @@
 //! reading: whatever ends such a session, it must end (found by the `exec_session` fuzz target).
 
 use crate::session_stop::SessionStop;
+use crate::session_traffic::SessionTraffic;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -75,7 +76,18 @@ async fn session(
         .unwrap();
     let ready = options.ready_channel();
     let task = tokio::spawn(async move {
-        run(socket(server), streams, ready, false, &limits, stop, None).await
+        let traffic = SessionTraffic::new();
+        run(
+            socket(server),
+            streams,
+            ready,
+            false,
+            &limits,
+            stop,
+            None,
+            &traffic,
+        )
+        .await
     });
     (client, kubelet, task)
 }
@@ -215,7 +227,18 @@ async fn spawn_recorded_stdout(
     tokio::spawn(async move {
         let limits = SessionLimits::default();
         let stop = SessionStop::default();
-        run(ws, streams, ready, false, &limits, stop, Some(&recording)).await
+        let traffic = SessionTraffic::new();
+        run(
+            ws,
+            streams,
+            ready,
+            false,
+            &limits,
+            stop,
+            Some(&recording),
+            &traffic,
+        )
+        .await
     })
 }
 

@@ -11,7 +11,6 @@
 //! stalled upstream stops the stdin pump once a few messages are queued.
 
 use crate::session_stop::SessionStop;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,6 +29,7 @@ use super::client_streams::ClientStreams;
 use super::v5_message::{self, decode_server, ServerMessage, StatusBytes};
 use crate::activity_clock::ActivityClock;
 use crate::audit::recording::{Recordable, Recorded, Recorder};
+use crate::session_traffic::SessionTraffic;
 use crate::spdy::proto::{Connection, RecvStream, SendStream, SessionEnd};
 use crate::translate::protocol::UpstreamVersion;
 use crate::translate::remote_command::{
@@ -99,13 +99,15 @@ enum Ending {
 
 /// Runs a session whose client streams are all open and whose upstream WebSocket negotiated
 /// `v5.channel.k8s.io`: the pumps until the first end, then the upstream closed and the client
-/// told the status (unless it is the one that left).
+/// told the status (unless it is the one that left). What it carries is counted on `traffic`,
+/// once per chunk of stdin and batch of output, and its outcome reports those counts.
 pub async fn run<U>(
     client: ClientStreams,
     upstream: WebSocketStream<U>,
     limits: &ReverseLimits,
     stop: SessionStop,
     recording: Option<&SessionRecording>,
+    traffic: &SessionTraffic,
 ) -> Outcome
 where
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -128,14 +130,14 @@ where
         limits,
         recording,
         stop,
-        bytes_in: AtomicU64::new(0),
+        traffic,
         data: ActivityClock::new(),
         heard: ActivityClock::new(),
     };
     let mut to_client = ToClient {
         outputs: [stdout, stderr],
         status: StatusBytes::default(),
-        bytes_out: 0,
+        traffic,
     };
     let ending = session
         .first_end(
@@ -156,9 +158,9 @@ where
     }
     conn.close().await;
     let _ = tokio::time::timeout(CLOSE_WAIT, closing).await;
-    let bytes_in = session.bytes_in.load(Ordering::Relaxed);
+    let (bytes_in, bytes_out) = traffic.moved();
     let status = told.map(|told| told.status);
-    Outcome::since(started, bytes_in, to_client.bytes_out, status, kind)
+    Outcome::since(started, bytes_in, bytes_out, status, kind)
 }
 
 /// The status the client gets (none when it is the one that left), and why the session ended.
@@ -181,15 +183,15 @@ fn what_the_client_is_told(
 }
 
 /// What goes back to the client: its output streams, the status the upstream sent on channel
-/// 3, and the output bytes passed on.
-struct ToClient {
+/// 3, and where the output bytes passed on are counted.
+struct ToClient<'a> {
     /// stdout (slot 0) and stderr (slot 1); `None` once the client's stream is gone.
     outputs: [Option<SendStream>; 2],
     status: StatusBytes,
-    bytes_out: u64,
+    traffic: &'a SessionTraffic,
 }
 
-impl ToClient {
+impl ToClient<'_> {
     /// Sends the status on the error stream (if this version gets one) and ends the streams.
     async fn finish(
         &mut self,
@@ -253,8 +255,8 @@ struct Session<'a> {
     limits: &'a ReverseLimits,
     recording: Option<&'a SessionRecording>,
     stop: SessionStop,
-    /// stdin bytes from the client.
-    bytes_in: AtomicU64,
+    /// What went each way: stdin counted by its pump, output by the upstream's reader.
+    traffic: &'a SessionTraffic,
     /// When data last went either way (`--stream-idle-timeout`).
     data: ActivityClock,
     /// When the upstream was last heard from (its liveness).
@@ -271,16 +273,16 @@ impl Session<'_> {
         queue: &mpsc::Sender<Message>,
         (stdin, resize): (Option<RecvStream>, Option<RecvStream>),
         source: &mut S,
-        to_client: &mut ToClient,
+        to_client: &mut ToClient<'_>,
     ) -> Ending
     where
         S: Stream<Item = Result<Message, WsError>> + Unpin,
     {
         let recorder = self.recording.map(|r| &r.recorder);
-        let (data, bytes_in) = (&self.data, &self.bytes_in);
+        let (data, traffic) = (&self.data, self.traffic);
         let client_side = async {
             tokio::join!(
-                pump_stdin(stdin, queue.clone(), bytes_in, data, recorder),
+                pump_stdin(stdin, queue.clone(), traffic, data, recorder),
                 pump_resize(resize, queue.clone(), data, recorder),
             );
             // The client's inputs ended; the session goes on until the upstream ends it.
@@ -314,7 +316,7 @@ impl Session<'_> {
 /// Reads the upstream until it closes: output to the client's streams, the Status collected.
 async fn read_upstream<S>(
     source: &mut S,
-    to_client: &mut ToClient,
+    to_client: &mut ToClient<'_>,
     data: &ActivityClock,
     heard: &ActivityClock,
     recorder: Option<&Recorder>,
@@ -352,7 +354,7 @@ where
         };
         if !batch.is_empty() {
             data.touch();
-            to_client.bytes_out += gathered as u64;
+            to_client.traffic.to_client(gathered);
             if let Some(recorder) = recorder {
                 // Under `--record=required` a failed recording keeps the batch back; the
                 // session's `first_proxy_end` ends it with a Status.
@@ -427,7 +429,7 @@ fn read_message(msg: Result<Message, WsError>, status: &mut StatusBytes) -> Read
 async fn pump_stdin(
     stdin: Option<RecvStream>,
     tx: mpsc::Sender<Message>,
-    bytes_in: &AtomicU64,
+    traffic: &SessionTraffic,
     data: &ActivityClock,
     recorder: Option<&Recorder>,
 ) {
@@ -439,7 +441,7 @@ async fn pump_stdin(
                     continue;
                 }
                 data.touch();
-                bytes_in.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                traffic.from_client(chunk.len());
                 if let Some(recorder) = recorder {
                     recorder.input(&chunk).await;
                 }

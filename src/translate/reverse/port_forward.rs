@@ -19,19 +19,22 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::activity_clock::ActivityClock;
 use crate::read_sizer::ReadSizer;
+use crate::session_traffic::SessionTraffic;
 use crate::translate::observe::{Direction, PortForwardWatch};
 use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
 use crate::translate::CLOSE_WAIT;
 
 /// Relays until either side ends (or `stop`, or `idle_timeout` without a byte either way), then
 /// closes both: Close 1000 upstream, shutdown to the client. With a `watch` (the audit log's),
-/// the SPDY bytes of both directions are shown to it as they pass.
+/// the SPDY bytes of both directions are shown to it as they pass. What goes each way is
+/// counted on `traffic`, once per message, and the outcome reports those counts.
 pub async fn run<C, U>(
     client: C,
     upstream: WebSocketStream<U>,
     stop: SessionStop,
     idle_timeout: Option<Duration>,
     watch: Option<&PortForwardWatch>,
+    traffic: &SessionTraffic,
 ) -> TunnelOutcome
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -41,17 +44,9 @@ where
     let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut sink, mut source) = upstream.split();
     let activity = ActivityClock::new();
-    let mut bytes_up = 0u64;
-    let mut bytes_down = 0u64;
     let ended_by = {
-        let up = relay_up(&mut client_read, &mut sink, &mut bytes_up, &activity, watch);
-        let down = relay_down(
-            &mut source,
-            &mut client_write,
-            &mut bytes_down,
-            &activity,
-            watch,
-        );
+        let up = relay_up(&mut client_read, &mut sink, traffic, &activity, watch);
+        let down = relay_down(&mut source, &mut client_write, traffic, &activity, watch);
         tokio::select! {
             end = up => end,
             end = down => end,
@@ -65,6 +60,7 @@ where
         Err(_) => unreachable!("the halves of one WebSocket"),
     };
     close_upstream(upstream, ended_by).await;
+    let (bytes_up, bytes_down) = traffic.moved();
     TunnelOutcome::since(started, bytes_up, bytes_down, ended_by)
 }
 
@@ -72,7 +68,7 @@ where
 async fn relay_up<R, S>(
     client_read: &mut R,
     sink: &mut S,
-    bytes_up: &mut u64,
+    traffic: &SessionTraffic,
     activity: &ActivityClock,
     watch: Option<&PortForwardWatch>,
 ) -> TunnelEnd
@@ -98,7 +94,7 @@ where
                 if sink.send(Message::Binary(msg)).await.is_err() {
                     return TunnelEnd::Upstream;
                 }
-                *bytes_up += n as u64;
+                traffic.from_client(n);
             }
         }
     }
@@ -108,7 +104,7 @@ where
 async fn relay_down<S, W>(
     source: &mut S,
     client_write: &mut W,
-    bytes_down: &mut u64,
+    traffic: &SessionTraffic,
     activity: &ActivityClock,
     watch: Option<&PortForwardWatch>,
 ) -> TunnelEnd
@@ -130,7 +126,7 @@ where
         if client_write.write_all(&data).await.is_err() {
             return TunnelEnd::Client;
         }
-        *bytes_down += data.len() as u64;
+        traffic.to_client(data.len());
     }
     TunnelEnd::Upstream
 }

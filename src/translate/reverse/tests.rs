@@ -86,12 +86,15 @@ async fn start_recorded(
     let to_upstream = WebSocketStream::from_raw_socket(proxy_up, Role::Client, None).await;
     let upstream = WebSocketStream::from_raw_socket(upstream_io, Role::Server, None).await;
     let session = tokio::spawn(async move {
+        let traffic = crate::session_traffic::SessionTraffic::new();
+        let stop = crate::session_stop::SessionStop::default();
         run(
             streams,
             to_upstream,
             &limits,
-            crate::session_stop::SessionStop::default(),
+            stop,
             recording.as_ref(),
+            &traffic,
         )
         .await
     });
@@ -451,14 +454,9 @@ async fn port_forward_carries_spdy_bytes_unchanged() {
     let to_upstream = WebSocketStream::from_raw_socket(proxy_up, Role::Client, None).await;
     let mut up = WebSocketStream::from_raw_socket(upstream_io, Role::Server, None).await;
     let relay = tokio::spawn(async move {
-        port_forward::run(
-            proxy_side,
-            to_upstream,
-            crate::session_stop::SessionStop::default(),
-            None,
-            None,
-        )
-        .await
+        let traffic = crate::session_traffic::SessionTraffic::new();
+        let stop = crate::session_stop::SessionStop::default();
+        port_forward::run(proxy_side, to_upstream, stop, None, None, &traffic).await
     });
     let (mut client_read, mut client_write) = tokio::io::split(client);
     // A SYN_STREAM's first bytes, in two writes: whatever the boundaries, the bytes arrive.

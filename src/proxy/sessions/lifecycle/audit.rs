@@ -14,8 +14,8 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::audit::{
-    HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionAudit, SessionEnd,
-    SessionInfo, Verb,
+    BoundedInfo, HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionAudit,
+    SessionEnd, SessionInfo, Verb,
 };
 use crate::proxy::auth::Caller;
 use crate::proxy::observability::metrics::SessionOutcome;
@@ -242,10 +242,22 @@ pub const CLIENT_UPGRADE_FAILED: &str = crate::audit::CLIENT_UPGRADE_FAILED;
 /// Starts the trail of a session (its `started` event); `None` when there is nothing to audit.
 pub fn start(state: &ProxyState, info: Option<SessionInfo>) -> Option<SessionAudit> {
     let log = state.audit.clone()?;
-    let mut info = info?;
+    Some(SessionAudit::start(log, bounded(state, info?)))
+}
+
+/// `info` as the session's audit trail and the registry of live sessions share it: named
+/// with the request's cluster, cut to the audit's caps.
+pub fn bounded(state: &ProxyState, mut info: SessionInfo) -> BoundedInfo {
     // Every event of a session says which of the proxy's named clusters it went to.
     info.cluster = state.cluster.name.as_ref().map(ToString::to_string);
-    Some(SessionAudit::start(log, info))
+    BoundedInfo::new(info)
+}
+
+/// Starts the trail of a session described by `info` (shared with its listing), if the audit
+/// log is on.
+pub fn start_bounded(state: &ProxyState, info: &BoundedInfo) -> Option<SessionAudit> {
+    let log = state.audit.clone()?;
+    Some(SessionAudit::start(log, info.clone()))
 }
 
 /// A followed log's response body: counts what it carries and ends the trail when the log

@@ -5,6 +5,7 @@
 //! admitted session, whenever and however it ends, ends here. The registry of live sessions
 //! (list, follow, end) hooks in here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::audit;
@@ -14,6 +15,7 @@ use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOut
 use crate::proxy::sessions::registry::live::Listing;
 use crate::proxy::sessions::registry::SessionSlot;
 use crate::proxy::sessions::state::ProxyState;
+use crate::session_traffic::SessionTraffic;
 use crate::translate::observe::PortForwardWatch;
 use crate::translate::remote_command::{Outcome, SessionEndKind};
 use crate::translate::tunnel::{TunnelEnd, TunnelOutcome};
@@ -28,6 +30,8 @@ pub struct Running {
     audit: Option<SessionAudit>,
     /// Its place on the list of live sessions, from its audit trail's start to its end.
     listing: Option<Listing>,
+    /// What it carried and when, counted by its runner, shown by its listing.
+    traffic: Arc<SessionTraffic>,
     slot: SessionSlot,
     guard: SessionGuard,
     client: ClientPresence,
@@ -160,6 +164,7 @@ impl Running {
             session_id,
             audit: None,
             listing: None,
+            traffic: Arc::new(SessionTraffic::new()),
             slot,
             guard,
             client,
@@ -171,19 +176,29 @@ impl Running {
         self.session_id
     }
 
-    /// Writes its audit `started` event (nothing without the audit log, or for a request that
-    /// names no pod). Called once, before anything of the session goes upstream.
+    /// Writes its audit `started` event (nothing without the audit log) and lists it among
+    /// the live sessions (nothing for a request that names no pod), both describing it with
+    /// the same shared [`SessionInfo`]. Called once, before anything of the session goes
+    /// upstream.
     pub fn start_audit(&mut self, state: &ProxyState, info: Option<SessionInfo>) {
         debug_assert!(self.audit.is_none(), "a session's trail starts once");
-        if let Some(info) = &info {
-            let listed = SessionInfo {
-                cluster: state.cluster.name.as_ref().map(ToString::to_string),
-                ..info.clone()
-            };
-            let live = state.sessions.live();
-            self.listing = Some(live.list(self.session_id, listed, self.slot.stop()));
-        }
-        self.audit = audit::start(state, info);
+        let Some(info) = info else {
+            return;
+        };
+        let info = audit::bounded(state, info);
+        let live = state.sessions.live();
+        self.listing = Some(live.list(
+            self.session_id,
+            info.info.clone(),
+            self.traffic.clone(),
+            self.slot.stop(),
+        ));
+        self.audit = audit::start_bounded(state, &info);
+    }
+
+    /// Where its runner counts what it carries (the sessions API shows it).
+    pub fn traffic(&self) -> &Arc<SessionTraffic> {
+        &self.traffic
     }
 
     /// Whether the client went away before it got its answer (its request was dropped).

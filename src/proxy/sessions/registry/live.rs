@@ -3,43 +3,77 @@
 //! recording open, before anything of it goes upstream) until its end; its [`Listing`] is held
 //! by its `Running` and takes it off the list when dropped, whichever way the session ends.
 //!
-//! Each entry holds what the session's audit events say of it (a few hundred bytes) and its
-//! stop signal, through which an operator ends it. Changes are numbered (the list's
-//! `resourceVersion`).
+//! Each entry shares with the session what its audit events say of it (one [`SessionInfo`],
+//! cut to the audit's caps, held once by both), its traffic counter (counted by its runner)
+//! and its stop signal, through which an operator ends it: a few hundred bytes of its own
+//! (`benches/registry_memory.rs`). Changes are numbered (the list's `resourceVersion`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::broadcast;
 
+use super::watchers::Watchers;
 use crate::audit::{ProtocolPath, SessionInfo};
 use crate::session_stop::SessionStop;
+use crate::session_traffic::SessionTraffic;
 
 /// One live session.
 #[derive(Debug)]
 pub struct LiveSession {
-    /// What its audit events say of it (its id, cluster, pod, caller, command, path).
-    pub info: SessionInfo,
-    /// When it was admitted.
-    pub started: SystemTime,
+    /// Its number on this replica (the last part of its id).
+    pub number: u64,
+    /// What its audit events say of it (its id, cluster, pod, caller, command, path), shared
+    /// with its audit trail.
+    pub info: Arc<SessionInfo>,
+    /// What it carried each way and when it last did, counted by its runner.
+    pub traffic: Arc<SessionTraffic>,
     /// Its stop signal: what a terminate fires.
     pub stop: SessionStop,
+    /// The list's version that added it: a watch that has not seen that change yet does not
+    /// tell of its traffic.
+    added: u64,
+    /// Its bytes (both ways together) as the latest traffic refresh saw them, and the refresh
+    /// that last saw them move ([`LiveSessions::refresh_traffic`]).
+    reported: AtomicU64,
+    moved_in: AtomicU64,
     /// The path and protocol it took, once the upstream's answer decided them (`info` says
     /// what was known at its start: `auto` under `--upstream-streaming auto`).
     agreed: Mutex<Option<(ProtocolPath, Option<String>)>>,
 }
 
 impl LiveSession {
-    /// A session described by `info`, ended through `stop`, starting now.
-    pub fn new(info: SessionInfo, stop: SessionStop) -> LiveSession {
+    /// Session `number`, described by `info`, counted on `traffic`, ended through `stop`.
+    pub fn new(
+        number: u64,
+        info: Arc<SessionInfo>,
+        traffic: Arc<SessionTraffic>,
+        stop: SessionStop,
+    ) -> LiveSession {
         LiveSession {
+            number,
             info,
-            started: SystemTime::now(),
+            traffic,
             stop,
+            added: 0,
+            reported: AtomicU64::new(0),
+            moved_in: AtomicU64::new(0),
             agreed: Mutex::new(None),
         }
+    }
+
+    /// Whether a watch that has seen the list's changes up to `version` and the traffic
+    /// refreshes up to `refresh` should tell of its traffic: it knows the session, and the
+    /// session moved bytes since.
+    pub fn moved_since(&self, version: u64, refresh: u64) -> bool {
+        self.added <= version && self.moved_in.load(Ordering::Relaxed) > refresh
+    }
+
+    /// When it was admitted.
+    pub fn started(&self) -> SystemTime {
+        self.traffic.started()
     }
 
     /// The path it took, and the protocol it speaks where known.
@@ -72,6 +106,10 @@ pub struct LiveSessions {
     version: AtomicU64,
     /// Every change, to the watches ([`LiveSessions::watch`]).
     changes: broadcast::Sender<Change>,
+    /// The watches running, per caller and in all ([`LiveSessions::watchers`]).
+    watchers: Watchers,
+    /// The latest traffic refresh: when, and its number ([`LiveSessions::refresh_traffic`]).
+    refreshed: Mutex<(Option<Instant>, u64)>,
 }
 
 impl Default for LiveSessions {
@@ -80,9 +118,15 @@ impl Default for LiveSessions {
             entries: Mutex::default(),
             version: AtomicU64::new(0),
             changes: broadcast::channel(WATCH_BACKLOG).0,
+            watchers: Watchers::default(),
+            refreshed: Mutex::new((None, 0)),
         }
     }
 }
+
+/// How often watches tell of sessions' traffic: at most once per this time a session whose
+/// bytes moved is sent again (`MODIFIED`), however much it carries; an idle one is not.
+pub const TRAFFIC_REFRESH: Duration = Duration::from_secs(5);
 
 /// How many changes a watch may fall behind before it is ended (its client lists again, as
 /// after any watch's end): what a slow watcher makes the proxy hold is bounded.
@@ -133,11 +177,20 @@ impl Drop for Listing {
 }
 
 impl LiveSessions {
-    /// Lists session `number`, described by `info`, ended through `stop`, until the returned
-    /// [`Listing`] drops.
-    pub fn list(self: &Arc<Self>, number: u64, info: SessionInfo, stop: SessionStop) -> Listing {
-        let session = Arc::new(LiveSession::new(info, stop));
+    /// Lists session `number`, described by `info`, counted on `traffic`, ended through
+    /// `stop`, until the returned [`Listing`] drops.
+    pub fn list(
+        self: &Arc<Self>,
+        number: u64,
+        info: Arc<SessionInfo>,
+        traffic: Arc<SessionTraffic>,
+        stop: SessionStop,
+    ) -> Listing {
+        let mut session = LiveSession::new(number, info, traffic, stop);
         let mut entries = self.lock();
+        // Its own change's version: the next one, numbered under the same lock.
+        session.added = self.version.load(Ordering::Acquire) + 1;
+        let session = Arc::new(session);
         entries.insert(number, session.clone());
         self.changed(ChangeKind::Added, session);
         drop(entries);
@@ -164,21 +217,25 @@ impl LiveSessions {
         (sessions, version)
     }
 
-    /// The session whose id is `id` in cluster `cluster` and `namespace`, if it is live.
+    /// The session whose id is `id` in cluster `cluster` and `namespace`, if it is live. The
+    /// id is read as a session id (`<replica>-<number>`, [`read_id`]), not compared as text:
+    /// `ABCD0123-07` names the session `abcd0123-7`; one of another replica is not here.
     pub fn find(
         &self,
         cluster: Option<&str>,
         namespace: &str,
         id: &str,
     ) -> Option<Arc<LiveSession>> {
+        let number = read_id(id, crate::audit::instance::instance_id())?;
         self.lock()
-            .values()
-            .find(|s| {
-                s.info.session_id == id
-                    && s.info.namespace == namespace
-                    && s.info.cluster.as_deref() == cluster
-            })
+            .get(&number)
+            .filter(|s| s.info.namespace == namespace && s.info.cluster.as_deref() == cluster)
             .cloned()
+    }
+
+    /// Who watches, bounded per caller and in all.
+    pub fn watchers(&self) -> &Watchers {
+        &self.watchers
     }
 
     /// Tells the watches that `session` changed (an operator terminated it).
@@ -187,21 +244,60 @@ impl LiveSessions {
         self.changed(ChangeKind::Modified, session.clone());
     }
 
-    /// The sessions of `cluster` in `namespace` (as [`LiveSessions::of`]) and every change
-    /// from then on, none lost between the two.
+    /// The sessions of `cluster` in `namespace` (as [`LiveSessions::of`]), the list's version
+    /// then, and every change from then on, none lost between the two.
     pub fn watch(
         &self,
         cluster: Option<&str>,
         namespace: Option<&str>,
-    ) -> (Vec<Arc<LiveSession>>, Changes) {
+    ) -> (Vec<Arc<LiveSession>>, u64, Changes) {
         let entries = self.lock();
         let changes = self.changes.subscribe();
+        let version = self.version.load(Ordering::Acquire);
         let sessions = entries
             .values()
             .filter(|s| s.is_in(cluster, namespace))
             .cloned()
             .collect();
-        (sessions, changes)
+        (sessions, version, changes)
+    }
+
+    /// The number of the latest traffic refresh, made now first if the last one is
+    /// [`TRAFFIC_REFRESH`] old: each live session whose bytes moved since the one before is
+    /// marked with it. Made by the first watch to ask in each period (nobody watching, none
+    /// is made): one look at two counters per session, whatever the number of watches.
+    pub fn refresh_traffic(&self, now: Instant) -> u64 {
+        let mut refreshed = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, number) = *refreshed;
+        if at.is_some_and(|at| now < at + TRAFFIC_REFRESH) {
+            return number;
+        }
+        let number = number + 1;
+        for session in self.lock().values() {
+            let (from, to) = session.traffic.moved();
+            let total = from.wrapping_add(to);
+            if session.reported.swap(total, Ordering::Relaxed) != total {
+                session.moved_in.store(number, Ordering::Relaxed);
+            }
+        }
+        *refreshed = (Some(now), number);
+        number
+    }
+
+    /// The sessions of `cluster` in `namespace` a watch that has seen the list up to
+    /// `version` and the traffic refreshes up to `refresh` should tell of again.
+    pub fn moved(
+        &self,
+        cluster: Option<&str>,
+        namespace: Option<&str>,
+        version: u64,
+        refresh: u64,
+    ) -> Vec<Arc<LiveSession>> {
+        self.lock()
+            .values()
+            .filter(|s| s.is_in(cluster, namespace) && s.moved_since(version, refresh))
+            .cloned()
+            .collect()
     }
 
     /// Numbers a change and tells the watches; called with the entries locked, so that
@@ -232,74 +328,160 @@ impl LiveSessions {
     }
 }
 
+/// The number of the session `id` names if it is one of replica `replica`'s: `<replica>-<n>`,
+/// the replica's hex id in either case, `n` in decimal digits (leading zeros allowed).
+pub fn read_id(id: &str, replica: &str) -> Option<u64> {
+    let (of, number) = id.rsplit_once('-')?;
+    if !of.eq_ignore_ascii_case(replica) || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    number.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::instance::{instance_id, session_id};
 
-    fn info(id: &str, cluster: Option<&str>, namespace: &str) -> SessionInfo {
-        SessionInfo {
-            session_id: id.into(),
+    fn info(n: u64, cluster: Option<&str>, namespace: &str) -> Arc<SessionInfo> {
+        Arc::new(SessionInfo {
+            session_id: session_id(n),
             cluster: cluster.map(str::to_owned),
             namespace: namespace.into(),
             ..crate::audit::event::tests::info()
-        }
+        })
+    }
+
+    fn list(live: &Arc<LiveSessions>, n: u64, cluster: Option<&str>, ns: &str) -> Listing {
+        let traffic = Arc::new(SessionTraffic::new());
+        live.list(n, info(n, cluster, ns), traffic, SessionStop::default())
+    }
+
+    fn numbers(s: Vec<Arc<LiveSession>>) -> Vec<u64> {
+        s.iter().map(|s| s.number).collect()
     }
 
     #[test]
     fn a_session_is_listed_until_its_listing_drops() {
         let live = Arc::new(LiveSessions::default());
-        let a = live.list(1, info("r-1", None, "a"), SessionStop::default());
-        let b = live.list(2, info("r-2", Some("prod"), "a"), SessionStop::default());
-        let _c = live.list(3, info("r-3", None, "b"), SessionStop::default());
-        let names = |s: Vec<Arc<LiveSession>>| -> Vec<String> {
-            s.iter().map(|s| s.info.session_id.clone()).collect()
-        };
+        let a = list(&live, 1, None, "a");
+        let b = list(&live, 2, Some("prod"), "a");
+        let _c = list(&live, 3, None, "b");
         let (all, v1) = live.of(None, None);
-        assert_eq!(names(all), ["r-1", "r-3"]);
-        assert_eq!(names(live.of(None, Some("a")).0), ["r-1"]);
-        assert_eq!(names(live.of(Some("prod"), None).0), ["r-2"]);
+        assert_eq!(numbers(all), [1, 3]);
+        assert_eq!(numbers(live.of(None, Some("a")).0), [1]);
+        assert_eq!(numbers(live.of(Some("prod"), None).0), [2]);
         // Another cluster's session is not found by its id, nor one in another namespace.
-        assert!(live.find(None, "a", "r-2").is_none());
-        assert!(live.find(None, "b", "r-1").is_none());
-        assert!(live.find(None, "a", "r-1").is_some());
+        assert!(live.find(None, "a", &session_id(2)).is_none());
+        assert!(live.find(None, "b", &session_id(1)).is_none());
+        assert!(live.find(None, "a", &session_id(1)).is_some());
         drop(a);
         drop(b);
         let (left, v2) = live.of(None, None);
-        assert_eq!(names(left), ["r-3"]);
+        assert_eq!(numbers(left), [3]);
         assert!(v2 > v1);
         assert_eq!(live.len(), 1);
     }
 
     #[test]
+    fn a_session_is_found_by_its_id_in_any_spelling_of_it() {
+        let live = Arc::new(LiveSessions::default());
+        let _s = list(&live, 7, None, "a");
+        let me = instance_id();
+        for id in [
+            format!("{me}-7"),
+            format!("{}-7", me.to_ascii_uppercase()),
+            format!("{me}-007"),
+        ] {
+            assert_eq!(live.find(None, "a", &id).map(|s| s.number), Some(7), "{id}");
+        }
+        for id in [
+            format!("{me}-8"),
+            format!("{me}-+7"),
+            format!("{me}-7 "),
+            format!("{me}7"),
+            "0badcafe-7".to_owned(),
+            "7".to_owned(),
+            format!("{me}-"),
+        ] {
+            assert!(live.find(None, "a", &id).is_none(), "{id}");
+        }
+    }
+
+    #[test]
+    fn ids_are_read_as_replica_and_number() {
+        assert_eq!(read_id("abcd0123-42", "abcd0123"), Some(42));
+        assert_eq!(read_id("ABCD0123-0042", "abcd0123"), Some(42));
+        assert_eq!(read_id("abcd0123-99999999999999999999", "abcd0123"), None);
+        assert_eq!(read_id("abcd0124-42", "abcd0123"), None);
+        assert_eq!(read_id("x-abcd0123-42", "abcd0123"), None);
+    }
+
+    #[test]
     fn a_watch_sees_what_was_there_then_each_change_in_order() {
         let live = Arc::new(LiveSessions::default());
-        let a = live.list(1, info("r-1", None, "a"), SessionStop::default());
-        let (now, mut changes) = live.watch(None, None);
+        let a = list(&live, 1, None, "a");
+        let (now, _, mut changes) = live.watch(None, None);
         assert_eq!(now.len(), 1);
-        let b = live.list(2, info("r-2", None, "a"), SessionStop::default());
+        let b = list(&live, 2, None, "a");
         live.modified(&now[0]);
         drop(a);
         drop(b);
-        let seen: Vec<(ChangeKind, String)> = std::iter::from_fn(|| changes.try_recv().ok())
-            .map(|c| (c.kind, c.session.info.session_id.clone()))
+        let seen: Vec<(ChangeKind, u64)> = std::iter::from_fn(|| changes.try_recv().ok())
+            .map(|c| (c.kind, c.session.number))
             .collect();
         assert_eq!(
             seen,
             [
-                (ChangeKind::Added, "r-2".to_owned()),
-                (ChangeKind::Modified, "r-1".to_owned()),
-                (ChangeKind::Deleted, "r-1".to_owned()),
-                (ChangeKind::Deleted, "r-2".to_owned()),
+                (ChangeKind::Added, 2),
+                (ChangeKind::Modified, 1),
+                (ChangeKind::Deleted, 1),
+                (ChangeKind::Deleted, 2),
             ]
+        );
+    }
+
+    #[test]
+    fn a_refresh_marks_the_sessions_that_moved_once_per_period() {
+        let live = Arc::new(LiveSessions::default());
+        let (a, b) = (list(&live, 1, None, "a"), list(&live, 2, None, "a"));
+        let (_, version, _changes) = live.watch(None, None);
+        let t0 = Instant::now();
+        let first = live.refresh_traffic(t0);
+        let moved =
+            |refresh: u64| -> Vec<u64> { numbers(live.moved(None, None, version, refresh)) };
+        assert!(moved(0).is_empty(), "nothing carried yet");
+        a.session().unwrap().traffic.to_client(10);
+        // Within the period: the same refresh, nothing new seen.
+        assert_eq!(live.refresh_traffic(t0 + TRAFFIC_REFRESH / 2), first);
+        assert!(moved(first).is_empty());
+        let second = live.refresh_traffic(t0 + TRAFFIC_REFRESH);
+        assert_eq!(second, first + 1);
+        assert_eq!(moved(first), [1]);
+        assert!(moved(second).is_empty(), "told of once");
+        // Idle since: not marked again.
+        let third = live.refresh_traffic(t0 + TRAFFIC_REFRESH * 2);
+        assert!(moved(second).is_empty());
+        b.session().unwrap().traffic.from_client(1);
+        live.refresh_traffic(t0 + TRAFFIC_REFRESH * 3);
+        assert_eq!(moved(third), [2]);
+        // A watch that has not seen a session's ADDED yet does not tell of its traffic.
+        let c = list(&live, 3, None, "a");
+        c.session().unwrap().traffic.from_client(1);
+        let fourth = live.refresh_traffic(t0 + TRAFFIC_REFRESH * 4);
+        assert_eq!(numbers(live.moved(None, None, version, third)), [2]);
+        assert_eq!(
+            numbers(live.moved(None, None, version + 1, fourth - 1)),
+            [3]
         );
     }
 
     #[test]
     fn a_watch_that_falls_behind_is_told_so() {
         let live = Arc::new(LiveSessions::default());
-        let (_, mut changes) = live.watch(None, None);
+        let (_, _, mut changes) = live.watch(None, None);
         for n in 0..(WATCH_BACKLOG as u64 + 10) {
-            drop(live.list(n, info("r", None, "a"), SessionStop::default()));
+            drop(list(&live, n, None, "a"));
         }
         assert!(matches!(
             changes.try_recv(),

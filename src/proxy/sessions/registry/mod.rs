@@ -1,8 +1,9 @@
 //! Admission and draining of streaming sessions: `--max-sessions` slots, the signals a
 //! graceful shutdown sends to every running session, and the list of live sessions
-//! ([`live`]) that operators see and end.
+//! ([`live`]) that operators see and end, and who watches it ([`watchers`]).
 
 pub mod live;
+pub mod watchers;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -12,7 +12,7 @@
 //! what is left through the recorder's cut lane instead of waiting its turn; a FIN is how an
 //! upstream ends a session that ended well too, so what is left then waits its turn.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -22,32 +22,9 @@ use super::recording::RelayTap;
 use crate::activity_clock::ActivityClock;
 use crate::peer_hangup::{Hangup, PeerHangup};
 use crate::session_stop::SessionStop;
+use crate::session_traffic::SessionTraffic;
 use crate::translate::observe::{Direction, PortForwardWatch};
 use crate::translate::ws::Liveness;
-
-/// Bytes moved by one relayed connection.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RelayStats {
-    pub client_to_upstream: u64,
-    pub upstream_to_client: u64,
-}
-
-/// Bytes copied so far each way; readable even when the relay was cut short.
-#[derive(Debug, Default)]
-pub struct RelayCounters {
-    client_to_upstream: AtomicU64,
-    upstream_to_client: AtomicU64,
-}
-
-impl RelayCounters {
-    /// The counts now.
-    pub fn stats(&self) -> RelayStats {
-        RelayStats {
-            client_to_upstream: self.client_to_upstream.load(Ordering::Relaxed),
-            upstream_to_client: self.upstream_to_client.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// Keepalive of a relayed WebSocket's client: pings slipped in between the upstream's frames,
 /// and whether the client is still heard from.
@@ -108,14 +85,16 @@ impl UpstreamHangup {
 
 /// Copies both ways until both directions end (or, with a linger, until it is over after the
 /// first ended); a finished direction half-closes the other side.
-/// Bytes are counted on `counters` and every read is noted on `activity`; with a tap, every
+/// Bytes are counted on `traffic` (the session's, which the sessions API shows and its end
+/// reports; readable even when the relay was cut short) as they are written on, and every
+/// read is noted on `activity`; with a tap, every
 /// read is shown to it (the session's recording) before it is passed on, and with a watch
 /// (a port-forward's audit) too. With keepalive, pings go to the client between the
 /// upstream's frames, and every read from the client counts as hearing from it.
 pub async fn pump<C, U>(
     client: C,
     upstream: U,
-    counters: &RelayCounters,
+    traffic: &SessionTraffic,
     activity: &ActivityClock,
     hooks: RelayHooks<'_>,
 ) where
@@ -138,7 +117,7 @@ pub async fn pump<C, U>(
     let down = async {
         let side = Side {
             direction: Direction::UpstreamToClient,
-            total: &counters.upstream_to_client,
+            traffic,
             terminated: terminated.as_ref(),
             tap: hooks.tap,
             watch: hooks.watch,
@@ -157,7 +136,7 @@ pub async fn pump<C, U>(
     let up = async {
         let side = Side {
             direction: Direction::ClientToUpstream,
-            total: &counters.client_to_upstream,
+            traffic,
             terminated: None,
             tap: hooks.tap,
             watch: hooks.watch,
@@ -224,7 +203,7 @@ impl DownFrames {
 /// One direction of a relay: where its bytes are counted and who else sees them.
 struct Side<'a> {
     direction: Direction,
-    total: &'a AtomicU64,
+    traffic: &'a SessionTraffic,
     /// Towards the client, when a termination ends it with a Status: the session's stop.
     terminated: Option<&'a SessionStop>,
     tap: Option<&'a RelayTap>,
@@ -241,6 +220,14 @@ struct Side<'a> {
 }
 
 impl Side<'_> {
+    /// `n` bytes went on this way.
+    fn count(&self, n: usize) {
+        match self.direction {
+            Direction::ClientToUpstream => self.traffic.from_client(n),
+            Direction::UpstreamToClient => self.traffic.to_client(n),
+        }
+    }
+
     /// Follows a read and shows it to the tap: how much of it goes on now and where a ping
     /// may go, or `None` when the session must end instead (none of it goes).
     async fn admit(&mut self, bytes: &[u8]) -> Option<Followed> {
@@ -301,7 +288,7 @@ where
             Next::Ended => {
                 // The start of a head the upstream never finished: passed on as it came.
                 if kept > 0 && w.write_all(&buf[..kept]).await.is_ok() {
-                    side.total.fetch_add(kept as u64, Ordering::Relaxed);
+                    side.count(kept);
                 }
                 return Copied::Ended;
             }
@@ -331,7 +318,7 @@ where
         if written.is_err() {
             return Copied::Ended;
         }
-        side.total.fetch_add(pass as u64, Ordering::Relaxed);
+        side.count(pass);
         buf.copy_within(pass..have, 0);
         kept = have - pass;
     }
@@ -493,7 +480,8 @@ where
             if w.write_all(&buf[..done]).await.is_err() {
                 return closed;
             }
-            side.total.fetch_add(done as u64, Ordering::Relaxed);
+            // Towards the client (the tap ends only that direction).
+            side.traffic.to_client(done);
         }
         if cursor.owed() == 0 {
             break;
@@ -543,7 +531,7 @@ mod tests {
     async fn lingering_pump(
         client: DuplexStream,
         upstream: DuplexStream,
-        counters: &RelayCounters,
+        counters: &SessionTraffic,
     ) -> Duration {
         let started = tokio::time::Instant::now();
         let hooks = RelayHooks {
@@ -558,7 +546,7 @@ mod tests {
     async fn a_client_that_keeps_its_side_open_is_cut_after_the_linger() {
         let (client_near, mut client_far) = duplex(1024);
         let (upstream_near, mut upstream_far) = duplex(1024);
-        let counters = RelayCounters::default();
+        let counters = SessionTraffic::new();
         let upstream = async move {
             upstream_far.write_all(b"last words").await.unwrap();
             // The upstream is done: its connection closes.
@@ -573,14 +561,14 @@ mod tests {
         let mut got = Vec::new();
         client_far.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, b"last words");
-        assert_eq!(counters.stats().upstream_to_client, 10);
+        assert_eq!(counters.bytes_to_client(), 10);
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_other_direction_finishes_within_the_linger() {
         let (client_near, mut client_far) = duplex(1024);
         let (upstream_near, mut upstream_far) = duplex(1024);
-        let counters = RelayCounters::default();
+        let counters = SessionTraffic::new();
         let client = async move {
             client_far.write_all(b"bye").await.unwrap();
             client_far.shutdown().await.unwrap();
@@ -614,7 +602,7 @@ mod tests {
         let (client_near, _client_far) = duplex(1024);
         let (upstream_near, upstream_far) = duplex(1024);
         drop(upstream_far);
-        let (counters, activity) = (RelayCounters::default(), ActivityClock::new());
+        let (counters, activity) = (SessionTraffic::new(), ActivityClock::new());
         let relay = pump(
             client_near,
             upstream_near,

@@ -390,7 +390,7 @@ mod tests {
         RecordPolicy, RecordingConfig, RecordingCounters, RecordingPlace, Recordings,
     };
     use crate::proxy::sessions::relay::ending::{recording_failed, Ending};
-    use crate::proxy::sessions::relay::pump::{admit_down, pump, RelayCounters, RelayHooks};
+    use crate::proxy::sessions::relay::pump::{admit_down, pump, RelayHooks};
     use crate::spdy::codec::FrameEncoder;
     use crate::spdy::frame::{Data, Frame, HeaderBlock, StreamId, SynStream};
 
@@ -552,7 +552,7 @@ mod tests {
 
         let (client_near, mut client_far) = tokio::io::duplex(1024);
         let (upstream_near, mut upstream_far) = tokio::io::duplex(1024);
-        let counters = RelayCounters::default();
+        let counters = crate::session_traffic::SessionTraffic::new();
         let activity = ActivityClock::new();
         let (up, down) = (up.freeze(), down.freeze());
         let peers = async {
@@ -629,7 +629,7 @@ mod tests {
         let stop = SessionStop::default();
         let (client_near, mut client_far) = tokio::io::duplex(64 * 1024);
         let (upstream_near, mut upstream_far) = tokio::io::duplex(64 * 1024);
-        let (counters, activity) = (RelayCounters::default(), ActivityClock::new());
+        let (counters, activity) = (crate::session_traffic::SessionTraffic::new(), ActivityClock::new());
         let hooks = RelayHooks {
             tap: Some(&tap),
             linger: Some(Duration::from_secs(5)),
@@ -740,7 +740,7 @@ mod tests {
         let next = [0x82, 2, 1, b'b'];
         let (client_near, mut client_far) = tokio::io::duplex(64 * 1024);
         let (upstream_near, mut upstream_far) = tokio::io::duplex(64 * 1024);
-        let counters = RelayCounters::default();
+        let counters = crate::session_traffic::SessionTraffic::new();
         let activity = ActivityClock::new();
         let peers = async {
             upstream_far.write_all(&frame[..1004]).await.unwrap();
@@ -918,7 +918,10 @@ mod tests {
             ..RelayHooks::default()
         };
         let (client_near, mut client_far) = tokio::io::duplex(64 * 1024);
-        let (counters, activity) = (RelayCounters::default(), ActivityClock::new());
+        let (counters, activity) = (
+            crate::session_traffic::SessionTraffic::new(),
+            ActivityClock::new(),
+        );
         let peers = async {
             client_far.write_all(&syn).await.unwrap();
             let mut got = vec![0; syn.len()];

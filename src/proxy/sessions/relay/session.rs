@@ -9,7 +9,7 @@ use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
 use super::pings::PingInjector;
-use super::pump::{pump, RelayCounters, RelayHooks, RelayKeepalive, RelayStats};
+use super::pump::{pump, RelayHooks, RelayKeepalive};
 use super::recording::{RelayTap, TapEnd};
 use crate::activity_clock::ActivityClock;
 use crate::peer_hangup::PeerHangup;
@@ -77,11 +77,10 @@ impl RelaySession {
             }
         };
         let started = Instant::now();
-        let counters = RelayCounters::default();
         let ended = self
-            .relay_until_ended(TokioIo::new(client), TokioIo::new(upstream), &counters)
+            .relay_until_ended(TokioIo::new(client), TokioIo::new(upstream))
             .await;
-        self.finish(ended, counters.stats(), started).await;
+        self.finish(ended, started).await;
     }
 
     /// The client went before its upgrade: nothing was relayed.
@@ -94,12 +93,7 @@ impl RelaySession {
     }
 
     /// Relays until the session ends, and says why it did.
-    async fn relay_until_ended<C, U>(
-        &self,
-        client: C,
-        upstream: U,
-        counters: &RelayCounters,
-    ) -> Ended
+    async fn relay_until_ended<C, U>(&self, client: C, upstream: U) -> Ended
     where
         C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
         U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -134,7 +128,8 @@ impl RelaySession {
             stop: Some(self.running.slot().stop()),
         };
         let session_id = self.session_id;
-        let mut relay = Box::pin(pump(client, upstream, counters, &activity, hooks));
+        let traffic = self.running.traffic();
+        let mut relay = Box::pin(pump(client, upstream, traffic, &activity, hooks));
         let outcome = tokio::select! {
             () = &mut relay => SessionOutcome::Success,
             silent = liveness.lost() => {
@@ -183,7 +178,7 @@ impl RelaySession {
     }
 
     /// Audits, counts and logs the end of a session that ran since `started`.
-    async fn finish(self, ended: Ended, stats: RelayStats, started: Instant) {
+    async fn finish(self, ended: Ended, started: Instant) {
         let TapEnd {
             exit_code,
             status,
@@ -203,7 +198,7 @@ impl RelaySession {
             .or(tap_error)
             .or(self.recording_error);
         let duration = started.elapsed();
-        let (bytes_in, bytes_out) = (stats.client_to_upstream, stats.upstream_to_client);
+        let (bytes_in, bytes_out) = self.running.traffic().moved();
         self.running.finish(
             Finished {
                 exit_code,
@@ -221,8 +216,8 @@ impl RelaySession {
             connection = self.client_stream.connection.0,
             path = crate::audit::bounds::log_field(&self.path),
             outcome = outcome.label(),
-            bytes_up = stats.client_to_upstream,
-            bytes_down = stats.upstream_to_client,
+            bytes_up = bytes_in,
+            bytes_down = bytes_out,
             duration_ms = duration.as_millis() as u64,
             "relayed upgrade finished"
         );
