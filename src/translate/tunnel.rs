@@ -654,7 +654,10 @@ mod tests {
         let watch = PortForwardWatch::new();
         let task = {
             let stop = stop.clone();
-            tokio::spawn(async move { run(ws, ours, Bytes::new(), stop, None, Some(&watch)).await })
+            tokio::spawn(async move {
+                let traffic = SessionTraffic::new();
+                run(ws, ours, Bytes::new(), stop, None, Some(&watch), &traffic).await
+            })
         };
         client
             .write_all(&masked(0x82, &connection_opened()))
@@ -709,7 +712,10 @@ mod tests {
         let watch = PortForwardWatch::new();
         let task = {
             let stop = stop.clone();
-            tokio::spawn(async move { run(ws, ours, Bytes::new(), stop, None, Some(&watch)).await })
+            tokio::spawn(async move {
+                let traffic = SessionTraffic::new();
+                run(ws, ours, Bytes::new(), stop, None, Some(&watch), &traffic).await
+            })
         };
         client
             .write_all(&masked(0x82, &connection_opened()))

@@ -629,7 +629,10 @@ mod tests {
         let stop = SessionStop::default();
         let (client_near, mut client_far) = tokio::io::duplex(64 * 1024);
         let (upstream_near, mut upstream_far) = tokio::io::duplex(64 * 1024);
-        let (counters, activity) = (crate::session_traffic::SessionTraffic::new(), ActivityClock::new());
+        let (counters, activity) = (
+            crate::session_traffic::SessionTraffic::new(),
+            ActivityClock::new(),
+        );
         let hooks = RelayHooks {
             tap: Some(&tap),
             linger: Some(Duration::from_secs(5)),
