@@ -46,3 +46,10 @@ node_project="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
 if [ ! -d "$node_project/node_modules" ]; then
   (cd "$node_project" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# Playwright's driver for the web console's browser test (tests/console), as locked; it drives
+# Debian's Chromium, it downloads no browser.
+console_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/console"
+if [ ! -d "$console_tests/node_modules" ]; then
+  (cd "$console_tests" && npm ci --no-audit --no-fund --loglevel=error)
+fi

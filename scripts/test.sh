@@ -81,6 +81,10 @@ alongside "install test dependencies" scripts/install-test-deps.sh
 
 step "cargo fmt --check" cargo fmt --all -- --check
 
+# The web console's terminal and player, exactly as locked (build.rs bundles them into the
+# binary; it would fetch them itself into the build's own folder without this).
+step "console packages" npm ci --prefix console --no-audit --no-fund --loglevel=error
+
 if cargo nextest --version >/dev/null 2>&1; then
   runner=(cargo nextest run --release)
 else

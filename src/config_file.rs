@@ -422,6 +422,7 @@ mod tests {
             "cluster" => "a=http://127.0.0.1:2".into(),
             "cluster-host-suffix" => "kube.example.com".into(),
             "tls-sni-cert" => "a=/tmp/a.crt,/tmp/a.key".into(),
+            "peers" => "https://kube-ws-proxy-peers.ops.svc:8443".into(),
             _ => panic!("give --{long} a sample value for the config-file test"),
         }
     }

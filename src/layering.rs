@@ -47,6 +47,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     ("wire", &[]),
     ("observability", &["wire"]),
     ("client", &["observability", "wire"]),
+    ("console", &["wire"]),
     ("upstream", &["observability", "wire"]),
     ("auth", &["upstream", "observability", "wire"]),
     ("route", &["auth", "upstream", "observability", "wire"]),
@@ -75,6 +76,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     (
         "listen",
         &[
+            "console",
             "sessions_api",
             "sessions",
             "route",

@@ -49,6 +49,8 @@ pub enum StartError {
     },
     #[error("recordings: {0}")]
     Recording(String),
+    #[error("--peers: {0}")]
+    Peers(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -210,6 +212,16 @@ fn configure_connections(state: &mut Shared, args: &ServeArgs) -> Result<(), Sta
              bearer tokens cross the network in the clear (give it --tls-cert-file and \
              --tls-private-key-file, or keep it behind a gateway that terminates TLS)"
         );
+    }
+    if !args.listeners.peers.is_empty() {
+        let ca = args
+            .listeners
+            .peer_ca_file
+            .clone()
+            .map(crate::proxy::upstream::pem::Pem::File);
+        let peers = crate::proxy::upstream::peers::Peers::new(&args.listeners.peers, ca)
+            .map_err(|e| StartError::Peers(e.to_string()))?;
+        state.peers = Some(peers);
     }
     state.request_header_timeout = args.limits.request_header_timeout;
     state.idle_connection_timeout = args.limits.idle_connection_timeout;

@@ -131,6 +131,30 @@ pub struct ListenerArgs {
     /// choose what the API server records as the request's source.
     #[arg(long, env = "KUBE_WS_PROXY_TRUST_X_FORWARDED_FOR")]
     pub trust_x_forwarded_for: bool,
+
+    /// The other replicas' main listeners, asked by `?allReplicas=true` (sessions API).
+    ///
+    /// Repeatable or comma-separated. Each URL's host is resolved at every such call, so a headless Service's name
+    /// (`https://kube-ws-proxy-peers.NS.svc:8443`) stands for every ready replica. A call is
+    /// passed on with the caller's own bearer token; each replica authorizes it again.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_PEERS",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    pub peers: Vec<String>,
+
+    /// PEM CA bundle that signed the other replicas' serving certificates (`--peers`).
+    ///
+    /// Checked for the peer URL's host name; the web PKI roots without it.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_PEER_CA_FILE",
+        requires = "peers",
+        value_name = "FILE"
+    )]
+    pub peer_ca_file: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@
 //!   connection's clocks, the request layers, the upgrade request, accepting its WebSocket.
 //!   May use `observability`, `wire`.
 //! - [`observability`]: metrics, log throttling, the readiness check. May use `wire`.
+//! - [`console`]: the web console's files (embedded), served on the main listener under
+//!   `/kube-ws-proxy/console/`. May use `wire`.
 //! - [`wire`]: the vocabulary both sides speak: response bodies, Status answers, header
 //!   hygiene, the client's stream and handshake form, TCP-or-TLS sockets. Uses no room.
 //!
@@ -38,6 +40,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod console;
 pub mod listen;
 pub mod observability;
 pub mod route;

@@ -31,6 +31,7 @@ use crate::proxy::client::upgrade_request::{
 };
 use crate::proxy::client::waiting_connections::{Waiter, SHED_GRACE};
 use crate::proxy::client::write_timeout::{Responses, Stalled, WatchedBody};
+use crate::proxy::console;
 use crate::proxy::observability::metrics::ConnectionShed;
 use crate::proxy::observability::metrics::{HandshakeRejection, SessionKind};
 use crate::proxy::route::by_host::{cluster_by_host, HostFields, HostUnrouted};
@@ -553,11 +554,23 @@ async fn route_authenticated(
     conn: &Connection,
     target: RequestTarget,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    // The web console's files: public (they hold no data), so before authentication.
+    if let Some(resp) = console::serve(req.method(), target.path()) {
+        let label = state.cluster.metrics_label();
+        state.metrics.request(
+            label,
+            req.method(),
+            resp.status().as_u16(),
+            std::time::Duration::ZERO,
+        );
+        return Ok(resp);
+    }
     // The proxy's own API group, whatever the method or upgrade: it never goes upstream.
     if let Some(call) = sessions_api_path::read(req.method(), &target) {
         let caller = authenticate(&state, req.headers(), None, conn).await?;
         let (method, started) = (req.method().clone(), Instant::now());
-        let resp = sessions_api::serve(&state, req, &caller, call).await;
+        let reach = sessions_api_path::reach(&target, req.headers());
+        let resp = sessions_api::serve(&state, req, &caller, call, reach).await;
         let label = state.cluster.metrics_label();
         let code = resp.status().as_u16();
         state

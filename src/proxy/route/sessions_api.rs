@@ -54,6 +54,37 @@ pub enum NotServed {
 /// API server, which ends watches after 30 to 60 minutes, so that clients list again.
 pub const WATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
+/// The header a replica puts on a call it passes on to the others (`--peers`): the replica
+/// asked answers from its own sessions only, so that a call never goes round. A caller who
+/// sets it only narrows their own answer.
+pub const PASSED_ON: &str = "kube-ws-proxy-passed-on";
+
+/// Which replicas a call asks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// `?allReplicas=true` (or `1`): every replica's sessions, not this one's only.
+    pub all_replicas: bool,
+    /// Passed on by another replica ([`PASSED_ON`]): this replica's sessions only.
+    pub passed_on: bool,
+}
+
+impl Reach {
+    /// Whether the call is passed on to every replica.
+    pub fn everywhere(self) -> bool {
+        self.all_replicas && !self.passed_on
+    }
+}
+
+/// Which replicas the request (its `target` and `headers`) asks.
+pub fn reach(target: &RequestTarget, headers: &http::HeaderMap) -> Reach {
+    Reach {
+        all_replicas: target
+            .first("allReplicas")
+            .is_some_and(|v| v == "true" || v == "1"),
+        passed_on: headers.contains_key(PASSED_ON),
+    }
+}
+
 /// Whether `path` lies under `/apis/kube-ws-proxy.io` (the group itself included).
 pub fn is_ours(path: &str) -> bool {
     let mut segments = path.split('/');

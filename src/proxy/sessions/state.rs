@@ -177,6 +177,8 @@ pub struct Shared {
     pub refused_certificate_log: LogThrottle,
     /// Kubelet sessions through `nodes/{node}/proxy` (`--node-proxy-sessions`).
     pub node_proxy_sessions: NodeProxySessions,
+    /// The other replicas, asked by the sessions API's `?allReplicas=true` (`--peers`).
+    pub peers: Option<crate::proxy::upstream::peers::Peers>,
 }
 
 impl Default for Shared {
@@ -219,6 +221,7 @@ impl Default for Shared {
             recordings: None,
             refused_certificate_log: LogThrottle::default(),
             node_proxy_sessions: NodeProxySessions::default(),
+            peers: None,
         }
     }
 }

@@ -10,11 +10,15 @@
 //! - `DELETE …/namespaces/NS/sessions/ID`: terminate it (`?reason=…`, or a JSON body with
 //!   `reason`); its client is told who and why, its audit `ended` event names them.
 //!
+//! - `?allReplicas=true` on a list: every replica's sessions ([`replicas`], `--peers`); a
+//!   session this replica does not have is looked for on the others.
+//!
 //! May use `sessions`, `route`, `auth`, `upstream`, `observability` and `wire`; used by
 //! `listen`.
 
 pub mod access;
 pub mod objects;
+mod replicas;
 mod terminate;
 mod watch;
 
@@ -24,19 +28,36 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
 use crate::proxy::auth::Caller;
-use crate::proxy::route::sessions_api::{NotServed, SessionsCall};
+use crate::proxy::route::sessions_api::{NotServed, Reach, SessionsCall};
 use crate::proxy::sessions::state::ProxyState;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::status_response::failure;
 use objects::{Session, SessionList};
 
 /// Answers a request to the group: `call` as the front door read it, `caller` as the listener
-/// authenticated it.
+/// authenticated it, `reach` which replicas it asks. Every answer names the replica that gave
+/// it ([`replicas::REPLICA`]).
 pub async fn serve(
     state: &ProxyState,
     req: Request<Incoming>,
     caller: &Caller,
     call: Result<SessionsCall, NotServed>,
+    reach: Reach,
+) -> Response<ProxyBody> {
+    let mut resp = answer(state, req, caller, call, reach).await;
+    resp.headers_mut().insert(
+        replicas::REPLICA,
+        HeaderValue::from_static(crate::audit::instance::instance_id()),
+    );
+    resp
+}
+
+async fn answer(
+    state: &ProxyState,
+    req: Request<Incoming>,
+    caller: &Caller,
+    call: Result<SessionsCall, NotServed>,
+    reach: Reach,
 ) -> Response<ProxyBody> {
     let call = match call {
         Ok(call) => call,
@@ -53,14 +74,25 @@ pub async fn serve(
         SessionsCall::Resources => json(StatusCode::OK, &objects::api_resources()),
         SessionsCall::List { namespace } => {
             let (sessions, version) = live.of(cluster, namespace.as_deref());
-            json(StatusCode::OK, &SessionList::of(&sessions, version))
+            let list = SessionList::of(&sessions, version);
+            if !reach.everywhere() {
+                return json(StatusCode::OK, &list);
+            }
+            let local = serde_json::to_value(&list).unwrap_or_default();
+            let call = pass_on(state, &req);
+            replicas::list_everywhere(state, call, local).await
         }
+        SessionsCall::Watch { .. } if reach.all_replicas => failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "allReplicas lists every replica's sessions once; a watch is of one replica's",
+        ),
         SessionsCall::Watch { namespace, timeout } => {
             watch::watch(live, caller, cluster.map(str::to_owned), namespace, timeout)
         }
         SessionsCall::Get { namespace, name } => match live.find(cluster, &namespace, &name) {
             Some(session) => json(StatusCode::OK, &Session::of(&session)),
-            None => not_found(&name),
+            None => elsewhere(state, pass_on(state, &req), reach, &name).await,
         },
         SessionsCall::Delete {
             namespace,
@@ -68,7 +100,12 @@ pub async fn serve(
             reason,
         } => {
             let Some(session) = live.find(cluster, &namespace, &name) else {
-                return not_found(&name);
+                let call = pass_on(state, &req);
+                let body = match terminate::read_body(req).await {
+                    Ok(body) => body,
+                    Err(why) => return failure(StatusCode::BAD_REQUEST, "BadRequest", why),
+                };
+                return elsewhere(state, call.with_body(body), reach, &name).await;
             };
             let answer = terminate::terminate(req, reason, &session, operator).await;
             if answer.status() == StatusCode::OK {
@@ -77,6 +114,46 @@ pub async fn serve(
             answer
         }
     }
+}
+
+/// `req` as the other replicas are asked it.
+fn pass_on<B>(state: &ProxyState, req: &Request<B>) -> replicas::PassOn {
+    let uri = req.uri();
+    replicas::PassOn::new(
+        state,
+        req.method().clone(),
+        uri.path(),
+        uri.query(),
+        req.headers(),
+    )
+}
+
+/// The answer for the session `name`, which this replica does not have: another replica's,
+/// when the call may be passed on and one has it, else 404.
+async fn elsewhere(
+    state: &ProxyState,
+    call: replicas::PassOn,
+    reach: Reach,
+    name: &str,
+) -> Response<ProxyBody> {
+    if reach.passed_on {
+        return not_found(name);
+    }
+    match replicas::find_elsewhere(state, call).await {
+        Some(theirs) => theirs,
+        None => not_found(name),
+    }
+}
+
+/// `resp` with a `Warning` header (`299`, as the API server warns) for each of `warnings`.
+fn with_warnings(mut resp: Response<ProxyBody>, warnings: &[String]) -> Response<ProxyBody> {
+    for warning in warnings {
+        let text = warning.replace(['"', '\\'], "'");
+        if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            resp.headers_mut().append(header::WARNING, value);
+        }
+    }
+    resp
 }
 
 /// The answer to a request to the group that names no call.

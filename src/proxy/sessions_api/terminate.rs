@@ -61,14 +61,19 @@ pub async fn terminate(
     status_response(StatusCode::OK, &status)
 }
 
-/// The reason the request gives: its `reason` query parameter (`from_query`), else a JSON
-/// body's `reason` (what `kubectl delete --raw` sends with `-f`), else none.
-async fn reason(req: Request<Incoming>, from_query: Option<String>) -> Result<String, String> {
-    let body = Limited::new(req.into_body(), BODY_LIMIT)
+/// A terminate's body, at most [`BODY_LIMIT`] bytes.
+pub(super) async fn read_body(req: Request<Incoming>) -> Result<bytes::Bytes, String> {
+    Ok(Limited::new(req.into_body(), BODY_LIMIT)
         .collect()
         .await
         .map_err(|e| format!("cannot read the request's body: {e}"))?
-        .to_bytes();
+        .to_bytes())
+}
+
+/// The reason the request gives: its `reason` query parameter (`from_query`), else a JSON
+/// body's `reason` (what `kubectl delete --raw` sends with `-f`), else none.
+async fn reason(req: Request<Incoming>, from_query: Option<String>) -> Result<String, String> {
+    let body = read_body(req).await?;
     let mut reason = match (from_query, body.is_empty()) {
         (Some(r), _) => r,
         (None, true) => String::new(),

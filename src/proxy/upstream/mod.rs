@@ -24,6 +24,7 @@ pub mod client_cert;
 pub mod endpoint;
 pub mod error;
 pub mod kubeconfig;
+pub mod peers;
 pub mod pem;
 pub mod refusal_body;
 pub mod source;
