@@ -30,7 +30,15 @@ async fn one_replica_lists_gets_and_ends_the_sessions_of_every_replica() {
     let dead_url = format!("https://127.0.0.1:{}", dead.local_addr().unwrap().port());
     drop(dead);
     let peers = format!("{},{dead_url}", o.url());
-    let a = o.replica(&["--peers", &peers, "--peer-ca-file", &peer_ca.display().to_string()]);
+    let a = o.replica(
+        "a",
+        &[
+            "--peers",
+            &peers,
+            "--peer-ca-file",
+            &peer_ca.display().to_string(),
+        ],
+    );
     let (olga_a, vic_a) = (
         o.kubeconfig_at(&a, "olga-a", OLGA),
         o.kubeconfig_at(&a, "vic-a", VIC),
@@ -45,10 +53,15 @@ async fn one_replica_lists_gets_and_ends_the_sessions_of_every_replica() {
         .stderr(Stdio::piped());
     let mut kubectl = c.spawn().unwrap();
     let mut lines = BufReader::new(kubectl.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(T, lines.next_line()).await.unwrap().unwrap();
+    let first = tokio::time::timeout(T, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(first.as_deref(), Some("started"));
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let on_b = o.sessions(&k33, &o.kubeconfig("olga", Some(OLGA), None), 1).await;
+    let on_b = o
+        .sessions(&k33, &o.kubeconfig("olga", Some(OLGA), None), 1)
+        .await;
     let id = on_b[0]["metadata"]["name"].as_str().unwrap().to_owned();
     let b_replica = on_b[0]["status"]["replica"].as_str().unwrap().to_owned();
 
@@ -56,7 +69,11 @@ async fn one_replica_lists_gets_and_ends_the_sessions_of_every_replica() {
     let own = o.get_raw(&k33, &olga_a, SESSIONS).await.unwrap();
     assert_eq!(own["items"], serde_json::json!([]), "{own}");
     let all = o
-        .kubectl(&k33, &olga_a, &["get", "--raw", &format!("{SESSIONS}?allReplicas=true")])
+        .kubectl(
+            &k33,
+            &olga_a,
+            &["get", "--raw", &format!("{SESSIONS}?allReplicas=true")],
+        )
         .await;
     assert!(all.status.success(), "{}", stderr(&all));
     let list: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
@@ -83,11 +100,18 @@ async fn one_replica_lists_gets_and_ends_the_sessions_of_every_replica() {
     let got = o.get_raw(&k33, &olga_a, &one).await.unwrap();
     assert_eq!(got["spec"]["user"], "tina", "{got}");
     let done = o
-        .kubectl(&k33, &olga_a, &["delete", "--raw", &format!("{one}?reason=fleet-drill")])
+        .kubectl(
+            &k33,
+            &olga_a,
+            &["delete", "--raw", &format!("{one}?reason=fleet-drill")],
+        )
         .await;
     assert!(done.status.success(), "{}", stderr(&done));
     let printed = failed_stderr(kubectl).await;
-    assert!(printed.contains("terminated by olga: fleet-drill"), "{printed}");
+    assert!(
+        printed.contains("terminated by olga: fleet-drill"),
+        "{printed}"
+    );
     let event = o.ended(&id).await;
     assert_eq!(event["terminated_by"], "olga", "{event}");
     let gone = o.get_raw(&k33, &olga_a, &one).await.unwrap_err();

@@ -90,6 +90,33 @@ impl Operated {
         }
     }
 
+    /// Another replica in front of the same cluster, with the same certificates and its own
+    /// audit log (`audit-NAME.log`), and the flags `extra` added.
+    pub fn replica(&self, name: &str, extra: &[&str]) -> ProxyProcess {
+        let audit_log = self.dir.path().join(format!("audit-{name}.log"));
+        let mut args = proxy_args(
+            &self.sim,
+            self.dir.path(),
+            &self.proxy_ca,
+            &self.client_ca,
+            &audit_log,
+        );
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        ProxyProcess::launch(&refs, &[])
+    }
+
+    /// A kubeconfig for `name` with a bearer `token`, for the replica `proxy`.
+    pub fn kubeconfig_at(&self, proxy: &ProxyProcess, name: &str, token: &str) -> PathBuf {
+        kubeconfig(
+            &self.dir.path().join(format!("kubeconfig-{name}")),
+            &format!("https://127.0.0.1:{}", proxy.addr.port()),
+            &self.proxy_ca.pem,
+            Some(token),
+            None,
+        )
+    }
+
     /// The proxy's URL (https).
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.proxy.addr.port())
