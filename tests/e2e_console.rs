@@ -1,8 +1,9 @@
 //! The web console in headless Chromium (driven by Playwright, tests/console/drive.mjs), served
 //! by the real proxy in front of the simulated cluster with RBAC for the sessions API: olga
-//! signs in with her token, sees tina's kubectl 1.33 session appear, watches its terminal as
-//! it happens, terminates it with a reason (tina's kubectl prints who and why), and replays its
-//! recording; tina, who may not list sessions, is refused. The page keeps nothing (no storage,
+//! signs in with her token, sees tina's kubectl 1.33 session appear (by the watch), and
+//! terminates it with a reason (tina's kubectl prints who and why); tina, who may not list
+//! sessions, is refused. Watching a live terminal and replaying need the recording
+//! subresource, which is not on main yet: those steps are not tested here yet. The page keeps nothing (no storage,
 //! no cookie) and reaches nothing but the proxy. Screenshots of each step are kept in
 //! `target/test-artifacts/e2e_console/`.
 
@@ -126,7 +127,7 @@ async fn session(o: &Operated, k: &Path, kc: &Path, script: &str) -> Child {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_watches_terminates_and_replays_a_session_in_the_browser() {
+async fn an_operator_signs_in_sees_and_terminates_a_session_in_the_browser() {
     let Some(k33) = require_kubectl("1.33") else {
         return;
     };
@@ -158,15 +159,6 @@ async fn an_operator_watches_terminates_and_replays_a_session_in_the_browser() {
     assert!(row.contains("web") && row.contains("exec sh -c"), "{row}");
     page.screenshot("live-session").await;
 
-    // She watches its terminal: the output arrives while it runs.
-    page.click("#live-rows tr button.watch").await;
-    let screen = page
-        .wait_text("#terminal .xterm-rows", "seen:LIVE-MARKER-7")
-        .await;
-    assert!(screen.contains("seen:LIVE-MARKER-7"), "{screen}");
-    page.wait_text("#viewer-state", "live").await;
-    page.screenshot("watching").await;
-
     // She terminates it with a reason: tina's kubectl is told who and why and fails.
     page.click("#live-rows tr button.terminate").await;
     page.fill("#terminate-reason", "console-drill").await;
@@ -177,16 +169,9 @@ async fn an_operator_watches_terminates_and_replays_a_session_in_the_browser() {
         printed.contains("terminated by olga: console-drill"),
         "{printed}"
     );
-    page.wait_text("#viewer-state", "ended").await;
-    let ended = page.wait_text("#ended-rows", "default/").await;
+    let ended = page.wait_text("#ended-rows", "default/").await; // recorded, so listed for replay
     assert!(ended.contains("tina"), "{ended}");
     page.screenshot("ended").await;
-
-    // She replays it with the player.
-    page.click("#ended-rows li button.replay").await;
-    let played = page.wait_text("#player", "seen:LIVE-MARKER-7").await;
-    assert!(played.contains("seen:LIVE-MARKER-7"), "{played}");
-    page.screenshot("replay").await;
 
     // The page kept nothing and reached nothing but the proxy.
     let stored = page.run(json!({"op": "storage"})).await;

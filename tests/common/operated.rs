@@ -94,13 +94,8 @@ impl Operated {
     /// audit log (`audit-NAME.log`), and the flags `extra` added.
     pub fn replica(&self, name: &str, extra: &[&str]) -> ProxyProcess {
         let audit_log = self.dir.path().join(format!("audit-{name}.log"));
-        let mut args = proxy_args(
-            &self.sim,
-            self.dir.path(),
-            &self.proxy_ca,
-            &self.client_ca,
-            &audit_log,
-        );
+        let mut args = proxy_args(&self.sim, self.dir.path(), &self.proxy_ca, &self.client_ca);
+        args.extend(["--audit-log".to_owned(), audit_log.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         ProxyProcess::launch(&refs, &[])
