@@ -1039,13 +1039,24 @@ impl StarvedWriter {
             "taskset: {}",
             String::from_utf8_lossy(&pin.stderr)
         );
-        let writer = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .map(|t| t.unwrap().path())
-            .find(|t| {
-                std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == "recordings")
-            })
-            .expect("the proxy's recording writer thread");
+        // The writer thread may still be starting on a loaded machine: look for it a while.
+        let find_writer = || {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .filter_map(|t| t.ok().map(|t| t.path()))
+                .find(|t| {
+                    std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == "recordings")
+                })
+        };
+        let mut writer = find_writer();
+        for _ in 0..100 {
+            if writer.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            writer = find_writer();
+        }
+        let writer = writer.expect("the proxy's recording writer thread");
         let tid = writer.file_name().unwrap().to_str().unwrap().to_owned();
         let idle = std::process::Command::new("chrt")
             .args(["--idle", "-p", "0", &tid])
