@@ -53,7 +53,7 @@ impl Driver {
         Driver {
             stdin: child.stdin.take().unwrap(),
             answers: BufReader::new(child.stdout.take().unwrap()).lines(),
-            child: child,
+            child,
             shots,
             shot: 0,
         }
