@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::json_escape::{escape_json, ASCII_IN_JSON};
 
@@ -23,6 +23,22 @@ pub struct Header {
     pub timestamp: u64,
     pub command: String,
     pub title: String,
+    /// Whose session it is (a key of the proxy's own, which players ignore): a file found
+    /// by its name is served by id only when its header says it is that session's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_ws_proxy: Option<HeaderSession>,
+}
+
+/// The session a recording is of, in its header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeaderSession {
+    /// Its id (`<replica>-<n>`), as its audit events say it.
+    pub session_id: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// Its named cluster (none for the unnamed upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 /// What an event is.
@@ -393,6 +409,7 @@ mod tests {
                 timestamp: 1_764_032_523,
                 command: "sh".into(),
                 title: "default/web".into(),
+                kube_ws_proxy: None,
             },
             &mut out,
         );

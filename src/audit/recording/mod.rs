@@ -8,14 +8,20 @@
 //! - `writer`: the thread that writes them.
 //! - `queue`: the writer's channel, and the order in which it writes what comes on it (cut-off
 //!   output first).
+//! - [`follow`]: reading a recording while it is written, at no cost to its session.
+//! - [`lookup`]: a finished recording found on disk by its session id.
 
 pub mod asciicast;
+pub mod follow;
 mod json_escape;
+pub mod lookup;
 mod queue;
 pub mod recorder;
 mod state;
 mod writer;
 
+pub use follow::{FileProgress, RecordingFeed};
+pub use lookup::SessionKey;
 pub use recorder::{
     RecordPolicy, Recordable, Recorded, Recorder, RecordingConfig, RecordingCounters,
     RecordingError, RecordingPlace, Recordings,

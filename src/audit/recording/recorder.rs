@@ -35,7 +35,8 @@ use bytes::Bytes;
 use prometheus::{IntCounterVec, Opts};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::asciicast::Header;
+use super::asciicast::{Header, HeaderSession};
+use super::follow::RecordingFeed;
 use super::queue::{self, Outbox};
 use super::state::RecordingState;
 use super::writer::{self, Counted, EventKind, Message};
@@ -118,8 +119,9 @@ impl RecordingCounters {
     }
 }
 
-/// Whose session a recording is: the `cluster` its counters count under, and the folder of
-/// `--record-dir` its file goes in (`None`: `--record-dir` itself).
+/// Whose session a recording is: the `cluster` its counters count under, the folder of
+/// `--record-dir` its file goes in (`None`: `--record-dir` itself), and the pod's namespace
+/// (its header names the session, its namespace and the folder's cluster).
 #[derive(Debug, Clone, Copy)]
 pub struct RecordingPlace<'a> {
     /// The cluster's label.
@@ -127,6 +129,8 @@ pub struct RecordingPlace<'a> {
     /// One folder name (a cluster's name: a DNS label), made when the first recording goes
     /// in it.
     pub folder: Option<&'a str>,
+    /// The session's pod's namespace.
+    pub namespace: &'a str,
 }
 
 /// Why a recording could not start.
@@ -266,6 +270,11 @@ impl Recordings {
                 bounds::cut_text(&mut title, bounds::TEXT_CAP);
                 title
             },
+            kube_ws_proxy: Some(HeaderSession {
+                session_id: session_id.to_owned(),
+                namespace: place.namespace.to_owned(),
+                cluster: place.folder.map(str::to_owned),
+            }),
         };
         // Under `required` the header is written now, before the session is admitted: a file
         // that can be created is no proof that anything can be written to it.
@@ -315,7 +324,7 @@ impl Recordings {
 
 impl Recordings {
     /// `--record-dir`, or its folder `folder` (one plain name: never a path that leaves it).
-    fn folder(&self, folder: Option<&str>) -> Result<PathBuf, RecordingError> {
+    pub(super) fn folder(&self, folder: Option<&str>) -> Result<PathBuf, RecordingError> {
         let Some(folder) = folder else {
             return Ok(self.config.dir.clone());
         };
@@ -432,6 +441,12 @@ impl Recorder {
     /// The recording's file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The recording as a follower reads it while it is written: its file and the writer's
+    /// progress through it.
+    pub fn feed(&self) -> RecordingFeed {
+        RecordingFeed::new(self.path.clone(), self.state.follow())
     }
 
     /// Why the recording failed, if it did.
@@ -768,6 +783,7 @@ mod tests {
     const HERE: RecordingPlace<'static> = RecordingPlace {
         cluster: "default",
         folder: None,
+        namespace: "default",
     };
 
     /// What `c` counts for [`HERE`]'s cluster.

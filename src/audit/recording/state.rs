@@ -1,11 +1,23 @@
 //! What a session's [`Recorder`](super::Recorder) and the writer thread share: when the
-//! recording started, how many bytes it holds, and whether (and why) it failed.
+//! recording started, how many bytes it holds, and whether (and why) it failed; and what its
+//! followers are told: how much of its file is written, and whether it is complete
+//! ([`FileProgress`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
+
+/// How far a recording's file is written, as its followers see it: the writer publishes it
+/// after each write, so a follower reads whole lines only and never waits on the session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileProgress {
+    /// Bytes of the file that are final (whole lines, a write the kernel accepted).
+    pub written: u64,
+    /// The writer is done with the file: `written` is its length for good.
+    pub closed: bool,
+}
 
 /// Shared between a session's [`Recorder`] and the writer.
 #[derive(Debug)]
@@ -20,6 +32,9 @@ pub struct RecordingState {
     queued: AtomicU64,
     /// Told whenever `bytes` grows or the recording fails.
     progress: Notify,
+    /// The file's progress, for followers. Publishing it costs the writer one uncontended
+    /// lock per write (up to 256 KiB of lines), whether anyone follows or not.
+    file: watch::Sender<FileProgress>,
 }
 
 impl RecordingState {
@@ -32,7 +47,18 @@ impl RecordingState {
             bytes: AtomicU64::new(0),
             queued: AtomicU64::new(0),
             progress: Notify::new(),
+            file: watch::Sender::new(FileProgress::default()),
         }
+    }
+
+    /// The file's progress from now on, for a follower.
+    pub(crate) fn follow(&self) -> watch::Receiver<FileProgress> {
+        self.file.subscribe()
+    }
+
+    /// The writer made the file's first `written` bytes final (`closed`: and is done with it).
+    pub(crate) fn file_written(&self, written: u64, closed: bool) {
+        self.file.send_replace(FileProgress { written, closed });
     }
 
     pub(crate) fn has_failed(&self) -> bool {

@@ -117,6 +117,8 @@ struct Open {
     input: Utf8Carry,
     state: Arc<RecordingState>,
     counted: Counted,
+    /// Bytes of the file written (whole lines), as its followers are told.
+    file_len: u64,
 }
 
 /// How much encoded text of one recording is gathered before it is written: bulk output
@@ -187,6 +189,7 @@ impl Writer {
                     input: Utf8Carry::default(),
                     state,
                     counted,
+                    file_len: written.map_or(0, |len| len as u64),
                 };
                 self.open.insert(id, rec);
             }
@@ -234,11 +237,17 @@ impl Writer {
             encode_event(rec.state.elapsed(), EventCode::Output, &tail, line);
         }
         let written = rec.file.write_all(line).and_then(|()| rec.file.flush());
+        let len = line.len() as u64;
         line.clear();
-        if let Err(e) = written {
-            rec.counted.failures.inc();
-            rec.state.fail(e.to_string());
-            warn!(error = %e, "a session recording could not be completed");
+        match written {
+            Ok(()) => rec.state.file_written(rec.file_len + len, true),
+            Err(e) => {
+                // What was written before stands: whole lines, which followers may read.
+                rec.state.file_written(rec.file_len, true);
+                rec.counted.failures.inc();
+                rec.state.fail(e.to_string());
+                warn!(error = %e, "a session recording could not be completed");
+            }
         }
     }
 
@@ -254,11 +263,16 @@ impl Writer {
                 return;
             }
         };
+        let lines = self.line.len() as u64;
         self.line.clear();
         match written {
             Ok(rec) => {
                 rec.counted.recorded.inc_by(len);
                 rec.state.written(len);
+                // Its first event has passed, so a header written early can no longer change
+                // under a follower: it is published with the lines after it.
+                rec.file_len += lines;
+                rec.state.file_written(rec.file_len, false);
             }
             Err(e) => self.fail(id, e),
         }
@@ -269,6 +283,7 @@ impl Writer {
     fn fail(&mut self, id: u64, e: std::io::Error) {
         warn!(error = %e, "a session recording could not be written");
         if let Some(rec) = self.open.remove(&id) {
+            rec.state.file_written(rec.file_len, true);
             rec.counted.failures.inc();
             rec.state.fail(e.to_string());
         }
@@ -370,6 +385,7 @@ pub(super) fn test_header(title: &str) -> Header {
         timestamp: 0,
         command: String::new(),
         title: title.into(),
+        kube_ws_proxy: None,
     }
 }
 

@@ -7,7 +7,7 @@ use http::Method;
 use crate::request::target::RequestTarget;
 
 pub use crate::proxy::auth::access_attributes::{
-    SESSIONS_GROUP as GROUP, SESSIONS_RESOURCE as RESOURCE,
+    RECORDING_SUBRESOURCE as RECORDING, SESSIONS_GROUP as GROUP, SESSIONS_RESOURCE as RESOURCE,
 };
 
 /// The group's one version.
@@ -36,6 +36,13 @@ pub enum SessionsCall {
         namespace: String,
         name: String,
         reason: Option<String>,
+    },
+    /// `GET …/namespaces/NS/sessions/ID/recording`: the session's asciicast so far, or with
+    /// `?follow=true` as it grows until the session ends. `follow` is the one query it takes.
+    Recording {
+        namespace: String,
+        name: String,
+        follow: bool,
     },
 }
 
@@ -123,6 +130,13 @@ fn call(method: &Method, rest: &[&str], target: &RequestTarget) -> Result<Sessio
         [VERSION, "namespaces", ns, RESOURCE] => SessionsCall::List {
             namespace: Some(name(ns)?),
         },
+        [VERSION, "namespaces", ns, RESOURCE, id, RECORDING] => {
+            return Ok(SessionsCall::Recording {
+                namespace: name(ns)?,
+                name: name(id)?,
+                follow: recording_query(target)?,
+            });
+        }
         [VERSION, "namespaces", ns, RESOURCE, id] => {
             let (namespace, name) = (name(ns)?, name(id)?);
             match *method == Method::DELETE {
@@ -150,6 +164,24 @@ fn call(method: &Method, rest: &[&str], target: &RequestTarget) -> Result<Sessio
             "only a list of sessions can be watched".into(),
         )),
         (call, false) => Ok(call),
+    }
+}
+
+/// A recording's query: `follow` (as Go's `strconv.ParseBool` reads it, first value), and
+/// nothing else.
+fn recording_query(target: &RequestTarget) -> Result<bool, NotServed> {
+    if let Some((key, _)) = target.query().iter().find(|(k, _)| k != "follow") {
+        return Err(NotServed::Unsupported(format!(
+            "a recording takes no query parameter {key:?} (only follow)"
+        )));
+    }
+    match target.first("follow") {
+        None => Ok(false),
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
+        Some(other) => Err(NotServed::Unsupported(format!(
+            "follow {other:?} is not a boolean"
+        ))),
     }
 }
 
@@ -278,6 +310,48 @@ mod tests {
                 "{target}"
             );
         }
+    }
+
+    #[test]
+    fn a_recording_is_read_or_followed_and_takes_no_other_query() {
+        let path = "/apis/kube-ws-proxy.io/v1/namespaces/a/sessions/r-1/recording";
+        let recording = |follow| {
+            Some(Ok(SessionsCall::Recording {
+                namespace: "a".into(),
+                name: "r-1".into(),
+                follow,
+            }))
+        };
+        assert_eq!(read_str(Method::GET, path), recording(false));
+        assert_eq!(read_str(Method::GET, &format!("{path}/")), recording(false));
+        assert_eq!(
+            read_str(Method::GET, &format!("{path}?follow=true")),
+            recording(true)
+        );
+        assert_eq!(
+            read_str(Method::GET, &format!("{path}?follow=0")),
+            recording(false)
+        );
+        for bad in ["?follow=yes", "?watch=true", "?follow=true&limit=1", "?x"] {
+            assert!(
+                matches!(
+                    read_str(Method::GET, &format!("{path}{bad}")),
+                    Some(Err(NotServed::Unsupported(_)))
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            read_str(Method::DELETE, path),
+            Some(Err(NotServed::MethodNotAllowed(Method::DELETE)))
+        );
+        assert!(matches!(
+            read_str(
+                Method::GET,
+                "/apis/kube-ws-proxy.io/v1/namespaces/a/sessions/r-1/recordings"
+            ),
+            Some(Err(NotServed::NotFound(_)))
+        ));
     }
 
     #[test]

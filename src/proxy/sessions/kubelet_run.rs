@@ -74,7 +74,7 @@ pub async fn run(
     let recording = OpenedRecording::open_for(state, session_id, &target).await;
     recording.name_in(&mut info);
     // Evidence first: the trail (and the recording) exist before the request goes upstream.
-    running.start_audit(state, info);
+    running.start_audit(state, info, recording.feed());
     if let Err(held) = start::may_go_upstream(&running, &recording) {
         return start::end_held(running, recording, held);
     }

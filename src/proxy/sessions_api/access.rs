@@ -7,7 +7,7 @@
 
 use http::{HeaderMap, Response};
 
-use crate::proxy::auth::access_attributes::{AccessAttributes, SessionVerb};
+use crate::proxy::auth::access_attributes::{AccessAttributes, SessionVerb, RECORDING_SUBRESOURCE};
 use crate::proxy::auth::access_review;
 use crate::proxy::auth::Caller;
 use crate::proxy::route::sessions_api::SessionsCall;
@@ -72,30 +72,35 @@ async fn who(state: &ProxyState, caller: &Caller, headers: &HeaderMap) -> Option
 const UNKNOWN: &str = "system:unknown";
 
 /// What RBAC is asked about `call`; `None` for discovery, which every authenticated caller
-/// may read.
+/// may read. A recording is the subresource `recording`, verb `get` (followed or not): `get`
+/// on `sessions` alone does not show what a session showed.
 fn attributes(call: &SessionsCall) -> Option<AccessAttributes> {
-    let (verb, namespace, name) = match call {
+    let one = |verb, namespace: &String, name: &String| AccessAttributes {
+        verb,
+        namespace: Some(namespace.clone()),
+        subresource: None,
+        name: Some(name.clone()),
+    };
+    let all = |verb, namespace: &Option<String>| AccessAttributes {
+        verb,
+        namespace: namespace.clone(),
+        subresource: None,
+        name: None,
+    };
+    Some(match call {
         SessionsCall::Group | SessionsCall::Resources => return None,
-        SessionsCall::List { namespace } => (SessionVerb::List, namespace.clone(), None),
-        SessionsCall::Watch { namespace, .. } => (SessionVerb::Watch, namespace.clone(), None),
-        SessionsCall::Get { namespace, name } => (
-            SessionVerb::Get,
-            Some(namespace.clone()),
-            Some(name.clone()),
-        ),
+        SessionsCall::List { namespace } => all(SessionVerb::List, namespace),
+        SessionsCall::Watch { namespace, .. } => all(SessionVerb::Watch, namespace),
+        SessionsCall::Get { namespace, name } => one(SessionVerb::Get, namespace, name),
         SessionsCall::Delete {
             namespace, name, ..
-        } => (
-            SessionVerb::Delete,
-            Some(namespace.clone()),
-            Some(name.clone()),
-        ),
-    };
-    Some(AccessAttributes {
-        verb,
-        namespace,
-        subresource: None,
-        name,
+        } => one(SessionVerb::Delete, namespace, name),
+        SessionsCall::Recording {
+            namespace, name, ..
+        } => AccessAttributes {
+            subresource: Some(RECORDING_SUBRESOURCE),
+            ..one(SessionVerb::Get, namespace, name)
+        },
     })
 }
 
@@ -121,6 +126,17 @@ mod tests {
         };
         assert_eq!(attributes(&watch).unwrap().verb, SessionVerb::Watch);
         assert!(attributes(&SessionsCall::Group).is_none());
+        assert_eq!(attrs.subresource, None);
+        let recording = attributes(&SessionsCall::Recording {
+            namespace: "a".into(),
+            name: "r-1".into(),
+            follow: true,
+        })
+        .unwrap();
+        assert_eq!(recording.verb, SessionVerb::Get);
+        assert_eq!(recording.subresource, Some("recording"));
+        assert_eq!(recording.name.as_deref(), Some("r-1"));
+        assert_eq!(recording.namespace.as_deref(), Some("a"));
         assert!(attributes(&SessionsCall::Resources).is_none());
     }
 }

@@ -9,6 +9,7 @@
 //! - `GET …/namespaces/NS/sessions/ID`: one.
 //! - `DELETE …/namespaces/NS/sessions/ID`: terminate it (`?reason=…`, or a JSON body with
 //!   `reason`); its client is told who and why, its audit `ended` event names them.
+//! - `GET …/namespaces/NS/sessions/ID/recording[?follow=true]`: its asciicast ([`recording`]).
 //!
 //! - `?allReplicas=true` on a list: every replica's sessions ([`replicas`], `--peers`); a
 //!   session this replica does not have is looked for on the others.
@@ -18,6 +19,7 @@
 
 pub mod access;
 pub mod objects;
+pub mod recording;
 mod replicas;
 mod terminate;
 mod watch;
@@ -112,6 +114,18 @@ async fn answer(
                 live.modified(&session);
             }
             answer
+        }
+        SessionsCall::Recording {
+            namespace,
+            name,
+            follow,
+        } => {
+            let call = recording::RecordingCall {
+                namespace,
+                name,
+                follow,
+            };
+            recording::serve(state, caller, call).await
         }
     }
 }

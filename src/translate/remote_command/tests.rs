@@ -195,6 +195,7 @@ async fn recorded_session(
             RecordingPlace {
                 cluster: "default",
                 folder: None,
+                namespace: "default",
             },
             id,
             &["tar".into()],

@@ -181,6 +181,7 @@ async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
             RecordingPlace {
                 cluster: "default",
                 folder: None,
+                namespace: "default",
             },
             "burst-1",
             &["sh".into()],

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use super::audit;
 use super::task::ClientPresence;
+use crate::audit::recording::RecordingFeed;
 use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, SessionInfo};
 use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOutcome};
-use crate::proxy::sessions::registry::live::Listing;
+use crate::proxy::sessions::registry::live::{Listing, LiveSession};
 use crate::proxy::sessions::registry::SessionSlot;
 use crate::proxy::sessions::state::ProxyState;
 use crate::session_traffic::SessionTraffic;
@@ -178,21 +179,27 @@ impl Running {
 
     /// Writes its audit `started` event (nothing without the audit log) and lists it among
     /// the live sessions (nothing for a request that names no pod), both describing it with
-    /// the same shared [`SessionInfo`]. Called once, before anything of the session goes
-    /// upstream.
-    pub fn start_audit(&mut self, state: &ProxyState, info: Option<SessionInfo>) {
+    /// the same shared [`SessionInfo`], followed through `recording` if it is recorded. Called
+    /// once, before anything of the session goes upstream.
+    pub fn start_audit(
+        &mut self,
+        state: &ProxyState,
+        info: Option<SessionInfo>,
+        recording: Option<RecordingFeed>,
+    ) {
         debug_assert!(self.audit.is_none(), "a session's trail starts once");
         let Some(info) = info else {
             return;
         };
         let info = audit::bounded(state, info);
-        let live = state.sessions.live();
-        self.listing = Some(live.list(
+        let session = LiveSession::new(
             self.session_id,
             info.info.clone(),
             self.traffic.clone(),
             self.slot.stop(),
-        ));
+        );
+        let live = state.sessions.live();
+        self.listing = Some(live.list(session.recorded(recording)));
         self.audit = audit::start_bounded(state, &info);
     }
 

@@ -5,7 +5,7 @@
 use http::{Response, StatusCode};
 use tracing::warn;
 
-use crate::audit::recording::{RecordPolicy, Recorder, RecordingPlace};
+use crate::audit::recording::{RecordPolicy, Recorder, RecordingFeed, RecordingPlace};
 use crate::audit::SessionInfo;
 use crate::proxy::route::stream_request::{StreamRequest, StreamTarget};
 use crate::proxy::sessions::state::ProxyState;
@@ -45,6 +45,7 @@ impl OpenedRecording {
         let place = RecordingPlace {
             cluster: state.cluster.label(),
             folder: name,
+            namespace: target.pod.as_ref().map_or("", |p| p.namespace.as_str()),
         };
         let mut title = target.recording_title();
         if let Some(name) = name {
@@ -78,6 +79,11 @@ impl OpenedRecording {
     /// Why the recording could not start, if it could not.
     pub fn error(&self) -> Option<String> {
         self.error.clone()
+    }
+
+    /// The recording as its followers read it, if there is one.
+    pub fn feed(&self) -> Option<RecordingFeed> {
+        self.recording.as_ref().map(|r| r.recorder.feed())
     }
 
     /// Names the recording's file in the session's audit `started` event.

@@ -53,7 +53,7 @@ pub async fn begin(
     };
     let mut info = audit::stream_info(running.session_id(), stream, identity, path, protocol);
     recording.name_in(&mut info);
-    running.start_audit(state, info);
+    running.start_audit(state, info, recording.feed());
     recording
 }
 

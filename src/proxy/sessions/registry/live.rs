@@ -6,7 +6,10 @@
 //! Each entry shares with the session what its audit events say of it (one [`SessionInfo`],
 //! cut to the audit's caps, held once by both), its traffic counter (counted by its runner)
 //! and its stop signal, through which an operator ends it: a few hundred bytes of its own
-//! (`benches/registry_memory.rs`). Changes are numbered (the list's `resourceVersion`).
+//! (`benches/registry_memory.rs`), and a recorded session's feed, through which operators
+//! follow its recording. Changes are numbered (the list's `resourceVersion`). A recorded
+//! session's feed outlives it in [`EndedRecordings`], so that its recording stays readable by
+//! id.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +18,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::broadcast;
 
+use super::ended::EndedRecordings;
 use super::watchers::Watchers;
+use crate::audit::recording::RecordingFeed;
 use crate::audit::{ProtocolPath, SessionInfo};
 use crate::session_stop::SessionStop;
 use crate::session_traffic::SessionTraffic;
@@ -32,6 +37,8 @@ pub struct LiveSession {
     pub traffic: Arc<SessionTraffic>,
     /// Its stop signal: what a terminate fires.
     pub stop: SessionStop,
+    /// Its recording as followers read it, if it is recorded.
+    pub recording: Option<RecordingFeed>,
     /// The list's version that added it: a watch that has not seen that change yet does not
     /// tell of its traffic.
     added: u64,
@@ -57,10 +64,19 @@ impl LiveSession {
             info,
             traffic,
             stop,
+            recording: None,
             added: 0,
             reported: AtomicU64::new(0),
             moved_in: AtomicU64::new(0),
             agreed: Mutex::new(None),
+        }
+    }
+
+    /// The same session, recorded as `feed` says (`None`: not recorded).
+    pub fn recorded(self, feed: Option<RecordingFeed>) -> LiveSession {
+        LiveSession {
+            recording: feed,
+            ..self
         }
     }
 
@@ -110,6 +126,8 @@ pub struct LiveSessions {
     watchers: Watchers,
     /// The latest traffic refresh: when, and its number ([`LiveSessions::refresh_traffic`]).
     refreshed: Mutex<(Option<Instant>, u64)>,
+    /// The recordings of the sessions that ended last.
+    ended: EndedRecordings,
 }
 
 impl Default for LiveSessions {
@@ -120,6 +138,7 @@ impl Default for LiveSessions {
             changes: broadcast::channel(WATCH_BACKLOG).0,
             watchers: Watchers::default(),
             refreshed: Mutex::new((None, 0)),
+            ended: EndedRecordings::default(),
         }
     }
 }
@@ -170,23 +189,39 @@ impl Listing {
 impl Drop for Listing {
     fn drop(&mut self) {
         let mut entries = self.live.lock();
-        if let Some(session) = entries.remove(&self.number) {
-            self.live.changed(ChangeKind::Deleted, session);
+        let Some(session) = entries.remove(&self.number) else {
+            return;
+        };
+        // Remembered before the session leaves the list: a reader never finds it in neither.
+        if let Some(feed) = &session.recording {
+            let info = &session.info;
+            let ended = &self.live.ended;
+            ended.ended(
+                info.cluster.as_deref(),
+                &info.namespace,
+                &info.session_id,
+                feed.clone(),
+            );
         }
+        self.live.changed(ChangeKind::Deleted, session);
     }
 }
 
+/// What the list knows of a session's recording.
+#[derive(Debug, Clone)]
+pub enum RecordingLookup {
+    /// The session is live or ended lately, and recorded: its recording.
+    Recorded(RecordingFeed),
+    /// The session is live and not recorded.
+    NotRecorded,
+    /// The session is neither live nor among those that ended lately.
+    Unknown,
+}
+
 impl LiveSessions {
-    /// Lists session `number`, described by `info`, counted on `traffic`, ended through
-    /// `stop`, until the returned [`Listing`] drops.
-    pub fn list(
-        self: &Arc<Self>,
-        number: u64,
-        info: Arc<SessionInfo>,
-        traffic: Arc<SessionTraffic>,
-        stop: SessionStop,
-    ) -> Listing {
-        let mut session = LiveSession::new(number, info, traffic, stop);
+    /// Lists `session` (numbered as its `number` says) until the returned [`Listing`] drops.
+    pub fn list(self: &Arc<Self>, mut session: LiveSession) -> Listing {
+        let number = session.number;
         let mut entries = self.lock();
         // Its own change's version: the next one, numbered under the same lock.
         session.added = self.version.load(Ordering::Acquire) + 1;
@@ -231,6 +266,25 @@ impl LiveSessions {
             .get(&number)
             .filter(|s| s.info.namespace == namespace && s.info.cluster.as_deref() == cluster)
             .cloned()
+    }
+
+    /// The recording of session `id` of `cluster` in `namespace`: a live session's, or one
+    /// that ended lately. The id is read as [`LiveSessions::find`] reads it.
+    pub fn recording(&self, cluster: Option<&str>, namespace: &str, id: &str) -> RecordingLookup {
+        if let Some(session) = self.find(cluster, namespace, id) {
+            return match &session.recording {
+                Some(feed) => RecordingLookup::Recorded(feed.clone()),
+                None => RecordingLookup::NotRecorded,
+            };
+        }
+        let Some(number) = read_id(id, crate::audit::instance::instance_id()) else {
+            return RecordingLookup::Unknown;
+        };
+        let id = crate::audit::instance::session_id(number);
+        match self.ended.find(cluster, namespace, &id) {
+            Some(feed) => RecordingLookup::Recorded(feed),
+            None => RecordingLookup::Unknown,
+        }
     }
 
     /// Who watches, bounded per caller and in all.
@@ -352,9 +406,13 @@ mod tests {
         })
     }
 
-    fn list(live: &Arc<LiveSessions>, n: u64, cluster: Option<&str>, ns: &str) -> Listing {
+    fn listed(n: u64, cluster: Option<&str>, ns: &str) -> LiveSession {
         let traffic = Arc::new(SessionTraffic::new());
-        live.list(n, info(n, cluster, ns), traffic, SessionStop::default())
+        LiveSession::new(n, info(n, cluster, ns), traffic, SessionStop::default())
+    }
+
+    fn list(live: &Arc<LiveSessions>, n: u64, cluster: Option<&str>, ns: &str) -> Listing {
+        live.list(listed(n, cluster, ns))
     }
 
     fn numbers(s: Vec<Arc<LiveSession>>) -> Vec<u64> {
@@ -474,6 +532,38 @@ mod tests {
             numbers(live.moved(None, None, version + 1, fourth - 1)),
             [3]
         );
+    }
+
+    #[test]
+    fn a_recorded_sessions_recording_outlives_it_and_an_unrecorded_one_has_none() {
+        let live = Arc::new(LiveSessions::default());
+        let feed = RecordingFeed::finished("/rec/x_r-1.cast".into(), 7);
+        let a = live.list(listed(1, None, "a").recorded(Some(feed)));
+        let b = list(&live, 2, None, "a");
+        let path = |l: RecordingLookup| match l {
+            RecordingLookup::Recorded(feed) => feed.path().display().to_string(),
+            other => format!("{other:?}"),
+        };
+        let (one, two) = (session_id(1), session_id(2));
+        assert_eq!(path(live.recording(None, "a", &one)), "/rec/x_r-1.cast");
+        assert!(matches!(
+            live.recording(None, "a", &two),
+            RecordingLookup::NotRecorded
+        ));
+        drop(a);
+        drop(b);
+        assert_eq!(path(live.recording(None, "a", &one)), "/rec/x_r-1.cast");
+        // Read as an id, not compared as text.
+        let shouted = one.to_uppercase().replace('-', "-0");
+        assert_eq!(path(live.recording(None, "a", &shouted)), "/rec/x_r-1.cast");
+        assert!(matches!(
+            live.recording(None, "b", &one),
+            RecordingLookup::Unknown
+        ));
+        assert!(matches!(
+            live.recording(None, "a", &two),
+            RecordingLookup::Unknown
+        ));
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Admission and draining of streaming sessions: `--max-sessions` slots, the signals a
-//! graceful shutdown sends to every running session, and the list of live sessions
-//! ([`live`]) that operators see and end, and who watches it ([`watchers`]).
+//! graceful shutdown sends to every running session, the list of live sessions ([`live`])
+//! that operators see and end, who watches it ([`watchers`]), the recordings of those that
+//! ended lately ([`ended`]), and the places of those reading recordings ([`readers`]).
 
+pub mod ended;
 pub mod live;
+pub mod readers;
 pub mod watchers;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -32,6 +35,7 @@ pub struct Sessions {
     draining: AtomicBool,
     stop: CancellationToken,
     live: Arc<live::LiveSessions>,
+    readers: readers::RecordingReaders,
 }
 
 /// Why a session was not admitted.
@@ -55,7 +59,13 @@ impl Sessions {
             draining: AtomicBool::new(false),
             stop: CancellationToken::new(),
             live: Arc::default(),
+            readers: readers::RecordingReaders::default(),
         })
+    }
+
+    /// The places of those reading recordings through the sessions API.
+    pub fn recording_readers(&self) -> &readers::RecordingReaders {
+        &self.readers
     }
 
     /// The sessions live now, as operators see them.

@@ -398,6 +398,7 @@ mod tests {
     const TOP: RecordingPlace<'static> = RecordingPlace {
         cluster: "default",
         folder: None,
+        namespace: "default",
     };
 
     fn recordings(dir: &std::path::Path, policy: RecordPolicy) -> Recordings {
