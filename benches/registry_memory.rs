@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 
 use kube_ws_proxy::audit::{HttpVersion, IdentitySource, ProtocolPath, SessionInfo, Verb};
-use kube_ws_proxy::proxy::sessions::registry::live::LiveSessions;
+use kube_ws_proxy::proxy::sessions::registry::live::{LiveSession, LiveSessions};
 use kube_ws_proxy::session_stop::SessionStop;
 use kube_ws_proxy::session_traffic::SessionTraffic;
 
@@ -73,7 +73,8 @@ fn main() {
     let before = LIVE.load(Ordering::Relaxed);
     for (i, (info, stop)) in made.iter().enumerate() {
         let traffic = Arc::new(SessionTraffic::new());
-        listings.push(live.list(i as u64 + 1, info.clone(), traffic, stop.clone()));
+        let session = LiveSession::new(i as u64 + 1, info.clone(), traffic, stop.clone());
+        listings.push(live.list(session));
     }
     let after = LIVE.load(Ordering::Relaxed);
     // The listings' own vector is the bench's, not the registry's.
