@@ -1,7 +1,8 @@
 //! Many replicas (`--peers`): two proxies in front of one simulated cluster with RBAC for the
 //! sessions API. tina's kubectl 1.33 session runs on replica B; on replica A (peers: B, and an
 //! address where no replica answers), olga's `?allReplicas=true` lists it with B's name, a
-//! `get` finds it on B, and a `delete` terminates it there (tina's kubectl is told who and
+//! `get` finds it on B, its recording is followed from A as B writes it, and a `delete`
+//! terminates it there (tina's kubectl is told who and
 //! why). vic, who may list only `team-a`, is refused the fleet-wide list by A itself. Every
 //! access review, on either replica, was made with the caller's own token: passing a call on
 //! spends no privilege of the proxy's.
@@ -24,7 +25,9 @@ async fn one_replica_lists_gets_and_ends_the_sessions_of_every_replica() {
         return;
     };
     // B is the rig's proxy; A passes calls on to B and to a port where nothing listens.
-    let o = Operated::start(&[]).await;
+    let records = tempfile::tempdir().unwrap();
+    let record_dir = records.path().display().to_string();
+    let o = Operated::start(&["--record", "required", "--record-dir", &record_dir]).await;
     let peer_ca = o.proxy_ca.write(o.dir.path(), "peer-ca");
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_url = format!("https://127.0.0.1:{}", dead.local_addr().unwrap().port());
@@ -99,6 +102,18 @@ async fn one_replica_lists_gets_and_ends_the_sessions_of_every_replica() {
     let one = session_path("default", &id);
     let got = o.get_raw(&k33, &olga_a, &one).await.unwrap();
     assert_eq!(got["spec"]["user"], "tina", "{got}");
+    let mut c = o.kubectl_cmd(&k33, &olga_a);
+    c.args(["get", "--raw", &format!("{one}/recording?follow=true")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut follower = c.spawn().unwrap();
+    let mut followed = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains("started\\n")) {
+        let line = tokio::time::timeout(T, followed.next_line()).await;
+        let line = line.unwrap().unwrap();
+        seen.push(line.unwrap_or_else(|| panic!("B's recording, through A: {seen:#?}")));
+    }
     let done = o
         .kubectl(
             &k33,
@@ -114,6 +129,17 @@ async fn one_replica_lists_gets_and_ends_the_sessions_of_every_replica() {
     );
     let event = o.ended(&id).await;
     assert_eq!(event["terminated_by"], "olga", "{event}");
+    // The followed recording ended with the session, and is B's file.
+    while let Some(line) = tokio::time::timeout(T, followed.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        seen.push(line);
+    }
+    assert!(follower.wait().await.unwrap().success());
+    let written = std::fs::read_to_string(event["recording"].as_str().unwrap()).unwrap();
+    assert_eq!(seen.join("\n") + "\n", written);
     let gone = o.get_raw(&k33, &olga_a, &one).await.unwrap_err();
     assert!(gone.contains("not found"), "{gone}");
 

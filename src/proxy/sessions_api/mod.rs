@@ -122,10 +122,13 @@ async fn answer(
         } => {
             let call = recording::RecordingCall {
                 namespace,
-                name,
+                name: name.clone(),
                 follow,
             };
-            recording::serve(state, caller, call).await
+            match recording::serve(state, caller, call).await {
+                Some(answer) => answer,
+                None => elsewhere(state, pass_on(state, &req), reach, &name).await,
+            }
         }
     }
 }

@@ -43,19 +43,21 @@ pub struct RecordingCall {
 }
 
 /// Answers a call `caller` is authorized for: the recording as a body that streams it, or why
-/// not (404 when the session is unknown or not recorded, 429 when readers are many).
+/// not (404 when the session is not recorded or its file is gone, 429 when readers are many);
+/// `None` when this replica knows no such session (another replica may).
 pub async fn serve(
     state: &ProxyState,
     caller: &Caller,
     call: RecordingCall,
-) -> Response<ProxyBody> {
+) -> Option<Response<ProxyBody>> {
     let place = match state.sessions.recording_readers().take(caller.address()) {
         Ok(place) => place,
-        Err(full) => return too_many(full),
+        Err(full) => return Some(too_many(full)),
     };
     let (file, feed) = match find(state, &call).await {
         Ok(found) => found,
-        Err(answer) => return answer,
+        Err(Missing::Unknown) => return None,
+        Err(Missing::Answer(answer)) => return Some(answer),
     };
     let (tx, rx) = mpsc::channel::<Bytes>(AHEAD_CHUNKS);
     tokio::spawn(async move {
@@ -63,20 +65,31 @@ pub async fn serve(
         let _place = place;
         feed.send(file, tx, call.follow).await;
     });
-    asciicast_body(rx)
+    Some(asciicast_body(rx))
+}
+
+/// Why there is no recording to send.
+enum Missing {
+    /// This replica knows no such session.
+    Unknown,
+    /// It does, and this answer says why there is none.
+    Answer(Response<ProxyBody>),
+}
+
+impl From<Response<ProxyBody>> for Missing {
+    fn from(answer: Response<ProxyBody>) -> Missing {
+        Missing::Answer(answer)
+    }
 }
 
 /// The session's recording, opened: a live session's or one that ended lately, as the
-/// registry has it, or one found on disk; or the answer saying why there is none.
-async fn find(
-    state: &ProxyState,
-    call: &RecordingCall,
-) -> Result<(File, RecordingFeed), Response<ProxyBody>> {
+/// registry has it, or one found on disk; or why there is none.
+async fn find(state: &ProxyState, call: &RecordingCall) -> Result<(File, RecordingFeed), Missing> {
     let cluster = state.cluster.name.as_ref().map(|n| n.as_str());
     let (namespace, name) = (call.namespace.as_str(), call.name.as_str());
     let feed = match state.sessions.live().recording(cluster, namespace, name) {
         RecordingLookup::Recorded(feed) => feed,
-        RecordingLookup::NotRecorded => return Err(not_recorded(name)),
+        RecordingLookup::NotRecorded => return Err(not_recorded(name).into()),
         RecordingLookup::Unknown => {
             let key = SessionKey {
                 session_id: name,
@@ -87,18 +100,19 @@ async fn find(
                 Some(recordings) => recordings.find(&key).await,
                 None => None,
             };
-            return found.ok_or_else(|| super::not_found(name));
+            return found.ok_or(Missing::Unknown);
         }
     };
     let path = feed.path().to_owned();
     match tokio::task::spawn_blocking(move || open_regular(&path)).await {
         Ok(Ok((file, _))) => Ok((file, feed)),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(gone(name)),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(gone(name).into()),
         _ => Err(failure(
             StatusCode::INTERNAL_SERVER_ERROR,
             "InternalError",
             format!("the recording of sessions.kube-ws-proxy.io \"{name}\" cannot be read"),
-        )),
+        )
+        .into()),
     }
 }
 
