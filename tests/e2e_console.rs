@@ -1,10 +1,10 @@
 //! The web console in headless Chromium (driven by Playwright, tests/console/drive.mjs), served
 //! by the real proxy in front of the simulated cluster with RBAC for the sessions API: olga
-//! signs in with her token, sees tina's kubectl 1.33 session appear (by the watch), and
-//! terminates it with a reason (tina's kubectl prints who and why); tina, who may not list
-//! sessions, is refused. Watching a live terminal and replaying need the recording
-//! subresource, which is not on main yet: those steps are not tested here yet. The page keeps nothing (no storage,
-//! no cookie) and reaches nothing but the proxy. Screenshots of each step are kept in
+//! signs in with her token, sees tina's kubectl 1.33 session appear (by the watch), watches its
+//! terminal (xterm.js renders what the session prints after she opened it), terminates it with
+//! a reason (tina's kubectl prints who and why) and replays its recording in the player; tina,
+//! who may not list sessions, is refused. The page keeps nothing (no storage, no cookie) and
+//! reaches nothing but the proxy. Screenshots of each step are kept in
 //! `target/test-artifacts/e2e_console/`.
 
 use crate::common;
@@ -49,6 +49,8 @@ impl Driver {
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
             .join("test-artifacts/e2e_console");
+        // This run's screenshots only: an earlier run's steps would be read as this one's.
+        let _ = std::fs::remove_dir_all(&shots);
         std::fs::create_dir_all(&shots).unwrap();
         Driver {
             stdin: child.stdin.take().unwrap(),
@@ -159,6 +161,15 @@ async fn an_operator_signs_in_sees_and_terminates_a_session_in_the_browser() {
     assert!(row.contains("web") && row.contains("exec sh -c"), "{row}");
     page.screenshot("live-session").await;
 
+    // She watches its terminal: the output printed after she opened it appears, rendered.
+    page.click("#live-rows tr button.watch").await;
+    page.wait_text("#viewer-state", "live").await;
+    let shown = page
+        .wait_text("#terminal .xterm-rows", "seen:LIVE-MARKER-7")
+        .await;
+    assert!(shown.contains("started"), "{shown}");
+    page.screenshot("watching").await;
+
     // She terminates it with a reason: tina's kubectl is told who and why and fails.
     page.click("#live-rows tr button.terminate").await;
     page.fill("#terminate-reason", "console-drill").await;
@@ -171,7 +182,15 @@ async fn an_operator_signs_in_sees_and_terminates_a_session_in_the_browser() {
     );
     let ended = page.wait_text("#ended-rows", "default/").await; // recorded, so listed for replay
     assert!(ended.contains("tina"), "{ended}");
+    page.wait_text("#viewer-state", "ended").await;
     page.screenshot("ended").await;
+
+    // She replays it: the player plays the recording through to what the session showed.
+    page.click("#ended-rows li button.replay").await;
+    page.wait_text("#replay-title", "default/").await;
+    let replayed = page.wait_text("#player", "seen:LIVE-MARKER-7").await;
+    assert!(replayed.contains("started"), "{replayed}");
+    page.screenshot("replay").await;
 
     // The page kept nothing and reached nothing but the proxy.
     let stored = page.run(json!({"op": "storage"})).await;
