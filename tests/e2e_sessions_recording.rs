@@ -6,7 +6,9 @@
 //! answer), and its stream ends with the session, holding exactly the file the recorder wrote.
 //! Readers are bounded per address (the ninth is a 429 with `Retry-After`); vic, who may get
 //! sessions in `team-a` but not their recordings, is refused; an unrecorded session and an
-//! unknown one are 404s.
+//! unknown one are 404s. A follower that opens the stream and reads nothing does not hold the
+//! session back (its 64 MiB of output pours through a `--record required` proxy and the session
+//! ends well), and is only held back itself: read afterwards, it gets the whole recording.
 
 use crate::common;
 
@@ -231,4 +233,109 @@ async fn a_recording_is_refused_without_its_own_permission_and_absent_when_not_r
     o.delete(&k33, &olga, &format!("{one}?reason=done")).await;
     let printed = failed_stderr(session).await;
     assert!(printed.contains("terminated by olga: done"), "{printed}");
+}
+
+/// What the session prints in the stalled-follower test: lines of this, cut at
+/// [`STALLED_OUTPUT`] bytes.
+const OUTPUT_LINE: &str = "drwxr-xr-x  2 kube kube  4096 Nov 25 01:02 a-directory-listing-line";
+/// More than a stalled follower's connection can take in: the kernel's socket buffers on both
+/// ends (checked below) and the follower's chunks ahead.
+const STALLED_OUTPUT: usize = 64 << 20;
+
+/// The most a loopback connection's kernel buffers hold: the largest receive buffer plus the
+/// largest send buffer (`tcp_rmem`, `tcp_wmem`).
+fn socket_buffers_max() -> u64 {
+    let max = |name: &str| -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).unwrap();
+        text.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    max("tcp_rmem") + max("tcp_wmem")
+}
+
+/// Reads an HTTP/1.1 chunked body to its last chunk.
+async fn read_chunked<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).await.unwrap();
+        let size = usize::from_str_radix(size.trim_end(), 16).expect("a chunk size");
+        let start = body.len();
+        body.resize(start + size, 0);
+        r.read_exact(&mut body[start..]).await.unwrap();
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf).await.unwrap();
+        assert_eq!(&crlf, b"\r\n");
+        if size == 0 {
+            return body;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_reads_nothing_does_not_hold_the_session_back() {
+    let Some(k33) = require_kubectl("1.33") else {
+        return;
+    };
+    let records = tempfile::tempdir().unwrap();
+    let record_dir = records.path().display().to_string();
+    // `required`: the session waits for the recording's writer, so a writer that waited for a
+    // follower would stop the session.
+    let o = Operated::start(&["--record", "required", "--record-dir", &record_dir]).await;
+    let (tina, olga) = (
+        o.kubeconfig("tina", Some(TINA), None),
+        o.kubeconfig("olga", Some(OLGA), None),
+    );
+    // tina's session waits for a line, then prints 64 MiB.
+    let mut c = o.kubectl_cmd(&k33, &tina);
+    c.args(["exec", "-i", "web", "--", "sh", "-c"])
+        .arg(format!(
+            "read go; yes '{OUTPUT_LINE}' | head -c {STALLED_OUTPUT}"
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut session = c.spawn().unwrap();
+    let (id, _) = o.only_session(&k33, &olga).await;
+
+    // olga follows its recording and never reads past the answer's head.
+    let (head, stalled) = follow_by_hand(&o, &recording_path("default", &id)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut stdin = session.stdin.take().unwrap();
+    stdin.write_all(b"go\n").await.unwrap();
+
+    // The session pours out all its output and ends well.
+    let mut out = Vec::with_capacity(STALLED_OUTPUT);
+    let mut stdout = session.stdout.take().unwrap();
+    tokio::time::timeout(T, stdout.read_to_end(&mut out))
+        .await
+        .expect("the session's output while a follower reads nothing")
+        .unwrap();
+    let done = tokio::time::timeout(T, session.wait()).await.unwrap();
+    assert!(done.unwrap().success());
+    drop(stdin);
+    assert_eq!(out.len(), STALLED_OUTPUT);
+    let text = String::from_utf8(out).unwrap();
+    let whole = text.lines().count() - 1;
+    assert!(text.lines().take(whole).all(|l| l == OUTPUT_LINE));
+    let event = o.ended(&id).await;
+    assert_eq!(event["outcome"], "success", "{event}");
+
+    // The follower could not have taken it all in: its recording is larger than its
+    // connection's kernel buffers on both ends could grow to hold.
+    let file = event["recording"].as_str().expect("recorded").to_owned();
+    let written = std::fs::read(&file).unwrap();
+    let room = socket_buffers_max() + (1 << 20);
+    assert!(written.len() as u64 > room, "{} ≤ {room}", written.len());
+
+    // It was only held back, not cut off: read now, it holds the whole recording.
+    let mut stalled = tokio::io::BufReader::new(stalled);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    let body = tokio::time::timeout(T, read_chunked(&mut stalled))
+        .await
+        .expect("the stalled follower reads the rest");
+    assert!(body == written, "{} bytes of {}", body.len(), written.len());
 }
