@@ -686,6 +686,7 @@ fn rendered_pods_match_what_the_binary_reads() {
                     &s.listeners.tls_cert_file,
                     &s.listeners.tls_private_key_file,
                     &s.listeners.client_ca_file,
+                    &s.listeners.peer_ca_file,
                 ];
                 let mut paths: Vec<PathBuf> = files.into_iter().flatten().cloned().collect();
                 paths.extend(cluster_files(&s));
@@ -702,6 +703,7 @@ fn rendered_pods_match_what_the_binary_reads() {
                     }
                 }
 
+                check_peers(&where_, pod, objects, &s);
                 check_ports(
                     &where_,
                     pod,
@@ -1031,4 +1033,59 @@ fn check_api_server_trusts(where_: &str, pod: &Value, s: &ServeArgs) {
             "{where_}: kube-apiserver --{name} does not name the proxy's {header}"
         );
     }
+}
+
+/// A Deployment's replicas find each other (`--peers`) through a headless Service of the render
+/// that selects their pods and leaves out the not-ready ones, at the pods' own main port (a
+/// headless name resolves to pod addresses, so the Service's port mapping does not apply),
+/// over TLS when the listener speaks it.
+fn check_peers(where_: &str, pod: &Value, objects: &[Value], s: &ServeArgs) {
+    let Some(deployment) = objects.iter().find(|o| o["kind"] == "Deployment") else {
+        return;
+    };
+    assert_eq!(
+        &deployment["spec"]["template"]["spec"], pod,
+        "{where_}: one Deployment"
+    );
+    let peers = &s.listeners.peers;
+    assert_eq!(peers.len(), 1, "{where_}: --peers {peers:?}");
+    let url = url::Url::parse(&peers[0]).unwrap();
+    let host = url.host_str().unwrap();
+    let namespace = deployment["metadata"]["namespace"].as_str().unwrap();
+    let service = objects
+        .iter()
+        .filter(|o| o["kind"] == "Service" && o["metadata"]["namespace"] == namespace)
+        .find(|o| {
+            format!(
+                "{}.{namespace}.svc",
+                o["metadata"]["name"].as_str().unwrap()
+            ) == host
+        })
+        .unwrap_or_else(|| panic!("{where_}: no Service is the peers' host {host}"));
+    let spec = &service["spec"];
+    assert_eq!(
+        spec["clusterIP"], "None",
+        "{where_}: {host} is not headless"
+    );
+    assert_ne!(
+        spec["publishNotReadyAddresses"], true,
+        "{where_}: {host} publishes replicas that are not ready"
+    );
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let selector = spec["selector"].as_object().expect("a selector");
+    assert!(
+        !selector.is_empty() && selector.iter().all(|(k, v)| labels[k] == *v),
+        "{where_}: {host} does not select the proxy's pods"
+    );
+    assert_eq!(
+        url.port_or_known_default(),
+        Some(s.listeners.listen.port()),
+        "{where_}: --peers {url} and the listen address {}",
+        s.listeners.listen
+    );
+    assert_eq!(
+        url.scheme() == "https",
+        s.listeners.tls_cert_file.is_some(),
+        "{where_}: --peers {url} and the main listener's TLS"
+    );
 }
