@@ -274,7 +274,10 @@ async fn run(k: &Path, p: &Proxy, ca: &str, command: &str, n: u64, follower: Fol
     }
     let mut session = kubectl(k, &p.tina)
         .args(["exec", "-i", "web", "--", "sh", "-c"])
-        .arg(format!("read go; {command}"))
+        // It ends when told (after the bench has all its output), not when its output is in
+        // the pipe: the simulated cluster drains a finished process's output for 2 s only,
+        // too short for a proxy under callgrind.
+        .arg(format!("read go; {command}; read done"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -303,16 +306,17 @@ async fn run(k: &Path, p: &Proxy, ca: &str, command: &str, n: u64, follower: Fol
     stdin.write_all(b"go\n").await.unwrap();
     let mut stdout = BufReader::with_capacity(256 * 1024, session.stdout.take().unwrap());
     let mut got = 0u64;
-    loop {
+    while got < n {
         let len = stdout.fill_buf().await.unwrap().len();
-        if len == 0 {
-            break;
-        }
+        assert!(len > 0, "the session's stdout ended at {got} of {n} bytes");
         got += len as u64;
         stdout.consume(len);
     }
     let seconds = started.elapsed().as_secs_f64();
-    assert_eq!(got, n, "the session's stdout");
+    stdin.write_all(b"done\n").await.unwrap();
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(got + rest.len() as u64, n, "the session's stdout");
     assert!(session.wait().await.unwrap().success());
     // The writer finishes on its own thread: wait for the file to stop growing.
     let mut last = u64::MAX;
