@@ -227,6 +227,7 @@ fn configure_connections(state: &mut Shared, args: &ServeArgs) -> Result<(), Sta
     state.idle_connection_timeout = args.limits.idle_connection_timeout;
     state.response_write_timeout = nonzero(args.limits.response_write_timeout);
     state.trust_forwarded_for = args.listeners.trust_x_forwarded_for;
+    state.sessions_discovery = args.listeners.sessions_discovery;
     state.http2_websockets = args.listeners.http2_websockets;
     state.max_request_header_bytes = args.limits.max_request_header_bytes.max(8192);
     state.upgrade_body_budget = UpgradeBodyBudget::new(args.limits.upgrade_body_budget);

@@ -155,6 +155,21 @@ pub struct ListenerArgs {
         value_name = "FILE"
     )]
     pub peer_ca_file: Option<PathBuf>,
+
+    /// List the sessions API's group in the cluster's discovery (`GET /apis`).
+    ///
+    /// The upstream's group list (v1, or the aggregated v2/v2beta1 kubectl 1.26+ asks for)
+    /// gets `kube-ws-proxy.io` appended when it is JSON of at most 8 MiB, so that
+    /// `kubectl get sessions.kube-ws-proxy.io` works through the proxy. `false`: `/apis` is
+    /// the upstream's alone, and the API is reached with `kubectl get --raw`.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_SESSIONS_DISCOVERY",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub sessions_discovery: bool,
 }
 
 #[cfg(test)]

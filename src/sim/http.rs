@@ -356,6 +356,34 @@ async fn route(
     }
 }
 
+/// `/apis` as the client asks for it: the aggregated `APIGroupDiscoveryList` in the first of
+/// `apidiscovery.k8s.io` `v2` or `v2beta1` its `Accept` names, else the v1 `APIGroupList`.
+fn apis_response(req: &Request<Incoming>) -> Response<Body> {
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let version = accept.split(',').find_map(|range| {
+        let params: Vec<&str> = range.split(';').map(str::trim).collect();
+        let aggregated = params.contains(&"g=apidiscovery.k8s.io")
+            && params.contains(&"as=APIGroupDiscoveryList");
+        ["v2", "v2beta1"]
+            .into_iter()
+            .find(|v| aggregated && params.contains(&format!("v={v}").as_str()))
+    });
+    let Some(version) = version else {
+        return json_response(StatusCode::OK, &objects::api_group_list());
+    };
+    let mut resp = json_response(StatusCode::OK, &objects::api_group_discovery_list(version));
+    let content_type =
+        format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
+    if let Ok(v) = HeaderValue::from_str(&content_type) {
+        resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
 /// The answer to a GET or HEAD of `segments`: health, discovery, namespaces and pods; `None`
 /// for a path no read serves.
 fn serve_read(inner: &Inner, req: &Request<Incoming>, segments: &[&str]) -> Option<Response<Body>> {
@@ -371,7 +399,7 @@ fn serve_read(inner: &Inner, req: &Request<Incoming>, segments: &[&str]) -> Opti
         }
         ["version"] => ok(&objects::version()),
         ["api"] => ok(&objects::api_versions(&inner.addr.to_string())),
-        ["apis"] => ok(&objects::api_group_list()),
+        ["apis"] => apis_response(req),
         ["apis", "authentication.k8s.io"] => ok(&objects::authentication_group()),
         ["apis", "authentication.k8s.io", "v1"] => ok(&objects::authentication_v1_resources()),
         ["api", "v1"] => ok(&objects::core_v1_resources()),

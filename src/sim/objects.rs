@@ -49,6 +49,36 @@ pub(crate) fn api_group_list() -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [authentication_group_fields()]})
 }
 
+/// `/apis` in aggregated form (`apidiscovery.k8s.io/` `version`): the authentication group
+/// with its resources.
+pub(crate) fn api_group_discovery_list(version: &str) -> Value {
+    let resource = |name: &str, singular: &str, kind: &str| {
+        json!({
+            "resource": name,
+            "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": kind},
+            "scope": "Cluster",
+            "singularResource": singular,
+            "verbs": ["create"],
+        })
+    };
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": [{
+            "metadata": {"name": "authentication.k8s.io", "creationTimestamp": null},
+            "versions": [{
+                "version": "v1",
+                "resources": [
+                    resource("selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview"),
+                    resource("tokenreviews", "tokenreview", "TokenReview"),
+                ],
+                "freshness": "Current",
+            }],
+        }],
+    })
+}
+
 /// `/apis/authentication.k8s.io`.
 pub(crate) fn authentication_group() -> Value {
     let mut group = authentication_group_fields();

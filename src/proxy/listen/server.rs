@@ -53,6 +53,7 @@ use crate::proxy::sessions::reverse_handler;
 use crate::proxy::sessions::spdy_auto;
 use crate::proxy::sessions::state::{ProxyState, Shared};
 use crate::proxy::sessions_api;
+use crate::proxy::sessions_api::discovery;
 use crate::proxy::wire::body::ProxyBody;
 use crate::proxy::wire::client_stream::{ConnectionId, HandshakeForm};
 use crate::proxy::wire::headers::caller_address;
@@ -636,7 +637,15 @@ async fn forward_request(
         }
         return Ok(followed_log(state, req, conn.peer, &caller, target).await);
     }
+    let merge = state.sessions_discovery && discovery::asks_groups(&method, target.path());
+    if merge {
+        discovery::ask_identity(req.headers_mut());
+    }
     let resp = forward(state, req, conn.peer, &caller).await;
+    let resp = match merge {
+        true => discovery::merge(resp).await,
+        false => resp,
+    };
     state.metrics.request(
         state.cluster.metrics_label(),
         &method,

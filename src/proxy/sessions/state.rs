@@ -179,6 +179,8 @@ pub struct Shared {
     pub node_proxy_sessions: NodeProxySessions,
     /// The other replicas, asked by the sessions API's `?allReplicas=true` (`--peers`).
     pub peers: Option<crate::proxy::upstream::peers::Peers>,
+    /// Whether `GET /apis` lists the sessions API's group (`--sessions-discovery`).
+    pub sessions_discovery: bool,
 }
 
 impl Default for Shared {
@@ -222,6 +224,7 @@ impl Default for Shared {
             refused_certificate_log: LogThrottle::default(),
             node_proxy_sessions: NodeProxySessions::default(),
             peers: None,
+            sessions_discovery: true,
         }
     }
 }

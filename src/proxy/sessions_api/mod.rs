@@ -11,6 +11,7 @@
 //!   `reason`); its client is told who and why, its audit `ended` event names them.
 //! - `GET …/namespaces/NS/sessions/ID/recording[?follow=true]`: its asciicast ([`recording`]).
 //!
+//! - `GET /apis` from upstream gets the group appended ([`discovery`], `--sessions-discovery`).
 //! - `?allReplicas=true` on a list: every replica's sessions ([`replicas`], `--peers`); a
 //!   session this replica does not have is looked for on the others.
 //!
@@ -18,9 +19,11 @@
 //! `listen`.
 
 pub mod access;
+pub mod discovery;
 pub mod objects;
 pub mod recording;
 mod replicas;
+pub mod table;
 mod terminate;
 mod watch;
 
@@ -76,10 +79,16 @@ async fn answer(
         SessionsCall::Resources => json(StatusCode::OK, &objects::api_resources()),
         SessionsCall::List { namespace } => {
             let (sessions, version) = live.of(cluster, namespace.as_deref());
-            let list = SessionList::of(&sessions, version);
             if !reach.everywhere() {
-                return json(StatusCode::OK, &list);
+                if let Some(include) = table_asked(&req) {
+                    return json(
+                        StatusCode::OK,
+                        &table::table(&sessions, Some(version), include),
+                    );
+                }
+                return json(StatusCode::OK, &SessionList::of(&sessions, version));
             }
+            let list = SessionList::of(&sessions, version);
             let local = serde_json::to_value(&list).unwrap_or_default();
             let call = pass_on(state, &req);
             replicas::list_everywhere(state, call, local).await
@@ -93,7 +102,10 @@ async fn answer(
             watch::watch(live, caller, cluster.map(str::to_owned), namespace, timeout)
         }
         SessionsCall::Get { namespace, name } => match live.find(cluster, &namespace, &name) {
-            Some(session) => json(StatusCode::OK, &Session::of(&session)),
+            Some(session) => match table_asked(&req) {
+                Some(include) => json(StatusCode::OK, &table::table(&[session], None, include)),
+                None => json(StatusCode::OK, &Session::of(&session)),
+            },
             None => elsewhere(state, pass_on(state, &req), reach, &name).await,
         },
         SessionsCall::Delete {
@@ -131,6 +143,19 @@ async fn answer(
             }
         }
     }
+}
+
+/// What a `Table` row carries, when `req` asks for a table (`kubectl get`), else `None`.
+fn table_asked<B>(req: &Request<B>) -> Option<table::IncludeObject> {
+    if !table::wanted(req.headers()) {
+        return None;
+    }
+    let include = req.uri().query().and_then(|q| {
+        url::form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "includeObject")
+            .map(|(_, v)| v.into_owned())
+    });
+    Some(table::IncludeObject::read(include.as_deref()))
 }
 
 /// `req` as the other replicas are asked it.

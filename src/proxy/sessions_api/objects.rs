@@ -185,7 +185,7 @@ pub fn api_resources() -> serde_json::Value {
             "singularName": "session",
             "namespaced": true,
             "kind": "Session",
-            "verbs": ["delete", "get", "list"],
+            "verbs": ["delete", "get", "list", "watch"],
         }],
     })
 }
