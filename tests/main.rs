@@ -42,6 +42,7 @@ mod e2e_operations;
 mod e2e_port_forward;
 mod e2e_python;
 mod e2e_recording;
+mod e2e_recording_cap;
 mod e2e_request_reading;
 mod e2e_reverse;
 mod e2e_security;

@@ -276,6 +276,7 @@ fn start_recordings(state: &mut Shared, args: &ServeArgs) -> Result<(), StartErr
                 policy,
                 record_stdin: args.audit.record_stdin,
                 min_free: args.audit.record_min_free,
+                max_bytes: (args.audit.record_max_bytes > 0).then_some(args.audit.record_max_bytes),
             };
             let recordings = Recordings::start(config, state.metrics.recording_counters())
                 .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;

@@ -626,6 +626,10 @@ mod tests {
                     outcome: "upstream_unresponsive",
                     ended_by: "the proxy's session task ended without a result",
                     recording_error: Some(recording_error),
+                    recording_truncated: Some(crate::audit::recording::Truncation {
+                        max_bytes: u64::MAX,
+                        unrecorded_bytes: u64::MAX,
+                    }),
                     terminated_by: Some(by),
                     termination_reason: Some(why),
                     connections: connections

@@ -169,6 +169,10 @@ pub struct SessionEnd {
     pub ended_by: &'static str,
     /// Why the recording could not start or was cut short, if it was.
     pub recording_error: Option<String>,
+    /// Its recording's cap (`--record-max-bytes`) cut it short: the cap, and the session bytes
+    /// left out (`bytes_out`, and `bytes_in` with `--record-stdin`, say what flowed in all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_truncated: Option<crate::audit::recording::Truncation>,
     /// The operator who ended it through the sessions API, and the reason they gave.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub terminated_by: Option<String>,

@@ -109,4 +109,19 @@ pub struct AuditArgs {
         value_name = "BYTES"
     )]
     pub record_min_free: u64,
+
+    /// The most a recording's file may hold (0: no cap). Suffixes Ki, Mi, Gi.
+    ///
+    /// The event that reaches it is the last one recorded; a marker event then says the
+    /// recording stopped, and the session goes on unrecorded. Its audit `ended` event says
+    /// the recording was cut (`recording_truncated`) and how many session bytes were left
+    /// out, so that a 10 GiB `kubectl cp` cannot fill the recordings' disk.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_RECORD_MAX_BYTES",
+        default_value = "0",
+        value_parser = parse_bytes_or_zero,
+        value_name = "BYTES"
+    )]
+    pub record_max_bytes: u64,
 }

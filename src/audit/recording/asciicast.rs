@@ -47,6 +47,8 @@ pub enum EventCode {
     Output,
     Input,
     Resize,
+    /// A marker (asciicast v2 `m`): a point of note, its text the label.
+    Marker,
 }
 
 impl EventCode {
@@ -55,6 +57,7 @@ impl EventCode {
             EventCode::Output => "o",
             EventCode::Input => "i",
             EventCode::Resize => "r",
+            EventCode::Marker => "m",
         }
     }
 }

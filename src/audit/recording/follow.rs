@@ -17,6 +17,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
 pub use super::state::FileProgress;
+use super::state::{RecordingCap, Truncation};
 
 /// How much of the file one read takes.
 pub const CHUNK: usize = 64 * 1024;
@@ -32,12 +33,22 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(120);
 pub struct RecordingFeed {
     path: PathBuf,
     progress: watch::Receiver<FileProgress>,
+    /// The recording's size cap, when a writer of this proxy writes it.
+    cap: Option<Arc<RecordingCap>>,
 }
 
 impl RecordingFeed {
     /// The feed of the file at `path`, written as `progress` says.
-    pub(crate) fn new(path: PathBuf, progress: watch::Receiver<FileProgress>) -> RecordingFeed {
-        RecordingFeed { path, progress }
+    pub(crate) fn new(
+        path: PathBuf,
+        progress: watch::Receiver<FileProgress>,
+        cap: Option<Arc<RecordingCap>>,
+    ) -> RecordingFeed {
+        RecordingFeed {
+            path,
+            progress,
+            cap,
+        }
     }
 
     /// The feed of a file no writer of this proxy writes (one found on disk): complete at
@@ -47,7 +58,16 @@ impl RecordingFeed {
             written: len,
             closed: true,
         });
-        RecordingFeed { path, progress }
+        RecordingFeed {
+            path,
+            progress,
+            cap: None,
+        }
+    }
+
+    /// Whether its size cap cut it short, and what that left out (`None`: it did not).
+    pub fn truncation(&self) -> Option<Truncation> {
+        self.cap.as_ref().and_then(|cap| cap.truncation())
     }
 
     /// The recording's file.
@@ -155,6 +175,7 @@ mod tests {
             policy,
             record_stdin: false,
             min_free: 0,
+            max_bytes: None,
         };
         let recordings = Recordings::start(config, RecordingCounters::unregistered()).unwrap();
         let place = RecordingPlace {

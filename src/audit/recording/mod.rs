@@ -26,3 +26,4 @@ pub use recorder::{
     RecordPolicy, Recordable, Recorded, Recorder, RecordingConfig, RecordingCounters,
     RecordingError, RecordingPlace, Recordings,
 };
+pub use state::{RecordingCap, Truncation};

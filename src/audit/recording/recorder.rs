@@ -87,6 +87,8 @@ pub struct RecordingConfig {
     pub record_stdin: bool,
     /// Free bytes `dir`'s filesystem must keep for a recording to start (`--record-min-free`).
     pub min_free: u64,
+    /// The most a recording's file may hold (`--record-max-bytes`; `None`: no cap).
+    pub max_bytes: Option<u64>,
 }
 
 /// The counters recordings keep, by the `cluster` of their session.
@@ -297,7 +299,7 @@ impl Recordings {
             })
         })
         .inspect_err(|_| counted.failures.inc())?;
-        let state = Arc::new(RecordingState::new());
+        let state = Arc::new(RecordingState::capped(self.config.max_bytes));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.tx.send(Message::Open {
             id,
@@ -446,7 +448,11 @@ impl Recorder {
     /// The recording as a follower reads it while it is written: its file and the writer's
     /// progress through it.
     pub fn feed(&self) -> RecordingFeed {
-        RecordingFeed::new(self.path.clone(), self.state.follow())
+        RecordingFeed::new(
+            self.path.clone(),
+            self.state.follow(),
+            Some(self.state.cap.clone()),
+        )
     }
 
     /// Why the recording failed, if it did.
@@ -497,6 +503,9 @@ impl Recorder {
         chunks: &[Bytes],
         cut: impl std::future::Future<Output = ()>,
     ) -> bool {
+        if self.cap_reached(chunks.iter().map(Recorded::Output)) {
+            return self.may_pass_on().await;
+        }
         let (count, cost) = self.tally(chunks.iter().map(Recorded::Output));
         if let Some(room) = self.wait_for_turn(count, cost, cut).await {
             self.send_reserved(room, count, chunks.iter().map(Recorded::Output));
@@ -512,6 +521,18 @@ impl Recorder {
     /// The client's terminal size changed.
     pub async fn resize(&self, cols: u16, rows: u16) {
         self.record(&[Recorded::Resize { cols, rows }]).await;
+    }
+
+    /// Whether the recording's cap was reached: then `events` are not recorded, only counted
+    /// as left out.
+    fn cap_reached<'a>(&self, events: impl Iterator<Item = Recorded<'a>>) -> bool {
+        let cap = &self.state.cap;
+        if !cap.reached() {
+            return false;
+        }
+        let len: usize = events.filter(|e| self.wanted(*e)).map(Recorded::len).sum();
+        cap.left_out(len as u64);
+        true
     }
 
     /// Under `--record=required`, waits until the writer is within [`AHEAD_BYTES`] of what
@@ -554,6 +575,9 @@ impl Recorder {
         unrecorded: u64,
         cut: impl std::future::Future<Output = ()>,
     ) -> bool {
+        if self.cap_reached(events.iter().filter_map(T::recorded)) {
+            return self.may_pass_on().await;
+        }
         let (count, cost) = self.tally(events.iter().filter_map(T::recorded));
         if let Some(room) = self.wait_for_turn(count, cost, cut).await {
             self.send_reserved(room, count, events.iter().filter_map(T::recorded));
@@ -811,11 +835,78 @@ mod tests {
                 policy,
                 record_stdin,
                 min_free: 0,
+                max_bytes: None,
             },
             c.clone(),
         )
         .unwrap();
         (dir, c, recordings)
+    }
+
+    #[tokio::test]
+    async fn a_recording_stops_at_its_cap_with_a_marker_and_counts_what_it_left_out() {
+        for policy in [RecordPolicy::Required, RecordPolicy::BestEffort] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = RecordingConfig {
+                dir: dir.path().to_owned(),
+                policy,
+                record_stdin: false,
+                min_free: 0,
+                max_bytes: Some(4096),
+            };
+            let recordings = Recordings::start(config, counters()).unwrap();
+            let rec = recordings
+                .open(HERE, "abcd-2", &["cat".into()], "default/web".into())
+                .await
+                .unwrap();
+            let feed = rec.feed();
+            let chunk = Bytes::from(vec![b'x'; 100]);
+            // 1,000 chunks: 100,000 bytes, far beyond the cap; none waits for long.
+            for _ in 0..1000 {
+                assert!(rec.output(&chunk).await, "{policy:?}");
+            }
+            assert!(rec.close().await.is_none(), "{policy:?}");
+            let text = std::fs::read_to_string(feed.path()).unwrap();
+            let lines: Vec<serde_json::Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let (last, events) = lines[1..].split_last().unwrap();
+            assert_eq!(last[1], "m", "{last}");
+            let said = last[2].as_str().unwrap();
+            assert!(said.contains("--record-max-bytes"), "{said}");
+            // The event that reached the cap is the last one recorded.
+            let before_marker = text.len() - text.lines().last().unwrap().len() - 1;
+            assert!(before_marker >= 4096, "{before_marker}");
+            assert!(before_marker < 4096 + 200, "{before_marker}");
+            let recorded: usize = events.iter().map(|e| e[2].as_str().unwrap().len()).sum();
+            let truncation = feed.truncation().expect("cut short");
+            assert_eq!(truncation.max_bytes, 4096);
+            assert_eq!(truncation.unrecorded_bytes, 100_000 - recorded as u64);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_recording_within_its_cap_is_not_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = RecordingConfig {
+            dir: dir.path().to_owned(),
+            policy: RecordPolicy::Required,
+            record_stdin: false,
+            min_free: 0,
+            max_bytes: Some(1 << 20),
+        };
+        let recordings = Recordings::start(config, counters()).unwrap();
+        let rec = recordings
+            .open(HERE, "abcd-3", &["cat".into()], "default/web".into())
+            .await
+            .unwrap();
+        let feed = rec.feed();
+        assert!(rec.output(&Bytes::from_static(b"hello\r\n")).await);
+        assert!(rec.close().await.is_none());
+        assert_eq!(feed.truncation(), None);
+        let text = std::fs::read_to_string(feed.path()).unwrap();
+        assert!(!text.contains("\"m\""), "{text}");
     }
 
     async fn wait_for(path: &Path, lines: usize) -> Vec<String> {
@@ -1160,6 +1251,7 @@ mod tests {
                 policy: RecordPolicy::BestEffort,
                 record_stdin: false,
                 min_free: 0,
+                max_bytes: None,
             },
             counters(),
         )
@@ -1176,6 +1268,7 @@ mod tests {
                 policy,
                 record_stdin: false,
                 min_free: u64::MAX,
+                max_bytes: None,
             };
             let recordings = Recordings::start(config, c.clone()).unwrap();
             let err = recordings

@@ -4,7 +4,7 @@
 //! ([`FileProgress`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::{watch, Notify};
@@ -17,6 +17,66 @@ pub struct FileProgress {
     pub written: u64,
     /// The writer is done with the file: `written` is its length for good.
     pub closed: bool,
+}
+
+/// A recording's size cap (`--record-max-bytes`), and what it left out once reached. Shared by
+/// the writer (which reaches it), the session's recorder (which then records nothing more) and
+/// the session's audit trail (which says so in its `ended` event).
+#[derive(Debug, Default)]
+pub struct RecordingCap {
+    max: Option<u64>,
+    reached: AtomicBool,
+    left_out: AtomicU64,
+}
+
+/// What a recording's `ended` audit event says of a recording its cap cut short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Truncation {
+    /// The cap (`--record-max-bytes`).
+    pub max_bytes: u64,
+    /// Session bytes (output, and input with `--record-stdin`) left out of the recording.
+    pub unrecorded_bytes: u64,
+}
+
+impl RecordingCap {
+    /// A cap of `max` bytes of file (`None`: none).
+    pub fn new(max: Option<u64>) -> RecordingCap {
+        RecordingCap {
+            max,
+            ..RecordingCap::default()
+        }
+    }
+
+    /// Whether a file of `len` bytes has reached the cap.
+    pub(crate) fn reached_by(&self, len: u64) -> bool {
+        self.max.is_some_and(|max| len >= max)
+    }
+
+    /// The cap was reached: nothing more is recorded.
+    pub(crate) fn reach(&self) {
+        self.reached.store(true, Ordering::Release);
+    }
+
+    /// Whether the cap was reached.
+    pub fn reached(&self) -> bool {
+        self.reached.load(Ordering::Acquire)
+    }
+
+    /// `len` more session bytes were left out.
+    pub(crate) fn left_out(&self, len: u64) {
+        self.left_out.fetch_add(len, Ordering::Relaxed);
+    }
+
+    /// What the recording's `ended` event says: `None` unless the cap was reached.
+    pub fn truncation(&self) -> Option<Truncation> {
+        match (self.reached(), self.max) {
+            (true, Some(max_bytes)) => Some(Truncation {
+                max_bytes,
+                unrecorded_bytes: self.left_out.load(Ordering::Relaxed),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Shared between a session's [`Recorder`] and the writer.
@@ -35,10 +95,18 @@ pub struct RecordingState {
     /// The file's progress, for followers. Publishing it costs the writer one uncontended
     /// lock per write (up to 256 KiB of lines), whether anyone follows or not.
     file: watch::Sender<FileProgress>,
+    /// Its size cap.
+    pub(crate) cap: Arc<RecordingCap>,
 }
 
 impl RecordingState {
+    #[cfg(test)]
     pub(crate) fn new() -> RecordingState {
+        RecordingState::capped(None)
+    }
+
+    /// A recording whose file may hold at most `max` bytes (`None`: no cap).
+    pub(crate) fn capped(max: Option<u64>) -> RecordingState {
         RecordingState {
             started: Instant::now(),
             failed: AtomicBool::new(false),
@@ -48,6 +116,7 @@ impl RecordingState {
             queued: AtomicU64::new(0),
             progress: Notify::new(),
             file: watch::Sender::new(FileProgress::default()),
+            cap: Arc::new(RecordingCap::new(max)),
         }
     }
 

@@ -74,6 +74,16 @@ pub(crate) enum Message {
     },
 }
 
+impl EventKind {
+    /// The session bytes it carries.
+    fn len(&self) -> u64 {
+        match self {
+            EventKind::Output(data) | EventKind::Input(data) => data.len() as u64,
+            EventKind::Resize(..) => 0,
+        }
+    }
+}
+
 impl Message {
     /// Closes recording `id`, telling nobody when it is done.
     #[cfg(test)]
@@ -204,7 +214,8 @@ impl Writer {
         }
     }
 
-    /// Gathers the lines of one event, and writes them once enough are gathered.
+    /// Gathers the lines of one event, and writes them once enough are gathered. Once the
+    /// recording's cap is reached, an event is only counted as left out.
     fn event(&mut self, id: u64, at: f64, kind: EventKind) {
         if self.pending.as_ref().is_some_and(|p| p.id != id) {
             self.write_pending();
@@ -212,7 +223,24 @@ impl Writer {
         let Some(rec) = self.open.get_mut(&id) else {
             return;
         };
+        if rec.state.cap.reached() {
+            let len = kind.len();
+            rec.state.cap.left_out(len);
+            // Handled, as far as a required session waiting on its recording is concerned.
+            rec.state.written(len);
+            return;
+        }
         let len = encode(rec, at, kind, &mut self.line);
+        let file_len = rec.file_len + self.line.len() as u64;
+        if rec.state.cap.reached_by(file_len) {
+            // This event is the last one recorded; a marker says why nothing follows.
+            rec.state.cap.reach();
+            let text = format!(
+                "kube-ws-proxy: the recording stopped after {file_len} bytes, its cap \
+                 (--record-max-bytes); the session went on unrecorded"
+            );
+            encode_event(at, EventCode::Marker, &text, &mut self.line);
+        }
         self.pending
             .get_or_insert(Pending { id, recorded: 0 })
             .recorded += len;

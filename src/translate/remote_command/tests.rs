@@ -186,6 +186,7 @@ async fn recorded_session(
             policy: RecordPolicy::BestEffort,
             record_stdin: false,
             min_free: 0,
+            max_bytes: None,
         },
         RecordingCounters::unregistered(),
     )

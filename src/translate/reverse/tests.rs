@@ -172,6 +172,7 @@ async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
             policy: RecordPolicy::Required,
             record_stdin: false,
             min_free: 0,
+            max_bytes: None,
         },
         RecordingCounters::unregistered(),
     )

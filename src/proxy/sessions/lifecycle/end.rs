@@ -31,6 +31,8 @@ pub struct Running {
     audit: Option<SessionAudit>,
     /// Its place on the list of live sessions, from its audit trail's start to its end.
     listing: Option<Listing>,
+    /// Its recording, if it is recorded: its `ended` event says whether its cap cut it short.
+    recording: Option<RecordingFeed>,
     /// What it carried and when, counted by its runner, shown by its listing.
     traffic: Arc<SessionTraffic>,
     slot: SessionSlot,
@@ -165,6 +167,7 @@ impl Running {
             session_id,
             audit: None,
             listing: None,
+            recording: None,
             traffic: Arc::new(SessionTraffic::new()),
             slot,
             guard,
@@ -199,6 +202,7 @@ impl Running {
             self.slot.stop(),
         );
         let live = state.sessions.live();
+        self.recording = recording.clone();
         self.listing = Some(live.list(session.recorded(recording)));
         self.audit = audit::start_bounded(state, &info);
     }
@@ -262,6 +266,7 @@ impl Running {
                 event.terminated_by = Some(t.by.clone());
                 event.termination_reason = Some(t.reason.clone());
             }
+            event.recording_truncated = self.recording.as_ref().and_then(|r| r.truncation());
             audit.end(event);
         }
         drop(self.listing);

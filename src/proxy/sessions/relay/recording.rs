@@ -408,6 +408,7 @@ mod tests {
                 policy,
                 record_stdin: false,
                 min_free: 0,
+                max_bytes: None,
             },
             RecordingCounters::unregistered(),
         )
