@@ -47,6 +47,7 @@ mod e2e_request_reading;
 mod e2e_reverse;
 mod e2e_security;
 mod e2e_session_ends;
+mod e2e_session_status;
 mod e2e_sessions_api;
 mod e2e_sessions_discovery;
 mod e2e_sessions_recording;
