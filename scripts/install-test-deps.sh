@@ -41,6 +41,14 @@ if ! "$PYTHON" -c 'import kubernetes_validate' >/dev/null 2>&1; then
   "$PYTHON" -m pip install --quiet 'kubernetes-validate>=1.33'
 fi
 
+# The S3-compatible store the upload tests start (moto's server mode, tests/common/s3.rs), in
+# its own venv so that its pinned dependencies do not meet the kubernetes client's.
+S3_VENV="${S3_VENV:-$HOME/.cache/kube-ws-proxy/moto}"
+if [ ! -x "$S3_VENV/bin/moto_server" ]; then
+  "$PYTHON" -m venv "$S3_VENV"
+  "$S3_VENV/bin/pip" install --quiet 'moto[server]>=5.1,<6'
+fi
+
 # The JavaScript client and its dependencies, exactly as locked.
 node_project="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
 if [ ! -d "$node_project/node_modules" ]; then

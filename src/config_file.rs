@@ -423,6 +423,10 @@ mod tests {
             "cluster-host-suffix" => "kube.example.com".into(),
             "tls-sni-cert" => "a=/tmp/a.crt,/tmp/a.key".into(),
             "peers" => "https://kube-ws-proxy-peers.ops.svc:8443".into(),
+            "record-upload" | "audit-upload" => "s3://evidence/kube-ws-proxy".into(),
+            "s3-endpoint" => "https://minio.example:9000".into(),
+            "s3-region" => "eu-west-1".into(),
+            "s3-path-style" => "true".into(),
             _ => panic!("give --{long} a sample value for the config-file test"),
         }
     }

@@ -18,6 +18,11 @@ pub fn rfc3339_millis(t: SystemTime) -> String {
     format!("{date}T{time}.{millis:03}Z")
 }
 
+/// The UTC calendar date (year, month, day) of `t`: the date folders of uploaded objects.
+pub fn utc_date(t: SystemTime) -> (i64, u32, u32) {
+    civil_from_days(since_epoch(t).0.div_euclid(86_400))
+}
+
 /// Whole seconds and the milliseconds after them; times before 1970 read as the epoch.
 fn since_epoch(t: SystemTime) -> (i64, u32) {
     t.duration_since(UNIX_EPOCH)

@@ -13,6 +13,7 @@ mod common;
 
 mod config_file;
 mod container_image;
+mod dependency_policy;
 mod deployment_files;
 mod e2e_audit;
 mod e2e_audit_flood;
@@ -56,6 +57,7 @@ mod e2e_sessions_terminate;
 mod e2e_slow_clients;
 mod e2e_spdy_headers;
 mod e2e_tls;
+mod e2e_upload;
 mod e2e_upstream_streaming;
 mod go_url_differential;
 mod monitoring_files;

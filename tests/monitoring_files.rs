@@ -360,6 +360,7 @@ fn every_alert_waits_has_a_severity_and_says_which_cluster() {
         "KubeWsProxyAuditEventsDropped",
         "KubeWsProxyConfigReloadFailed",
         "KubeWsProxyServingCertificateReloadFailed",
+        "KubeWsProxyUploadsBehind",
     ] {
         assert!(alerts.contains(expected), "no {expected}");
     }

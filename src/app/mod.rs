@@ -21,6 +21,7 @@ use tracing::{info, warn};
 
 use crate::audit::log_file::REFUSAL_REPORT_INTERVAL;
 use crate::audit::recording::{RecordPolicy, RecordingConfig, Recordings};
+use crate::audit::upload::{AuditBatches, Store, UploadKind, UploadTarget, Uploader};
 use crate::audit::{AuditLog, AuditLogConfig, AuditTarget, RefusalLimits};
 use crate::cli::{nonzero, ServeArgs};
 use crate::proxy::client::upgrade_request::UpgradeBodyBudget;
@@ -124,8 +125,8 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     configure_sessions(&mut state, args);
     let (fleet, specs) = clusters::fleet_from_args(args, &state.sessions)?;
     configure_connections(&mut state, args)?;
-    open_audit_log(&mut state, args)?;
-    start_recordings(&mut state, args)?;
+    open_audit_log(&mut state, args).await?;
+    start_recordings(&mut state, args).await?;
     let state = Arc::new(state);
     let clusters: Vec<String> = fleet
         .clusters()
@@ -237,9 +238,15 @@ fn configure_connections(state: &mut Shared, args: &ServeArgs) -> Result<(), Sta
     Ok(())
 }
 
-/// Opens the audit log, if `--audit-log` asks for one.
-fn open_audit_log(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
+/// Opens the audit log, if `--audit-log` asks for one, with its batches for the store if
+/// `--audit-upload` asks for those.
+async fn open_audit_log(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
     let Some(path) = &args.audit.audit_log else {
+        if args.audit.audit_upload.is_some() {
+            return Err(StartError::Recording(
+                "--audit-upload needs --audit-log (a file)".into(),
+            ));
+        }
         return Ok(());
     };
     let config = AuditLogConfig {
@@ -247,15 +254,20 @@ fn open_audit_log(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError
         max_size: args.audit.audit_log_max_size,
         max_backups: args.audit.audit_log_max_backups,
     };
+    let batches = match &args.audit.audit_upload {
+        Some(target) => Some(audit_batches(state, args, &config.target, target.clone()).await?),
+        None => None,
+    };
     let limits = RefusalLimits {
         burst: args.audit.audit_refusal_burst,
         refill: args.audit.audit_refusal_refill,
     };
-    let log = AuditLog::open_with(
+    let log = AuditLog::open_batched(
         config,
         state.metrics.audit_counters(),
         limits,
         REFUSAL_REPORT_INTERVAL,
+        batches,
     )
     .map_err(|source| StartError::AuditLog {
         path: path.clone(),
@@ -265,23 +277,128 @@ fn open_audit_log(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError
     Ok(())
 }
 
-/// Starts the session recordings, if `--record` asks for them.
-fn start_recordings(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
-    match (args.audit.record, &args.audit.record_dir) {
+/// The audit log's batches for `--audit-upload`, in the folder `<audit log>.upload`; the
+/// batches an earlier run left there are queued first.
+async fn audit_batches(
+    state: &Shared,
+    args: &ServeArgs,
+    log: &AuditTarget,
+    target: UploadTarget,
+) -> Result<AuditBatches, StartError> {
+    let AuditTarget::File(file) = log else {
+        return Err(StartError::Recording(
+            "--audit-upload needs --audit-log to name a file, not stdout".into(),
+        ));
+    };
+    let mut dir = file.clone().into_os_string();
+    dir.push(".upload");
+    let dir = std::path::PathBuf::from(dir);
+    let uploader = start_uploader(
+        state,
+        args,
+        target,
+        UploadKind::Audit,
+        std::time::Duration::ZERO,
+    )
+    .await?;
+    let batches = AuditBatches::new(
+        dir.clone(),
+        uploader.clone(),
+        args.audit.audit_upload_interval,
+    )
+    .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
+    let leftovers = crate::audit::upload::audit_batches::leftovers(&dir, uploader.target())
+        .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
+    for job in leftovers {
+        uploader.upload_later(job);
+    }
+    Ok(batches)
+}
+
+/// Starts the session recordings, if `--record` asks for them, and their uploads, if
+/// `--record-upload` asks for those.
+async fn start_recordings(state: &mut Shared, args: &ServeArgs) -> Result<(), StartError> {
+    let a = &args.audit;
+    match (a.record, &a.record_dir) {
+        (RecordPolicy::Off, _) if a.record_upload.is_some() => {
+            return Err(StartError::Recording(
+                "--record-upload needs --record (and --record-dir, its spool)".into(),
+            ))
+        }
         (RecordPolicy::Off, _) => {}
         (_, None) => return Err(StartError::Recording("--record needs --record-dir".into())),
         (policy, Some(dir)) => {
             let config = RecordingConfig {
                 dir: dir.clone(),
                 policy,
-                record_stdin: args.audit.record_stdin,
-                min_free: args.audit.record_min_free,
-                max_bytes: (args.audit.record_max_bytes > 0).then_some(args.audit.record_max_bytes),
+                record_stdin: a.record_stdin,
+                min_free: a.record_min_free,
+                max_bytes: (a.record_max_bytes > 0).then_some(a.record_max_bytes),
             };
-            let recordings = Recordings::start(config, state.metrics.recording_counters())
+            let mut recordings = Recordings::start(config, state.metrics.recording_counters())
                 .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
+            if let Some(target) = &a.record_upload {
+                let wait = a.record_upload_wait;
+                let uploader =
+                    start_uploader(state, args, target.clone(), UploadKind::Recording, wait)
+                        .await?;
+                if let Some(audit) = &state.audit {
+                    uploader.audit_to(audit.clone());
+                }
+                queue_leftovers(&uploader, dir)?;
+                let spool_max = (a.record_spool_max > 0).then_some(a.record_spool_max);
+                recordings.upload_to(uploader, spool_max);
+            }
             state.recordings = Some(Arc::new(recordings));
         }
+    }
+    Ok(())
+}
+
+/// An uploader to `target` (`--record-upload`, `--audit-upload`), whose files' owners wait
+/// `wait` for their upload; the store is checked in the background (it may come up after the
+/// proxy: files wait in the spool until it does).
+async fn start_uploader(
+    state: &Shared,
+    args: &ServeArgs,
+    target: UploadTarget,
+    kind: UploadKind,
+    wait: std::time::Duration,
+) -> Result<Uploader, StartError> {
+    let store = Store::new(target, &args.audit.store_settings())
+        .await
+        .map_err(|e| StartError::Recording(e.to_string()))?;
+    let check = store.clone();
+    tokio::spawn(async move {
+        match check.check().await {
+            Ok(()) => info!(target = %check.target(), "the upload target is reachable"),
+            Err(e) => warn!(
+                target = %check.target(),
+                error = %e,
+                "the upload target cannot be reached yet; recordings wait in the spool"
+            ),
+        }
+    });
+    Ok(Uploader::start(
+        store,
+        kind,
+        state.metrics.upload_counters(),
+        wait,
+    ))
+}
+
+/// Queues the recordings an earlier run left in the spool, before any new session's.
+fn queue_leftovers(uploader: &Uploader, spool: &std::path::Path) -> Result<(), StartError> {
+    let leftovers = crate::audit::upload::pending::scan(spool, uploader.target())
+        .map_err(|e| StartError::Recording(format!("{}: {e}", spool.display())))?;
+    if !leftovers.is_empty() {
+        info!(
+            recordings = leftovers.len(),
+            "uploading the recordings an earlier run left in the spool"
+        );
+    }
+    for leftover in leftovers {
+        uploader.upload_later(leftover.job);
     }
     Ok(())
 }

@@ -630,6 +630,16 @@ mod tests {
                         max_bytes: u64::MAX,
                         unrecorded_bytes: u64::MAX,
                     }),
+                    // The longest key: a 63-byte bucket, a 512-byte prefix, a cluster's
+                    // folder, the date and the session id.
+                    recording_object: Some(format!(
+                        "s3://{}/{}/{}/2026/11/29/{}.cast",
+                        "b".repeat(63),
+                        "p".repeat(512),
+                        "c".repeat(63),
+                        "s".repeat(40)
+                    )),
+                    recording_upload: Some("pending"),
                     terminated_by: Some(by),
                     termination_reason: Some(why),
                     connections: connections

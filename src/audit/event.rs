@@ -173,6 +173,13 @@ pub struct SessionEnd {
     /// left out (`bytes_out`, and `bytes_in` with `--record-stdin`, say what flowed in all).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recording_truncated: Option<crate::audit::recording::Truncation>,
+    /// With `--record-upload`: the recording's object (`s3://BUCKET/KEY`) once stored before
+    /// this event; `None` while its upload is pending (an `uploaded` event follows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_object: Option<String>,
+    /// With `--record-upload`: `stored` or `pending`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_upload: Option<&'static str>,
     /// The operator who ended it through the sessions API, and the reason they gave.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub terminated_by: Option<String>,

@@ -33,6 +33,7 @@ use serde::Serialize;
 use tracing::warn;
 
 use super::refusals::{RefusalBudget, RefusalLimits, RefusalReport};
+use super::upload::AuditBatches;
 use crate::timestamp::rfc3339_millis;
 
 /// Events waiting for the writer at most; past that they are dropped.
@@ -126,7 +127,20 @@ impl AuditLog {
         limits: RefusalLimits,
         report_every: Duration,
     ) -> io::Result<AuditLog> {
-        let sink = Sink::open(config)?;
+        AuditLog::open_batched(config, counters, limits, report_every, None)
+    }
+
+    /// [`open_with`](Self::open_with), every line also written to `batches` for the store
+    /// (`--audit-upload`).
+    pub fn open_batched(
+        config: AuditLogConfig,
+        counters: AuditCounters,
+        limits: RefusalLimits,
+        report_every: Duration,
+        batches: Option<AuditBatches>,
+    ) -> io::Result<AuditLog> {
+        let mut sink = Sink::open(config)?;
+        sink.batches = batches;
         let (tx, rx) = sync_channel(QUEUE_EVENTS);
         let thread_counters = counters.clone();
         let refusals = Arc::new(RefusalBudget::new(limits));
@@ -202,11 +216,16 @@ fn write_loop(
     mut reports: Reports,
 ) {
     loop {
-        let first = match rx.recv_timeout(reports.until_due()) {
+        let batch_due = sink.batches.as_ref().and_then(AuditBatches::until_due);
+        let wait = batch_due.map_or(reports.until_due(), |due| due.min(reports.until_due()));
+        let first = match rx.recv_timeout(wait) {
             Ok(first) => first,
             Err(RecvTimeoutError::Timeout) => {
                 reports.write_due(&mut sink, &counters);
                 flush(&mut sink, &counters);
+                if let Some(batches) = sink.batches.as_mut() {
+                    batches.close_if_due();
+                }
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -219,6 +238,10 @@ fn write_loop(
                     // What was refused until now is part of what was queued until now.
                     reports.write_now(&mut sink, &counters);
                     let _ = sink.flush();
+                    if let Some(batches) = sink.batches.as_mut() {
+                        // A stop: the open batch goes to the store now.
+                        batches.close();
+                    }
                     let _ = done.send(());
                 }
             }
@@ -229,9 +252,15 @@ fn write_loop(
     }
     reports.write_now(&mut sink, &counters);
     let _ = sink.flush();
+    if let Some(batches) = sink.batches.as_mut() {
+        batches.close();
+    }
 }
 
 fn write_counted(sink: &mut Sink, counters: &AuditCounters, line: &[u8]) {
+    if let Some(batches) = sink.batches.as_mut() {
+        batches.write_line(line);
+    }
     match sink.write_line(line) {
         Ok(()) => counters.written.inc(),
         Err(e) => {
@@ -355,6 +384,8 @@ struct Sink {
     /// The target may end in part of a line (a failed write that could not be cut off): the
     /// next line starts with a newline, so that it is not glued to the fragment.
     torn: bool,
+    /// Every line also goes to a batch for the store (`--audit-upload`).
+    batches: Option<AuditBatches>,
 }
 
 impl Sink {
@@ -369,6 +400,7 @@ impl Sink {
             out: None,
             size: 0,
             torn: false,
+            batches: None,
         };
         sink.reopen()?;
         Ok(sink)

@@ -12,6 +12,7 @@
 //! - [`port_forward`]: what a port-forward carried, connection by connection.
 //! - [`session`]: the handle a session holds between its two events.
 //! - [`recording`]: asciicast recordings of exec and attach sessions.
+//! - [`upload`]: recordings to an S3-compatible object store.
 //!
 //! Uses no protocol code (`translate`, `spdy`, `proxy`): the sessions that hold an audit
 //! handle or a recorder depend on it, never the reverse.
@@ -24,6 +25,7 @@ pub mod port_forward;
 pub mod recording;
 pub mod refusals;
 pub mod session;
+pub mod upload;
 
 pub use event::{
     HttpVersion, IdentitySource, ImpersonatedUser, ProtocolPath, SessionEnd, SessionInfo, Verb,

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::values::{parse_bytes, parse_bytes_or_zero, parse_duration};
 use crate::audit::recording::RecordPolicy;
+use crate::audit::upload::{StoreSettings, UploadTarget};
 use crate::proxy::route::kubelet::NodeProxySessions;
 
 /// Audit and recording.
@@ -124,4 +125,104 @@ pub struct AuditArgs {
         value_name = "BYTES"
     )]
     pub record_max_bytes: u64,
+
+    /// Upload each recording to an S3-compatible store when its session ends.
+    ///
+    /// `s3://BUCKET/PREFIX`: objects are `PREFIX/CLUSTER/YYYY/MM/DD/<session id>.cast` (the
+    /// cluster's folder only with named clusters, the date the session's UTC start).
+    /// `--record-dir` is the spool. Credentials come from the AWS SDK's chain: the
+    /// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` variables, the shared files and
+    /// `AWS_PROFILE`, a web-identity token (IRSA), pod identity or the instance metadata.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_RECORD_UPLOAD",
+        value_name = "s3://BUCKET/PREFIX"
+    )]
+    pub record_upload: Option<UploadTarget>,
+
+    /// Upload the audit log's lines too, in batches of JSON lines, beside the local log.
+    ///
+    /// `s3://BUCKET/PREFIX`: objects are `PREFIX/YYYY/MM/DD/<UTC start>_<replica>-<n>.jsonl`.
+    /// Needs `--audit-log` to name a file: batches wait for their upload in the folder
+    /// `<audit log>.upload` beside it. The store's settings are `--s3-*`'s.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_AUDIT_UPLOAD",
+        value_name = "s3://BUCKET/PREFIX"
+    )]
+    pub audit_upload: Option<UploadTarget>,
+
+    /// How long an audit batch collects lines before it is closed and uploaded.
+    ///
+    /// A batch is closed at 8 MiB and when the proxy stops too.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_AUDIT_UPLOAD_INTERVAL",
+        default_value = "1m",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub audit_upload_interval: Duration,
+
+    /// An S3-compatible endpoint for the uploads (MinIO, Ceph, R2, GCS); default AWS's.
+    ///
+    /// `https://`, or `http://` to a loopback address only.
+    #[arg(long, env = "KUBE_WS_PROXY_S3_ENDPOINT", value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+
+    /// The region to sign for (default: `AWS_REGION`, the profile's, else `us-east-1`).
+    #[arg(long, env = "KUBE_WS_PROXY_S3_REGION", value_name = "REGION")]
+    pub s3_region: Option<String>,
+
+    /// Path-style addressing (`ENDPOINT/BUCKET/KEY`); default: on with `--s3-endpoint`.
+    ///
+    /// Most S3-compatible stores need it; `false` for virtual-hosted buckets.
+    #[arg(long, env = "KUBE_WS_PROXY_S3_PATH_STYLE", value_name = "BOOL")]
+    pub s3_path_style: Option<bool>,
+
+    /// How long a session's end waits for its recording's upload (0: not at all).
+    ///
+    /// Stored within it, the session's audit `ended` event names the object; otherwise the
+    /// event says `pending` and an `uploaded` event follows once it is stored.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_RECORD_UPLOAD_WAIT",
+        default_value = "5s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub record_upload_wait: Duration,
+
+    /// Recordings not yet uploaded that the spool (`--record-dir`) may hold (0: no cap).
+    ///
+    /// Suffixes Ki, Mi, Gi.
+    /// Checked as each session starts, with `--record-upload`: at the cap, under
+    /// `--record=required` new sessions are refused (503) until uploads drain the spool;
+    /// under `best-effort` they run unrecorded. A running session is not cut
+    /// (`--record-max-bytes` bounds it).
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_RECORD_SPOOL_MAX",
+        default_value = "10Gi",
+        value_parser = parse_bytes_or_zero,
+        value_name = "BYTES"
+    )]
+    pub record_spool_max: u64,
+
+    /// PEM file of the CAs that sign the store's certificate, beside the system's roots.
+    #[arg(long, env = "KUBE_WS_PROXY_S3_CA_FILE", value_name = "PATH")]
+    pub s3_ca_file: Option<PathBuf>,
+}
+
+impl AuditArgs {
+    /// How the store of `--record-upload` is reached.
+    pub fn store_settings(&self) -> StoreSettings {
+        StoreSettings {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            path_style: self.s3_path_style.unwrap_or(self.s3_endpoint.is_some()),
+            ca_file: self.s3_ca_file.clone(),
+            static_keys: None,
+        }
+    }
 }

@@ -117,3 +117,17 @@ pub fn require_asciinema() -> Option<PathBuf> {
     });
     require("asciinema", found)
 }
+
+/// moto's S3-compatible server (`moto_server`): `$MOTO_SERVER`, else the venv
+/// scripts/install-test-deps.sh makes, else PATH; or `None` (a failure in CI).
+pub fn require_moto() -> Option<PathBuf> {
+    let found = std::env::var_os("MOTO_SERVER")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|home| PathBuf::from(home).join(".cache/kube-ws-proxy/moto/bin/moto_server"))
+                .filter(|p| p.is_file())
+        })
+        .or_else(|| on_path("moto_server"));
+    require("moto_server (S3-compatible store)", found)
+}

@@ -22,6 +22,7 @@ pub mod proxy_process;
 pub mod pty;
 pub mod replay;
 pub mod rewriter;
+pub mod s3;
 pub mod sims;
 pub mod tls_client;
 pub mod ws_client;

@@ -58,15 +58,26 @@ impl Operated {
     /// [`Operated::start`] with the cluster's configuration changed by `sim` first (its
     /// streaming protocols, say).
     pub async fn start_with(extra: &[&str], sim: impl FnOnce(&mut SimConfig)) -> Operated {
-        Operated::launch(extra, sim, true).await
+        Operated::launch(extra, sim, true, &[]).await
+    }
+
+    /// [`Operated::start`] with the proxy's environment added to (the AWS variables of the
+    /// upload tests, say).
+    pub async fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Operated {
+        Operated::launch(extra, |_| {}, true, env).await
     }
 
     /// [`Operated::start`] without the audit log (so [`Operated::ended`] has nothing to read).
     pub async fn start_unaudited(extra: &[&str]) -> Operated {
-        Operated::launch(extra, |_| {}, false).await
+        Operated::launch(extra, |_| {}, false, &[]).await
     }
 
-    async fn launch(extra: &[&str], sim: impl FnOnce(&mut SimConfig), audited: bool) -> Operated {
+    async fn launch(
+        extra: &[&str],
+        sim: impl FnOnce(&mut SimConfig),
+        audited: bool,
+        env: &[(&str, &str)],
+    ) -> Operated {
         let mut config = rbac_cluster();
         sim(&mut config);
         let sim = SimCluster::start(config).await.expect("start the cluster");
@@ -79,7 +90,7 @@ impl Operated {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let proxy = ProxyProcess::launch(&refs, &[]);
+        let proxy = ProxyProcess::launch(&refs, env);
         Operated {
             sim,
             proxy,
@@ -93,12 +104,17 @@ impl Operated {
     /// Another replica in front of the same cluster, with the same certificates and its own
     /// audit log (`audit-NAME.log`), and the flags `extra` added.
     pub fn replica(&self, name: &str, extra: &[&str]) -> ProxyProcess {
+        self.replica_env(name, extra, &[])
+    }
+
+    /// [`Operated::replica`] with the proxy's environment added to.
+    pub fn replica_env(&self, name: &str, extra: &[&str], env: &[(&str, &str)]) -> ProxyProcess {
         let audit_log = self.dir.path().join(format!("audit-{name}.log"));
         let mut args = proxy_args(&self.sim, self.dir.path(), &self.proxy_ca, &self.client_ca);
         args.extend(["--audit-log".to_owned(), audit_log.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        ProxyProcess::launch(&refs, &[])
+        ProxyProcess::launch(&refs, env)
     }
 
     /// A kubeconfig for `name` with a bearer `token`, for the replica `proxy`.

@@ -16,8 +16,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
+use super::recorder::UploadOutcome;
 pub use super::state::FileProgress;
 use super::state::{RecordingCap, Truncation};
+use crate::audit::upload::{Stored, UploadState};
 
 /// How much of the file one read takes.
 pub const CHUNK: usize = 64 * 1024;
@@ -35,6 +37,8 @@ pub struct RecordingFeed {
     progress: watch::Receiver<FileProgress>,
     /// The recording's size cap, when a writer of this proxy writes it.
     cap: Option<Arc<RecordingCap>>,
+    /// What became of its upload (`--record-upload`).
+    upload: Option<Arc<UploadOutcome>>,
 }
 
 impl RecordingFeed {
@@ -48,7 +52,25 @@ impl RecordingFeed {
             path,
             progress,
             cap,
+            upload: None,
         }
+    }
+
+    /// The feed, with where its upload's outcome will be once the recording is closed.
+    pub(crate) fn with_upload(mut self, upload: Arc<UploadOutcome>) -> RecordingFeed {
+        self.upload = Some(upload);
+        self
+    }
+
+    /// What its session's `ended` event says of its upload: `None` without `--record-upload`
+    /// or before its session's end.
+    pub fn upload(&self) -> Option<&UploadState> {
+        self.upload.as_ref().and_then(|u| u.at_end.get())
+    }
+
+    /// Where it is in the store, once stored (maybe after its session's `ended` event).
+    pub fn stored(&self) -> Option<&Stored> {
+        self.upload.as_ref().and_then(|u| u.stored.get())
     }
 
     /// The feed of a file no writer of this proxy writes (one found on disk): complete at
@@ -62,6 +84,7 @@ impl RecordingFeed {
             path,
             progress,
             cap: None,
+            upload: None,
         }
     }
 

@@ -28,7 +28,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -41,6 +41,7 @@ use super::queue::{self, Outbox};
 use super::state::RecordingState;
 use super::writer::{self, Counted, EventKind, Message};
 use crate::audit::bounds;
+use crate::audit::upload::{Stored, UploadJob, UploadState, Uploader};
 
 /// Bytes of events waiting for the writer, all sessions together.
 const BUDGET_BYTES: usize = 16 * 1024 * 1024;
@@ -117,6 +118,7 @@ impl RecordingCounters {
         Counted {
             recorded: self.recorded_bytes.with_label_values(&[cluster]),
             failures: self.failures.with_label_values(&[cluster]),
+            spool: None,
         }
     }
 }
@@ -170,6 +172,16 @@ pub enum RecordingError {
         free: u64,
         min_free: u64,
     },
+    /// The spool holds `--record-spool-max` or more bytes not yet in the store.
+    #[error(
+        "the recording spool is full: {bytes} bytes wait for their upload to {target}, \
+         --record-spool-max is {max}"
+    )]
+    SpoolFull {
+        bytes: u64,
+        max: u64,
+        target: String,
+    },
 }
 
 impl RecordingError {
@@ -179,7 +191,9 @@ impl RecordingError {
             RecordingError::Create { source, .. }
             | RecordingError::Write { source, .. }
             | RecordingError::FreeSpace { source, .. } => Some(source),
-            RecordingError::LowSpace { .. } | RecordingError::Folder { .. } => None,
+            RecordingError::LowSpace { .. }
+            | RecordingError::Folder { .. }
+            | RecordingError::SpoolFull { .. } => None,
         }
     }
 }
@@ -194,6 +208,10 @@ pub struct Recordings {
     cut_lane: Arc<Semaphore>,
     next_id: AtomicU64,
     counters: RecordingCounters,
+    /// Where closed recordings go (`--record-upload`), if anywhere.
+    uploader: Option<Uploader>,
+    /// `--record-spool-max`: no recording starts while the spool holds this much.
+    spool_max: Option<u64>,
 }
 
 impl Recordings {
@@ -219,7 +237,33 @@ impl Recordings {
             cut_lane: Arc::new(Semaphore::new(CUT_BYTES)),
             next_id: AtomicU64::new(0),
             counters,
+            uploader: None,
+            spool_max: None,
         })
+    }
+
+    /// Uploads each recording once closed (`--record-upload`), its key under `uploader`'s
+    /// target from the session's cluster folder, UTC start and id; while the spool holds
+    /// `spool_max` bytes or more (`--record-spool-max`), no recording starts.
+    pub fn upload_to(&mut self, uploader: Uploader, spool_max: Option<u64>) {
+        self.uploader = Some(uploader);
+        self.spool_max = spool_max;
+    }
+
+    /// Refuses a new recording while the spool is at its cap.
+    fn check_spool(&self) -> Result<(), RecordingError> {
+        let (Some(max), Some(uploader)) = (self.spool_max, &self.uploader) else {
+            return Ok(());
+        };
+        let bytes = uploader.spool().bytes();
+        if bytes >= max {
+            return Err(RecordingError::SpoolFull {
+                bytes,
+                max,
+                target: uploader.target().to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Takes the whole shared budget, as other sessions' bulk output behind a slow disk does.
@@ -229,6 +273,11 @@ impl Recordings {
             .clone()
             .try_acquire_many_owned(BUDGET_BYTES as u32)
             .expect("an unused budget")
+    }
+
+    /// Where closed recordings go, if anywhere (`--record-upload`).
+    pub fn uploader(&self) -> Option<&Uploader> {
+        self.uploader.as_ref()
     }
 
     /// `--record`.
@@ -246,7 +295,9 @@ impl Recordings {
         command: &[String],
         title: String,
     ) -> Result<Recorder, RecordingError> {
-        let counted = self.counters.of(place.cluster);
+        let mut counted = self.counters.of(place.cluster);
+        counted.spool = self.uploader.as_ref().map(|u| u.spool().clone());
+        self.check_spool().inspect_err(|_| counted.failures.inc())?;
         let dir = self
             .folder(place.folder)
             .inspect_err(|_| counted.failures.inc())?;
@@ -300,6 +351,22 @@ impl Recordings {
         })
         .inspect_err(|_| counted.failures.inc())?;
         let state = Arc::new(RecordingState::capped(self.config.max_bytes));
+        let upload = self.uploader.clone().map(|uploader| {
+            let outcome = Arc::new(UploadOutcome::default());
+            Upload {
+                job: UploadJob {
+                    key: uploader
+                        .target()
+                        .recording_key(place.folder, now, session_id),
+                    path: path.clone(),
+                    session_id: session_id.to_owned(),
+                    after_restart: false,
+                    stored: Some(outcome.stored.clone()),
+                },
+                uploader,
+                outcome,
+            }
+        });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.tx.send(Message::Open {
             id,
@@ -320,6 +387,7 @@ impl Recordings {
             required,
             path,
             closing: None,
+            upload,
         })
     }
 }
@@ -437,6 +505,26 @@ pub struct Recorder {
     path: PathBuf,
     /// Told by the writer once the file is complete ([`Recorder::close`]).
     closing: Option<oneshot::Sender<()>>,
+    /// Its upload once closed (`--record-upload`).
+    upload: Option<Upload>,
+}
+
+/// A recording's upload: the uploader, the file's job, and what became of it.
+#[derive(Debug)]
+struct Upload {
+    uploader: Uploader,
+    job: UploadJob,
+    outcome: Arc<UploadOutcome>,
+}
+
+/// What became of a recording's upload, as its [`RecordingFeed`] tells it.
+#[derive(Debug, Default)]
+pub struct UploadOutcome {
+    /// What the session's `ended` event says: decided once, when the session's wait for the
+    /// upload ends.
+    pub(crate) at_end: OnceLock<UploadState>,
+    /// Where it is, once stored (maybe after the session's end).
+    pub(crate) stored: Arc<OnceLock<Stored>>,
 }
 
 impl Recorder {
@@ -448,11 +536,15 @@ impl Recorder {
     /// The recording as a follower reads it while it is written: its file and the writer's
     /// progress through it.
     pub fn feed(&self) -> RecordingFeed {
-        RecordingFeed::new(
+        let feed = RecordingFeed::new(
             self.path.clone(),
             self.state.follow(),
             Some(self.state.cap.clone()),
-        )
+        );
+        match &self.upload {
+            Some(upload) => feed.with_upload(upload.outcome.clone()),
+            None => feed,
+        }
     }
 
     /// Why the recording failed, if it did.
@@ -466,20 +558,37 @@ impl Recorder {
     /// the event is the last word on its evidence: a tail that could not be written is named
     /// in it, and whoever reads the event finds the file whole.
     pub async fn close(mut self) -> Option<String> {
-        let (done, written) = oneshot::channel();
+        let (done, mut written) = oneshot::channel();
         self.closing = Some(done);
         let state = self.state.clone();
+        let upload = self.upload.take();
         drop(self);
-        match tokio::time::timeout(CLOSE_WAIT, written).await {
+        match tokio::time::timeout(CLOSE_WAIT, &mut written).await {
             // The writer closed the file (or is gone, having written all it could).
-            Ok(_) => state.error(),
-            Err(_) => Some(state.error().unwrap_or_else(|| {
-                format!(
-                    "the recording was still being written {} s after the session ended \
-                     (the disk is slow or stuck); it may be incomplete",
-                    CLOSE_WAIT.as_secs()
-                )
-            })),
+            Ok(_) => {
+                if let Some(upload) = upload {
+                    let outcome = upload.uploader.upload_and_wait(upload.job).await;
+                    let _ = upload.outcome.at_end.set(outcome);
+                }
+                state.error()
+            }
+            Err(_) => {
+                if let Some(upload) = upload {
+                    // Uploaded once the writer is done with it, never half-written.
+                    let _ = upload.outcome.at_end.set(UploadState::Pending);
+                    tokio::spawn(async move {
+                        let _ = written.await;
+                        upload.uploader.upload_later(upload.job);
+                    });
+                }
+                Some(state.error().unwrap_or_else(|| {
+                    format!(
+                        "the recording was still being written {} s after the session ended \
+                         (the disk is slow or stuck); it may be incomplete",
+                        CLOSE_WAIT.as_secs()
+                    )
+                }))
+            }
         }
     }
 
@@ -789,6 +898,7 @@ impl Recorder {
             required,
             path: "held".into(),
             closing: None,
+            upload: None,
         };
         (rec, inbox)
     }
@@ -1366,6 +1476,7 @@ mod tests {
             required,
             path: "/dev/full".into(),
             closing: None,
+            upload: None,
         };
         (c, rec)
     }

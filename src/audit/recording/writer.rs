@@ -22,6 +22,7 @@ use super::asciicast::{
 };
 use super::queue::Inbox;
 use super::state::RecordingState;
+use crate::audit::upload::SpoolUsage;
 
 /// Terminal size of a recording that never learnt one (non-tty sessions).
 const DEFAULT_SIZE: (u16, u16) = (80, 24);
@@ -41,6 +42,17 @@ pub(crate) struct Counted {
     pub recorded: IntCounter,
     /// It could not be written to the end.
     pub failures: IntCounter,
+    /// The spool's size, with `--record-upload`: what is written adds to it.
+    pub spool: Option<Arc<SpoolUsage>>,
+}
+
+impl Counted {
+    /// `len` more bytes of file written.
+    fn wrote(&self, len: u64) {
+        if let Some(spool) = &self.spool {
+            spool.add(len);
+        }
+    }
 }
 
 /// What the writer is told.
@@ -188,7 +200,11 @@ impl Writer {
                 state,
             } => {
                 let (header, rewrite) = match written {
-                    Some(len) => (None, Some((header, len))),
+                    Some(len) => {
+                        // Written before the session started, by the recording's opening.
+                        counted.wrote(len as u64);
+                        (None, Some((header, len)))
+                    }
                     None => (Some(header), None),
                 };
                 let rec = Open {
@@ -268,7 +284,10 @@ impl Writer {
         let len = line.len() as u64;
         line.clear();
         match written {
-            Ok(()) => rec.state.file_written(rec.file_len + len, true),
+            Ok(()) => {
+                rec.counted.wrote(len);
+                rec.state.file_written(rec.file_len + len, true)
+            }
             Err(e) => {
                 // What was written before stands: whole lines, which followers may read.
                 rec.state.file_written(rec.file_len, true);
@@ -296,6 +315,7 @@ impl Writer {
         match written {
             Ok(rec) => {
                 rec.counted.recorded.inc_by(len);
+                rec.counted.wrote(lines);
                 rec.state.written(len);
                 // Its first event has passed, so a header written early can no longer change
                 // under a follower: it is published with the lines after it.
@@ -441,6 +461,7 @@ mod tests {
         let counted = Counted {
             recorded: recorded.clone(),
             failures: IntCounter::new("f", "f").unwrap(),
+            spool: None,
         };
         let open = |id: u64, title: &str| Message::Open {
             id,

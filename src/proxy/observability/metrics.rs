@@ -17,6 +17,7 @@ use prometheus::{
 };
 
 use crate::audit::recording::RecordingCounters;
+use crate::audit::upload::{UploadCounters, UploadKind};
 use crate::audit::AuditCounters;
 use crate::proxy::wire::client_stream::HandshakeForm;
 use crate::session_memory::{Limit, MemoryBudget};
@@ -202,6 +203,7 @@ pub struct Metrics {
     tasks_alive: IntGauge,
     audit: AuditCounters,
     recording: RecordingCounters,
+    upload: UploadCounters,
     memory: MemoryFamilies,
     upstream_ready: IntGaugeVec,
     config: ConfigFamilies,
@@ -333,6 +335,7 @@ impl Metrics {
             ),
             audit: audit_counters(&r),
             recording: recording_counters(&r),
+            upload: upload_counters(&r),
             memory: MemoryFamilies::register(&r),
             upstream_ready: r.gauge(
                 "kube_ws_proxy_upstream_ready",
@@ -356,6 +359,11 @@ impl Metrics {
     /// The recordings' counters.
     pub fn recording_counters(&self) -> RecordingCounters {
         self.recording.clone()
+    }
+
+    /// The uploads' counters (`--record-upload`).
+    pub fn upload_counters(&self) -> UploadCounters {
+        self.upload.clone()
     }
 
     /// The audit log's counters.
@@ -750,6 +758,53 @@ fn recording_counters(r: &Register<'_>) -> RecordingCounters {
     }
 }
 
+/// The uploads' families (`--record-upload`, `--audit-upload`); the pending gauges start at
+/// 0 for both kinds, so that alerts on them have a series to read whatever is configured.
+fn upload_counters(r: &Register<'_>) -> UploadCounters {
+    let counters = UploadCounters {
+        uploads: r.counter(
+            "kube_ws_proxy_uploads_total",
+            "Objects stored (--record-upload, --audit-upload), by kind (recording, audit).",
+            &["kind"],
+        ),
+        failures: r.counter(
+            "kube_ws_proxy_upload_failures_total",
+            "Upload attempts that failed and will be retried, by reason (connect, timeout, \
+             status_4xx, status_5xx, request, file).",
+            &["reason"],
+        ),
+        bytes: r.plain_counter(
+            "kube_ws_proxy_upload_bytes_total",
+            "Bytes stored in the upload target.",
+        ),
+        pending_files: r.gauge(
+            "kube_ws_proxy_upload_pending_files",
+            "Closed files in the spools waiting for their upload, by kind (recording, audit).",
+            &["kind"],
+        ),
+        pending_bytes: r.gauge(
+            "kube_ws_proxy_upload_pending_bytes",
+            "Bytes of the closed files waiting for their upload, by kind.",
+            &["kind"],
+        ),
+        oldest_pending_seconds: r.gauge(
+            "kube_ws_proxy_upload_oldest_pending_seconds",
+            "How long the oldest file waiting for its upload has waited (0: none waits), by kind.",
+            &["kind"],
+        ),
+    };
+    for kind in [UploadKind::Recording, UploadKind::Audit] {
+        for gauge in [
+            &counters.pending_files,
+            &counters.pending_bytes,
+            &counters.oldest_pending_seconds,
+        ] {
+            gauge.with_label_values(&[kind.label()]).set(0);
+        }
+    }
+    counters
+}
+
 /// Every value of the `reason` label of `kube_ws_proxy_auth_rejections_total` (besides
 /// `other`, which no caller should cause).
 pub const AUTH_REJECTION_REASONS: [&str; 6] = [
@@ -902,6 +957,7 @@ impl Drop for SessionGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::upload::{FailureReason, UploadKind};
     use std::collections::{BTreeMap, BTreeSet};
 
     #[test]
@@ -997,6 +1053,13 @@ mod tests {
         ] {
             m.connection_shed(reason);
         }
+        let upload = m.upload_counters();
+        for kind in UploadKind::ALL {
+            upload.uploads.with_label_values(&[kind.label()]).inc();
+        }
+        for reason in FailureReason::ALL {
+            upload.failures.with_label_values(&[reason.label()]).inc();
+        }
     }
 
     /// [`set_every_label`] for the families with a `cluster`.
@@ -1070,12 +1133,15 @@ mod tests {
             "other",
         ];
         reasons.extend(AUTH_REJECTION_REASONS);
+        reasons.extend(FailureReason::ALL.map(FailureReason::label));
+        let mut kinds: Vec<&str> = KINDS.map(SessionKind::label).to_vec();
+        kinds.extend(UploadKind::ALL.map(UploadKind::label));
         // The configured names, and nothing (counted before routing).
         let mut clusters = CLUSTERS.to_vec();
         clusters.push(UNROUTED);
         [
             ("cluster", set(&clusters)),
-            ("kind", set(&KINDS.map(SessionKind::label))),
+            ("kind", set(&kinds)),
             ("outcome", set(&OUTCOMES.map(SessionOutcome::label))),
             ("direction", set(&["up", "down"])),
             ("http_version", set(&["1.1", "2"])),

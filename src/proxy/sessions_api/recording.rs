@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::audit::recording::follow::{open_regular, AHEAD_CHUNKS};
 use crate::audit::recording::{RecordingFeed, SessionKey};
+use crate::audit::upload::Store;
 use crate::proxy::auth::Caller;
 use crate::proxy::sessions::registry::live::RecordingLookup;
 use crate::proxy::sessions::registry::readers::ReadersFull;
@@ -54,7 +55,7 @@ pub async fn serve(
         Ok(place) => place,
         Err(full) => return Some(too_many(full)),
     };
-    let (file, feed) = match find(state, &call).await {
+    let found = match find(state, &call).await {
         Ok(found) => found,
         Err(Missing::Unknown) => return None,
         Err(Missing::Answer(answer)) => return Some(answer),
@@ -63,9 +64,25 @@ pub async fn serve(
     tokio::spawn(async move {
         // The place is held as long as the recording is being sent.
         let _place = place;
-        feed.send(file, tx, call.follow).await;
+        match found {
+            Found::File(file, feed) => feed.send(file, tx, call.follow).await,
+            Found::Stored(store, key) => {
+                if let Err(e) = store.send_object(&key, tx).await {
+                    // The answer's head is sent: the body ends short, as a cut file's would.
+                    tracing::warn!(key = %key, error = %e, "a stored recording could not be read back");
+                }
+            }
+        }
     });
     Some(asciicast_body(rx))
+}
+
+/// Where a recording is read from.
+enum Found {
+    /// Its file in the spool, written as its feed says.
+    File(File, RecordingFeed),
+    /// Uploaded and gone from the spool: the object at this key (`--record-upload`).
+    Stored(Store, String),
 }
 
 /// Why there is no recording to send.
@@ -84,7 +101,7 @@ impl From<Response<ProxyBody>> for Missing {
 
 /// The session's recording, opened: a live session's or one that ended lately, as the
 /// registry has it, or one found on disk; or why there is none.
-async fn find(state: &ProxyState, call: &RecordingCall) -> Result<(File, RecordingFeed), Missing> {
+async fn find(state: &ProxyState, call: &RecordingCall) -> Result<Found, Missing> {
     let cluster = state.cluster.name.as_ref().map(|n| n.as_str());
     let (namespace, name) = (call.namespace.as_str(), call.name.as_str());
     let feed = match state.sessions.live().recording(cluster, namespace, name) {
@@ -100,13 +117,18 @@ async fn find(state: &ProxyState, call: &RecordingCall) -> Result<(File, Recordi
                 Some(recordings) => recordings.find(&key).await,
                 None => None,
             };
-            return found.ok_or(Missing::Unknown);
+            return found
+                .map(|(file, feed)| Found::File(file, feed))
+                .ok_or(Missing::Unknown);
         }
     };
     let path = feed.path().to_owned();
     match tokio::task::spawn_blocking(move || open_regular(&path)).await {
-        Ok(Ok((file, _))) => Ok((file, feed)),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(gone(name).into()),
+        Ok(Ok((file, _))) => Ok(Found::File(file, feed)),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => match stored(state, &feed) {
+            Some(found) => Ok(found),
+            None => Err(gone(name).into()),
+        },
         _ => Err(failure(
             StatusCode::INTERNAL_SERVER_ERROR,
             "InternalError",
@@ -114,6 +136,13 @@ async fn find(state: &ProxyState, call: &RecordingCall) -> Result<(File, Recordi
         )
         .into()),
     }
+}
+
+/// A recording that left the spool for the store: read back from there.
+fn stored(state: &ProxyState, feed: &RecordingFeed) -> Option<Found> {
+    let stored = feed.stored()?;
+    let uploader = state.recordings.as_ref()?.uploader()?;
+    Some(Found::Stored(uploader.store().clone(), stored.key.clone()))
 }
 
 /// The 404 for a session that is live but not recorded. A 404, not a 409: the subresource

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::audit;
 use super::task::ClientPresence;
 use crate::audit::recording::RecordingFeed;
+use crate::audit::upload::UploadState;
 use crate::audit::{ProtocolPath, SessionAudit, SessionEnd as AuditEnd, SessionInfo};
 use crate::proxy::observability::metrics::{SessionGuard, SessionKind, SessionOutcome};
 use crate::proxy::sessions::registry::live::{Listing, LiveSession};
@@ -267,6 +268,14 @@ impl Running {
                 event.termination_reason = Some(t.reason.clone());
             }
             event.recording_truncated = self.recording.as_ref().and_then(|r| r.truncation());
+            match self.recording.as_ref().and_then(|r| r.upload()) {
+                Some(UploadState::Stored(stored)) => {
+                    event.recording_object = Some(stored.object.clone());
+                    event.recording_upload = Some("stored");
+                }
+                Some(UploadState::Pending) => event.recording_upload = Some("pending"),
+                None => {}
+            }
             audit.end(event);
         }
         drop(self.listing);

@@ -1,0 +1,615 @@
+//! Recordings to object storage (`--record-upload`), against a real S3-compatible server
+//! (moto's server mode, tests/common/s3.rs): the proxy's store client puts small and
+//! multipart objects; a kubectl 1.33 session's recording lands under
+//! `PREFIX/YYYY/MM/DD/<session id>.cast`, replays with `asciinema cat`, leaves the spool, and
+//! its audit `ended` event names the object; with the store down the `ended` event says
+//! `pending` and an `uploaded` event follows once the store is back.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::clients::{require_asciinema, require_kubectl, require_moto};
+use common::harness::stderr;
+use common::operated::{Operated, T, TINA};
+use common::s3::{bucket, Forwarder, S3Server, AWS_ENV};
+use serde_json::Value;
+
+/// The audit event of `stage` for `session_id` in `o`'s audit log, once written.
+async fn event(o: &Operated, stage: &str, session_id: &str, within: Duration) -> Value {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let text = std::fs::read_to_string(&o.audit_log).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["stage"] == stage && e["session_id"] == session_id);
+        if let Some(e) = found {
+            return e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {stage} event for {session_id} in {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `ended` event of the session whose command holds `needle`, once written (a session's
+/// end is written after its client is told: kubectl may be done before it).
+async fn ended_of(o: &Operated, needle: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let text = std::fs::read_to_string(&o.audit_log).unwrap_or_default();
+        if let Some(e) = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| {
+                e["stage"] == "ended"
+                    && e["command"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|a| a.as_str().unwrap().contains(needle)))
+            })
+        {
+            return e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ended event for {needle}: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Today's (UTC) `YYYY/MM/DD`, from the `ended` event's time.
+fn day_of(event: &Value) -> String {
+    let time = event["time"].as_str().unwrap();
+    time[..10].replace('-', "/")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_client_puts_single_and_multipart_objects() {
+    let Some(moto) = require_moto() else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://round-trip/p").await;
+    let dir = tempfile::tempdir().unwrap();
+    // Three parts (8 + 8 + 4 MiB), each byte telling where it is.
+    let big: Vec<u8> = (0..20u32 << 20).map(|i| (i % 251) as u8).collect();
+    let small = b"ten bytes!".to_vec();
+    for (name, data) in [("big", &big), ("small", &small)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, data).unwrap();
+        let put = store.put_file(&format!("p/{name}"), &path).await.unwrap();
+        assert_eq!(put, data.len() as u64);
+    }
+    let mut listed = store.list("p/").await.unwrap();
+    listed.sort();
+    assert_eq!(
+        listed,
+        vec![
+            ("p/big".to_owned(), big.len() as u64),
+            ("p/small".to_owned(), small.len() as u64)
+        ]
+    );
+    assert!(
+        store.get("p/big").await.unwrap() == big,
+        "the multipart object differs"
+    );
+    assert_eq!(store.get("p/small").await.unwrap(), small);
+}
+
+/// A proxy recording to `--record-dir` (its spool) and uploading to `endpoint`.
+async fn uploading_proxy(spool: &std::path::Path, endpoint: &str, wait: &str) -> Operated {
+    let dir = spool.display().to_string();
+    Operated::start_env(
+        &[
+            "--record",
+            "required",
+            "--record-dir",
+            &dir,
+            "--record-upload",
+            "s3://evidence/recordings",
+            "--s3-endpoint",
+            endpoint,
+            "--record-upload-wait",
+            wait,
+        ],
+        &AWS_ENV,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_session_s_recording_is_stored_and_named_in_its_ended_event() {
+    let (Some(moto), Some(k33), Some(asciinema)) =
+        (require_moto(), require_kubectl("1.33"), require_asciinema())
+    else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
+    let spool = tempfile::tempdir().unwrap();
+    let o = uploading_proxy(spool.path(), &server.endpoint(), "10s").await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    let done = o
+        .kubectl(
+            &k33,
+            &tina,
+            &[
+                "exec",
+                "web",
+                "--",
+                "sh",
+                "-c",
+                "echo UPLOADED-LINE-1; echo line-2",
+            ],
+        )
+        .await;
+    assert!(done.status.success(), "{}", stderr(&done));
+
+    let ended = ended_of(&o, "UPLOADED-LINE-1").await;
+    let id = ended["session_id"].as_str().unwrap();
+    let key = format!("recordings/{}/{id}.cast", day_of(&ended));
+    assert_eq!(ended["recording_upload"], "stored", "{ended}");
+    assert_eq!(
+        ended["recording_object"],
+        format!("s3://evidence/{key}"),
+        "{ended}"
+    );
+    // The spool keeps nothing the store has.
+    let spool_file = ended["recording"].as_str().unwrap();
+    assert!(
+        !std::path::Path::new(spool_file).exists(),
+        "{spool_file} is still in the spool"
+    );
+
+    let object = store.get(&key).await.expect("the object");
+    let fetched = tempfile::tempdir().unwrap();
+    let copy = fetched.path().join("fetched.cast");
+    std::fs::write(&copy, &object).unwrap();
+    let header: Value = serde_json::from_str(
+        object
+            .split(|&b| b == b'\n')
+            .next()
+            .map(|l| std::str::from_utf8(l).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["kube_ws_proxy"]["session_id"], id, "{header}");
+    let shown = common::replay::replay(&asciinema, &copy);
+    assert!(shown.contains("UPLOADED-LINE-1"), "{shown}");
+    assert!(shown.contains("line-2"), "{shown}");
+    // Stored within the wait: no `uploaded` event of its own.
+    let log = std::fs::read_to_string(&o.audit_log).unwrap();
+    assert!(!log.contains("\"stage\":\"uploaded\""), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_is_down_leaves_the_upload_pending_until_it_is_back() {
+    let (Some(moto), Some(k33)) = (require_moto(), require_kubectl("1.33")) else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
+    let forwarder = Forwarder::start(server.addr).await;
+    forwarder.down();
+    let spool = tempfile::tempdir().unwrap();
+    let o = uploading_proxy(spool.path(), &forwarder.endpoint(), "1s").await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    let done = o
+        .kubectl(
+            &k33,
+            &tina,
+            &["exec", "web", "--", "echo", "WHILE-THE-STORE-WAS-DOWN"],
+        )
+        .await;
+    assert!(done.status.success(), "{}", stderr(&done));
+
+    let ended = ended_of(&o, "WHILE-THE-STORE-WAS-DOWN").await;
+    let id = ended["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(ended["recording_upload"], "pending", "{ended}");
+    assert!(ended.get("recording_object").is_none(), "{ended}");
+    let spool_file = ended["recording"].as_str().unwrap().to_owned();
+    assert!(
+        std::path::Path::new(&spool_file).exists(),
+        "the spool keeps it meanwhile"
+    );
+    // A few failed attempts, then the store comes back.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    forwarder.up();
+    let uploaded = event(&o, "uploaded", &id, Duration::from_secs(120)).await;
+    let key = format!("recordings/{}/{id}.cast", day_of(&ended));
+    assert_eq!(
+        uploaded["recording_object"],
+        format!("s3://evidence/{key}"),
+        "{uploaded}"
+    );
+    assert!(uploaded["attempts"].as_u64().unwrap() >= 2, "{uploaded}");
+    assert_eq!(uploaded["after_restart"], false, "{uploaded}");
+    assert_eq!(uploaded["recording"], spool_file.as_str(), "{uploaded}");
+    let object = store.get(&key).await.expect("the object");
+    assert_eq!(uploaded["bytes"], object.len() as u64, "{uploaded}");
+    assert!(String::from_utf8_lossy(&object).contains("WHILE-THE-STORE-WAS-DOWN"));
+    assert!(!std::path::Path::new(&spool_file).exists());
+    // The failures were counted.
+    let metrics = o.proxy.metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kube_ws_proxy_upload_failures_total{reason=\"connect\"}")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kube_ws_proxy_upload_pending_files{kind=\"recording\"} 0"),
+        "{metrics}"
+    );
+}
+
+/// A proxy with a 2 KiB spool cap under `policy`, uploading through `forwarder`.
+async fn capped_spool_proxy(spool: &std::path::Path, endpoint: &str, policy: &str) -> Operated {
+    let dir = spool.display().to_string();
+    Operated::start_env(
+        &[
+            "--record",
+            policy,
+            "--record-dir",
+            &dir,
+            "--record-upload",
+            "s3://evidence/recordings",
+            "--s3-endpoint",
+            endpoint,
+            "--record-upload-wait",
+            "0s",
+            "--record-spool-max",
+            "2Ki",
+        ],
+        &AWS_ENV,
+    )
+    .await
+}
+
+/// Runs execs printing a kilobyte each, with the store down, until the recordings waiting for
+/// their upload reach the spool's cap.
+async fn fill_the_spool(o: &Operated, k33: &std::path::Path, tina: &std::path::Path) {
+    for n in 0..10 {
+        let script = format!("head -c 1024 /dev/zero | tr '\\0' s; echo fill-{n}");
+        let done = o
+            .kubectl(k33, tina, &["exec", "web", "--", "sh", "-c", &script])
+            .await;
+        assert!(done.status.success(), "{}", stderr(&done));
+        // Its recording is queued for upload before its `ended` event is written.
+        ended_of(o, &format!("fill-{n}")).await;
+        let pending = gauge(
+            &o.proxy.metrics(),
+            "kube_ws_proxy_upload_pending_bytes{kind=\"recording\"}",
+        );
+        if pending >= 2048 {
+            return;
+        }
+    }
+    panic!("ten recordings did not fill a 2 KiB spool");
+}
+
+/// The value of the unlabelled gauge `name`.
+fn gauge(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_refuses_required_sessions_until_the_store_drains_it() {
+    let (Some(moto), Some(k33)) = (require_moto(), require_kubectl("1.33")) else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let _store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
+    let forwarder = Forwarder::start(server.addr).await;
+    forwarder.down();
+    let spool = tempfile::tempdir().unwrap();
+    let o = capped_spool_proxy(spool.path(), &forwarder.endpoint(), "required").await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    fill_the_spool(&o, &k33, &tina).await;
+
+    let refused = o
+        .kubectl(&k33, &tina, &["exec", "web", "--", "echo", "MUST-NOT-RUN"])
+        .await;
+    assert!(!refused.status.success(), "ran with a full spool");
+    let said = stderr(&refused);
+    assert!(said.contains("spool is full"), "{said}");
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("MUST-NOT-RUN"));
+    let ended = ended_of(&o, "MUST-NOT-RUN").await;
+    assert_eq!(ended["outcome"], "recording_failed", "{ended}");
+    assert!(
+        ended["recording_error"]
+            .as_str()
+            .unwrap()
+            .contains("--record-spool-max"),
+        "{ended}"
+    );
+
+    // The store comes back: the spool drains and sessions run again.
+    forwarder.up();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let metrics = o.proxy.metrics();
+        if metrics.contains("kube_ws_proxy_upload_pending_files{kind=\"recording\"} 0") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let again = o
+        .kubectl(&k33, &tina, &["exec", "web", "--", "echo", "RUNS-AGAIN"])
+        .await;
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(String::from_utf8_lossy(&again.stdout), "RUNS-AGAIN\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_lets_best_effort_sessions_run_unrecorded() {
+    let (Some(moto), Some(k33)) = (require_moto(), require_kubectl("1.33")) else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let _store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
+    let forwarder = Forwarder::start(server.addr).await;
+    forwarder.down();
+    let spool = tempfile::tempdir().unwrap();
+    let o = capped_spool_proxy(spool.path(), &forwarder.endpoint(), "best-effort").await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    fill_the_spool(&o, &k33, &tina).await;
+
+    let ran = o
+        .kubectl(&k33, &tina, &["exec", "web", "--", "echo", "UNRECORDED"])
+        .await;
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "UNRECORDED\n");
+    let ended = ended_of(&o, "UNRECORDED").await;
+    assert_eq!(ended["outcome"], "success", "{ended}");
+    assert!(ended["recording"].is_null(), "{ended}");
+    assert!(
+        ended["recording_error"]
+            .as_str()
+            .unwrap()
+            .contains("spool is full"),
+        "{ended}"
+    );
+    assert!(ended.get("recording_upload").is_none(), "{ended}");
+}
+
+/// The batches' lines in the order they were written: objects by their UTC start and number
+/// (`<stamp>_<replica>-<n>.jsonl`), lines in file order.
+async fn batched_lines(store: &kube_ws_proxy::audit::upload::Store) -> Vec<String> {
+    let mut objects = store.list("audit/").await.unwrap();
+    let order = |key: &str| {
+        let name = key.rsplit('/').next().unwrap().trim_end_matches(".jsonl");
+        let (stamp, rest) = name.split_once('_').unwrap();
+        let n: u64 = rest.rsplit('-').next().unwrap().parse().unwrap();
+        (stamp.to_owned(), n)
+    };
+    objects.sort_by_key(|(key, _)| order(key));
+    let mut lines = Vec::new();
+    for (key, _) in objects {
+        let body = store.get(&key).await.unwrap();
+        lines.extend(String::from_utf8(body).unwrap().lines().map(str::to_owned));
+    }
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_goes_to_the_store_in_batches_nothing_missing_over_an_outage() {
+    let (Some(moto), Some(k33)) = (require_moto(), require_kubectl("1.33")) else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://evidence/audit").await;
+    let forwarder = Forwarder::start(server.addr).await;
+    let o = Operated::start_env(
+        &[
+            "--audit-upload",
+            "s3://evidence/audit",
+            "--audit-upload-interval",
+            "2s",
+            "--s3-endpoint",
+            &forwarder.endpoint(),
+        ],
+        &AWS_ENV,
+    )
+    .await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    let run = |n: usize| {
+        let (k33, tina, o) = (&k33, &tina, &o);
+        async move {
+            let done = o
+                .kubectl(
+                    k33,
+                    tina,
+                    &["exec", "web", "--", "echo", &format!("batch-{n}")],
+                )
+                .await;
+            assert!(done.status.success(), "{}", stderr(&done));
+        }
+    };
+    for n in 0..3 {
+        run(n).await;
+    }
+    // Down across at least one batch's end, then back.
+    forwarder.down();
+    for n in 3..6 {
+        run(n).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    forwarder.up();
+    for n in 6..8 {
+        run(n).await;
+    }
+
+    // Every line of the local log reaches the store, in its order.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let local: Vec<String> = std::fs::read_to_string(&o.audit_log)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert!(local.len() >= 16, "8 sessions, two events each: {local:?}");
+        let stored = batched_lines(&store).await;
+        if stored == local {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stored {} lines, the local log {}:\n{stored:#?}\n{local:#?}",
+            stored.len(),
+            local.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let metrics = o.proxy.metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kube_ws_proxy_upload_failures_total{reason=\"connect\"}")),
+        "{metrics}"
+    );
+    // No `uploaded` events for the log's own batches.
+    let log = std::fs::read_to_string(&o.audit_log).unwrap();
+    assert!(!log.contains("\"stage\":\"uploaded\""), "{log}");
+}
+
+/// The session ids of the `started` events in the audit log at `path`.
+fn started_ids(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["stage"] == "started")
+        .map(|e| e["session_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordings_pending_when_the_proxy_is_killed_are_uploaded_after_its_restart() {
+    let (Some(moto), Some(k33), Some(asciinema)) =
+        (require_moto(), require_kubectl("1.33"), require_asciinema())
+    else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
+    let forwarder = Forwarder::start(server.addr).await;
+    forwarder.down();
+    let spool = tempfile::tempdir().unwrap();
+    let spool_dir = spool.path().display().to_string();
+    let endpoint = forwarder.endpoint();
+    let flags = [
+        "--record",
+        "required",
+        "--record-dir",
+        &spool_dir,
+        "--record-upload",
+        "s3://evidence/recordings",
+        "--s3-endpoint",
+        &endpoint,
+        "--record-upload-wait",
+        "0s",
+    ];
+    let o = Operated::start_env(&flags, &AWS_ENV).await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    for n in 0..3 {
+        let done = o
+            .kubectl(
+                &k33,
+                &tina,
+                &["exec", "web", "--", "echo", &format!("ENDED-{n}")],
+            )
+            .await;
+        assert!(done.status.success(), "{}", stderr(&done));
+    }
+    // One more, killed with the proxy in its middle.
+    let mut c = o.kubectl_cmd(&k33, &tina);
+    c.args([
+        "exec",
+        "web",
+        "--",
+        "sh",
+        "-c",
+        "echo KILLED-MIDWAY; sleep 60",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null());
+    let mut midway = c.spawn().unwrap();
+    let mut out = tokio::io::BufReader::new(midway.stdout.take().unwrap());
+    let mut first = String::new();
+    tokio::time::timeout(
+        T,
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut first),
+    )
+    .await
+    .expect("the session printed")
+    .unwrap();
+    assert_eq!(first, "KILLED-MIDWAY\n");
+    // Its output is in the recording's file before the kill (the writer writes as it comes).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ids = started_ids(&o.audit_log);
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    // SAFETY: a plain signal to the proxy's own child process.
+    unsafe { libc::kill(o.proxy.pid() as i32, libc::SIGKILL) };
+    let _ = midway.wait().await;
+
+    // The store is back; a new process on the same spool uploads what the killed one left.
+    forwarder.up();
+    let again = o.replica_env("again", &flags, &AWS_ENV);
+    let log = o.dir.path().join("audit-again.log");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let uploaded = loop {
+        let events: Vec<Value> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["stage"] == "uploaded")
+            .collect();
+        if events.len() >= 4 {
+            break events;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{events:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut uploaded_ids: Vec<&str> = uploaded
+        .iter()
+        .map(|e| e["session_id"].as_str().unwrap())
+        .collect();
+    uploaded_ids.sort();
+    let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(uploaded_ids, want);
+    for e in &uploaded {
+        assert_eq!(e["after_restart"], true, "{e}");
+        let object = e["recording_object"].as_str().unwrap();
+        let key = object.strip_prefix("s3://evidence/").unwrap();
+        let body = store.get(key).await.expect("the object");
+        assert_eq!(e["bytes"], body.len() as u64, "{e}");
+        let fetched = tempfile::tempdir().unwrap();
+        let copy = fetched.path().join("fetched.cast");
+        std::fs::write(&copy, &body).unwrap();
+        let shown = common::replay::replay(&asciinema, &copy);
+        let id = e["session_id"].as_str().unwrap();
+        let expected = if id == ids[3] {
+            "KILLED-MIDWAY".to_owned()
+        } else {
+            format!("ENDED-{}", ids.iter().position(|i| i == id).unwrap())
+        };
+        assert!(shown.contains(&expected), "{id}: {shown}");
+    }
+    // The spool keeps nothing the store has.
+    let left: Vec<_> = std::fs::read_dir(spool.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(again);
+}
