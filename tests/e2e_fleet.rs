@@ -55,6 +55,15 @@ impl Fleet {
         tokens: bool,
         extra: impl FnOnce(&Path) -> Vec<String>,
     ) -> Fleet {
+        Fleet::start_env(tokens, extra, &[]).await
+    }
+
+    /// [`Fleet::start_with`], with the proxy's environment added to.
+    pub(crate) async fn start_env(
+        tokens: bool,
+        extra: impl FnOnce(&Path) -> Vec<String>,
+        env: &[(&str, &str)],
+    ) -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         let mut sims = Vec::new();
         for (_, streaming, token) in CLUSTERS {
@@ -71,7 +80,7 @@ impl Fleet {
         let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
         let extra = extra(dir.path());
         args.extend(extra.iter().map(String::as_str));
-        let proxy = ProxyProcess::launch(&args, &[]);
+        let proxy = ProxyProcess::launch(&args, env);
         let middlebox = Middlebox::start(proxy.addr).await;
         Fleet {
             sims,

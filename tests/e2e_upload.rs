@@ -613,3 +613,87 @@ async fn recordings_pending_when_the_proxy_is_killed_are_uploaded_after_its_rest
     assert!(left.is_empty(), "{left:?}");
     drop(again);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_s_recordings_are_stored_under_their_cluster_s_folder() {
+    use crate::e2e_fleet::{Fleet, CLUSTERS};
+    let Some(moto) = require_moto() else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://evidence/rec").await;
+    let endpoint = server.endpoint();
+    let f = Fleet::start_env(
+        false,
+        |dir| {
+            let (records, audit) = (dir.join("recordings"), dir.join("audit.log"));
+            std::fs::create_dir(&records).unwrap();
+            [
+                "--audit-log",
+                audit.to_str().unwrap(),
+                "--record",
+                "best-effort",
+                "--record-dir",
+                records.to_str().unwrap(),
+                "--record-upload",
+                "s3://evidence/rec",
+                "--s3-endpoint",
+                &endpoint,
+            ]
+            .map(String::from)
+            .to_vec()
+        },
+        &AWS_ENV,
+    )
+    .await;
+    // An exec on each cluster: translated for the old one, passed through to the others.
+    for (name, _, _) in CLUSTERS {
+        let path = format!(
+            "/clusters/{name}{}",
+            common::ws_client::exec_path(
+                "web",
+                &["echo", &format!("FROM-{name}")],
+                false,
+                true,
+                true
+            )
+        );
+        let (mut ws, _) = common::ws_client::connect(f.proxy.addr, &path, "v5.channel.k8s.io")
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = common::ws_client::read_to_close(&mut ws).await;
+        assert_eq!(
+            t.stdout,
+            format!("FROM-{name}\n").as_bytes(),
+            "{name}: {t:?}"
+        );
+    }
+    let log = f.dir.path().join("audit.log");
+    for (name, _, _) in CLUSTERS {
+        let deadline = tokio::time::Instant::now() + T;
+        let ended = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let found = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|e| e["stage"] == "ended" && e["cluster"] == name);
+            if let Some(e) = found {
+                break e;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{name}: {text}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let id = ended["session_id"].as_str().unwrap();
+        let key = format!("rec/{name}/{}/{id}.cast", day_of(&ended));
+        assert_eq!(ended["recording_upload"], "stored", "{ended}");
+        assert_eq!(
+            ended["recording_object"],
+            format!("s3://evidence/{key}"),
+            "{ended}"
+        );
+        let object = String::from_utf8(store.get(&key).await.expect("the object")).unwrap();
+        let header: Value = serde_json::from_str(object.lines().next().unwrap()).unwrap();
+        assert_eq!(header["kube_ws_proxy"]["cluster"], name, "{header}");
+        assert!(object.contains(&format!("FROM-{name}")), "{object}");
+    }
+}
