@@ -37,6 +37,15 @@
 //!
 //!     cargo bench --bench recording -- --echo [--bulk 4] [--rounds 3] [--only NUL]
 //!
+//! `--upload` adds a third proxy that records and uploads each recording once its session ends
+//! (`--record-upload` to moto's S3-compatible server, started by the bench as the tests start
+//! it: `MOTO_SERVER`, else scripts/install-test-deps.sh's venv). Its CPU is read once the
+//! recording has left the spool (stored, then removed), so it includes reading the file back,
+//! signing and sending it; the store is emptied after each run. Plain HTTP to loopback: the
+//! SDK then signs the payload's SHA-256, reading the file twice; `--upload-tls` serves the
+//! store over TLS (a CA of the bench's own, `--s3-ca-file`), as a production store is reached,
+//! where the payload is not hashed (TLS guards it) but encrypted.
+//!
 //! `KUBE_WS_PROXY_BENCH_BIN` runs another build of the proxy (both the recording one and the
 //! one that does not record), for a before/after comparison.
 //!
@@ -56,6 +65,14 @@ mod process;
 #[allow(dead_code)]
 #[path = "../tests/common/clients.rs"]
 mod clients;
+
+#[allow(dead_code)]
+#[path = "../tests/common/s3.rs"]
+mod s3;
+
+#[allow(dead_code)]
+#[path = "../tests/common/pki.rs"]
+mod pki;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -92,6 +109,11 @@ impl Drop for Proxy {
 }
 
 async fn proxy(upstream: &str, extra: &[&str]) -> Proxy {
+    proxy_env(upstream, extra, &[]).await
+}
+
+/// [`proxy`] with its environment added to.
+async fn proxy_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Proxy {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -109,6 +131,7 @@ async fn proxy(upstream: &str, extra: &[&str]) -> Proxy {
         ])
         .args(["--upstream", upstream, "--log-format", "json"])
         .args(extra)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "warn")
         .spawn()
         .unwrap();
@@ -273,6 +296,36 @@ fn main() {
             ],
         )
         .await;
+        let tls = std::env::args().any(|a| a == "--upload-tls");
+        let uploads = tls || std::env::args().any(|a| a == "--upload");
+        let spool = tempfile::tempdir().unwrap();
+        let store = match uploads {
+            true => Some(UploadStore::start(tls).await),
+            false => None,
+        };
+        let uploading = match &store {
+            Some(store) => {
+                let spool_dir = spool.path().display().to_string();
+                let mut flags = vec![
+                    "--record",
+                    &policy,
+                    "--record-dir",
+                    &spool_dir,
+                    "--record-upload",
+                    "s3://bench/rec",
+                    "--s3-endpoint",
+                    &store.endpoint,
+                    "--record-upload-wait",
+                    "0s",
+                ];
+                let ca = store.ca_file.as_ref().map(|p| p.display().to_string());
+                if let Some(ca) = &ca {
+                    flags.extend(["--s3-ca-file", ca]);
+                }
+                Some(proxy_env(&sim.url(), &flags, &s3::AWS_ENV).await)
+            }
+            None => None,
+        };
         let kubeconfig_dir = tempfile::tempdir().unwrap();
         let kubeconfig = |p: &Proxy, name: &str| {
             let path = kubeconfig_dir.path().join(name);
@@ -280,7 +333,12 @@ fn main() {
             std::fs::write(&path, kube_ws_proxy::demo::kubeconfig(&server, None)).unwrap();
             path
         };
-        let kubeconfigs = [kubeconfig(&plain, "plain"), kubeconfig(&recording, "recording")];
+        let mut kubeconfigs = vec![kubeconfig(&plain, "plain"), kubeconfig(&recording, "recording")];
+        let mut proxies = vec![&plain, &recording];
+        if let Some(u) = &uploading {
+            kubeconfigs.push(kubeconfig(u, "uploading"));
+            proxies.push(u);
+        }
         let n = bytes.to_string();
         let text = text_command(bytes);
         let mut workloads: Vec<(&str, Vec<&str>)> = vec![
@@ -306,15 +364,15 @@ fn main() {
             "bytes per transfer: {bytes}, rounds: {rounds}, client: {client}, --record {policy}, page cache: {}",
             if fresh_pages { "fresh pages" } else { "recycled pages" }
         );
-        let mut times = vec![[Vec::new(), Vec::new()]; workloads.len()];
-        let mut cpu = vec![[0.0f64; 2]; workloads.len()];
+        let mut times = vec![[Vec::new(), Vec::new(), Vec::new()]; workloads.len()];
+        let mut cpu = vec![[0.0f64; 3]; workloads.len()];
         let mut file_bytes = vec![0u64; workloads.len()];
         let remove_recordings = || remove_all(records.path());
         // Round 0 is a warm-up, not counted.
         for round in 0..=rounds {
             let counted = round > 0;
             for (w, (_, command)) in workloads.iter().enumerate() {
-                for (i, p) in [&plain, &recording].into_iter().enumerate() {
+                for (i, p) in proxies.iter().enumerate() {
                     if i == 1 && !fresh_pages {
                         remove_recordings();
                     }
@@ -342,6 +400,17 @@ fn main() {
                     }
                     if counted {
                         times[w][i].push(took);
+                    }
+                    if i == 2 {
+                        // Stored and removed from the spool: the upload's CPU is in.
+                        while std::fs::read_dir(spool.path()).unwrap().next().is_some() {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        if counted {
+                            cpu[w][i] += cpu_seconds(p.child.id()) - cpu0;
+                        }
+                        store.as_ref().unwrap().empty().await;
+                    } else if counted {
                         cpu[w][i] += cpu_seconds(p.child.id()) - cpu0;
                     }
                     if i == 1 && fresh_pages {
@@ -370,5 +439,71 @@ fn main() {
                 file_bytes[w] as f64 / (1 << 20) as f64,
             );
         }
+        if uploading.is_some() {
+            println!("\n| exec stdout, {mib:.0} MiB | recorded and uploaded, median s | proxy CPU s/GiB, recorded → recorded and uploaded | the upload's CPU s/GiB of output | per GiB of recording file |");
+            println!("|---|---|---|---|---|");
+            for (w, (name, _)) in workloads.iter().enumerate() {
+                let up = median(&mut times[w][2]);
+                let added = (cpu[w][2] - cpu[w][1]) / gib;
+                let file_gib = (file_bytes[w] * rounds as u64) as f64 / (1u64 << 30) as f64;
+                println!(
+                    "| {name} | {up:.3} ({:.0} MiB/s) | {:.2} → {:.2} | +{added:.2} | +{:.2} |",
+                    mib / up,
+                    cpu[w][1] / gib,
+                    cpu[w][2] / gib,
+                    (cpu[w][2] - cpu[w][1]) / file_gib,
+                );
+            }
+        }
     });
+}
+
+/// moto's server with the bench's bucket, emptied between runs (it keeps objects in memory).
+struct UploadStore {
+    /// Kept running (killed on drop).
+    _server: s3::S3Server,
+    endpoint: String,
+    /// With TLS: the CA of its certificate.
+    ca_file: Option<PathBuf>,
+    _certs: tempfile::TempDir,
+}
+
+impl UploadStore {
+    async fn start(tls: bool) -> UploadStore {
+        let moto = clients::require_moto().expect("moto_server (scripts/install-test-deps.sh)");
+        let certs = tempfile::tempdir().unwrap();
+        let (server, endpoint, ca_file) = if tls {
+            let ca = pki::Ca::new("bench store");
+            let (cert, key) = ca.server().write(certs.path(), "store");
+            let ca_file = ca.write(certs.path(), "store-ca");
+            let server = s3::S3Server::start_tls(&moto, (&cert, &key)).await;
+            let endpoint = format!("https://{}", server.addr);
+            (server, endpoint, Some(ca_file))
+        } else {
+            let server = s3::S3Server::start(&moto).await;
+            let endpoint = server.endpoint();
+            (server, endpoint, None)
+        };
+        let store = UploadStore {
+            _server: server,
+            endpoint,
+            ca_file,
+            _certs: certs,
+        };
+        store.bucket().await;
+        store
+    }
+
+    async fn bucket(&self) {
+        let s = s3::store_trusting(&self.endpoint, "s3://bench/rec", self.ca_file.as_deref()).await;
+        s.create_bucket().await.expect("make the bucket");
+    }
+
+    /// Deletes every object (moto keeps them in memory).
+    async fn empty(&self) {
+        let s = s3::store_trusting(&self.endpoint, "s3://bench/rec", self.ca_file.as_deref()).await;
+        for (key, _) in s.list("").await.unwrap() {
+            s.delete(&key).await.unwrap();
+        }
+    }
 }

@@ -697,3 +697,64 @@ async fn a_fleet_s_recordings_are_stored_under_their_cluster_s_folder() {
         assert!(object.contains(&format!("FROM-{name}")), "{object}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_behind_tls_is_trusted_through_its_ca_file_only() {
+    let (Some(moto), Some(k33)) = (require_moto(), require_kubectl("1.33")) else {
+        return;
+    };
+    let certs = tempfile::tempdir().unwrap();
+    let ca = common::pki::Ca::new("object store");
+    let (cert, key) = ca.server().write(certs.path(), "store");
+    let ca_file = ca.write(certs.path(), "store-ca");
+    let server = S3Server::start_tls(&moto, (&cert, &key)).await;
+    let endpoint = format!("https://{}", server.addr);
+    let store =
+        common::s3::store_trusting(&endpoint, "s3://evidence/recordings", Some(&ca_file)).await;
+    store
+        .create_bucket()
+        .await
+        .expect("make the bucket over TLS");
+    // Without the CA the store's certificate is refused.
+    let stranger = common::s3::store(&endpoint, "s3://evidence/recordings").await;
+    let refused = stranger
+        .check()
+        .await
+        .expect_err("an unknown CA is refused");
+    assert_eq!(refused.reason.label(), "connect", "{refused}");
+
+    let spool = tempfile::tempdir().unwrap();
+    let dir = spool.path().display().to_string();
+    let ca_arg = ca_file.display().to_string();
+    let o = Operated::start_env(
+        &[
+            "--record",
+            "required",
+            "--record-dir",
+            &dir,
+            "--record-upload",
+            "s3://evidence/recordings",
+            "--s3-endpoint",
+            &endpoint,
+            "--s3-ca-file",
+            &ca_arg,
+        ],
+        &AWS_ENV,
+    )
+    .await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    let done = o
+        .kubectl(&k33, &tina, &["exec", "web", "--", "echo", "OVER-TLS"])
+        .await;
+    assert!(done.status.success(), "{}", stderr(&done));
+    let ended = ended_of(&o, "OVER-TLS").await;
+    assert_eq!(ended["recording_upload"], "stored", "{ended}");
+    let key = ended["recording_object"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("s3://evidence/")
+        .unwrap()
+        .to_owned();
+    let object = store.get(&key).await.expect("the object");
+    assert!(String::from_utf8_lossy(&object).contains("OVER-TLS"));
+}

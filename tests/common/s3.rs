@@ -31,13 +31,26 @@ pub struct S3Server {
 impl S3Server {
     /// Starts `moto_server` on a free port of 127.0.0.1 and waits until it answers.
     pub async fn start(moto: &Path) -> S3Server {
+        S3Server::launch(moto, None).await
+    }
+
+    /// [`S3Server::start`] serving TLS with the certificate and key files `tls`.
+    pub async fn start_tls(moto: &Path, tls: (&Path, &Path)) -> S3Server {
+        S3Server::launch(moto, Some(tls)).await
+    }
+
+    async fn launch(moto: &Path, tls: Option<(&Path, &Path)>) -> S3Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new(moto)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        let mut command = Command::new(moto);
+        command.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+        if let Some((cert, key)) = tls {
+            command.arg("-c").arg(cert).arg("-k").arg(key);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -71,11 +84,16 @@ impl Drop for S3Server {
 /// A client of the store at `endpoint` for `target` (`s3://BUCKET/PREFIX`), with the keys of
 /// [`AWS_ENV`].
 pub async fn store(endpoint: &str, target: &str) -> Store {
+    store_trusting(endpoint, target, None).await
+}
+
+/// [`store`], trusting the CAs of the PEM file `ca` too.
+pub async fn store_trusting(endpoint: &str, target: &str, ca: Option<&Path>) -> Store {
     let settings = StoreSettings {
         endpoint: Some(endpoint.to_owned()),
         region: Some("us-east-1".into()),
         path_style: true,
-        ca_file: None,
+        ca_file: ca.map(Path::to_owned),
         static_keys: Some((AWS_ENV[0].1.to_owned(), AWS_ENV[1].1.to_owned())),
     };
     let target: UploadTarget = target.parse().unwrap();
