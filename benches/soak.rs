@@ -8,7 +8,7 @@
 //!     cargo bench --bench soak -- [--duration 3600] [--sessions 200] [--fault-every 30]
 //!         [--faults upstream-kill,client-vanish,upstream-freeze,relay-delay,relay-stall,
 //!                   client-stall,relay-reset,relay-truncate | none] [--bound 60] [--max-drift 5]
-//!         [--audit]
+//!         [--audit] [--upload]
 //!     cargo bench --bench soak -- --smoke        # 30 s, 12 sessions, a fault every 3 s (CI)
 //!
 //! `--audit` runs the proxy as security teams do: with the audit log (rotated every MiB
@@ -16,6 +16,13 @@
 //! every started session must have its `ended` event, every recording must be valid asciicast
 //! to its last line and named by an `ended` event, and no recording may fail (the disk is not
 //! full). Recordings are checked and removed as sessions end (benches/common/soak_audit.rs).
+//!
+//! `--upload` (implies `--audit`; run by hand, not in CI) has the proxy upload its recordings
+//! and audit batches to an S3-compatible store: moto's server (scripts/install-test-deps.sh;
+//! `MOTO_SERVER` or its cache path) behind a forwarder, and adds the fault `store-restart`
+//! (the forwarder down for 6 s, then up). Recordings are then checked as objects fetched from
+//! the store, and at the end every one must be stored, the spool empty, and the audit batches
+//! the log's lines.
 //!
 //! Faults, in turn: the cluster killed (SIGKILL) and restarted; the cluster frozen (SIGSTOP,
 //! SIGCONT); a relay between proxy and cluster that delays every read by 50 ms, stops
@@ -56,6 +63,10 @@ mod soak_sessions;
 #[path = "common/soak_audit.rs"]
 mod soak_audit;
 
+#[allow(dead_code)]
+#[path = "../tests/common/s3.rs"]
+mod s3;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -95,6 +106,8 @@ enum Fault {
     RelayDelay,
     ClientVanish,
     ClientStall,
+    /// `--upload`'s: the store unreachable (the forwarder in front of it down), then back.
+    StoreRestart,
 }
 
 impl Fault {
@@ -119,6 +132,7 @@ impl Fault {
             Fault::RelayDelay => "relay-delay",
             Fault::ClientVanish => "client-vanish",
             Fault::ClientStall => "client-stall",
+            Fault::StoreRestart => "store-restart",
         }
     }
 
@@ -129,9 +143,11 @@ impl Fault {
     /// client by the client keepalive. The soak fails past twice this.
     fn bound(self) -> Duration {
         match self {
-            Fault::UpstreamKill | Fault::RelayReset | Fault::RelayTruncate => {
-                Duration::from_secs(1)
-            }
+            // A store down touches no session (uploads wait): the bound is never used.
+            Fault::UpstreamKill
+            | Fault::RelayReset
+            | Fault::RelayTruncate
+            | Fault::StoreRestart => Duration::from_secs(1),
             Fault::UpstreamFreeze
             | Fault::RelayStall
             | Fault::RelayDelay
@@ -143,7 +159,10 @@ impl Fault {
     /// Whether it touches every session in flight (upstream and relay faults) rather than only
     /// its own victim.
     fn touches_everyone(self) -> bool {
-        !matches!(self, Fault::ClientVanish | Fault::ClientStall)
+        !matches!(
+            self,
+            Fault::ClientVanish | Fault::ClientStall | Fault::StoreRestart
+        )
     }
 }
 
@@ -176,6 +195,8 @@ struct Sample {
     /// Tasks alive on the proxy's runtime (its `kube_ws_proxy_runtime_tasks_alive`).
     tasks: f64,
     active: f64,
+    /// With `--upload`: the oldest pending upload's age, seconds (the larger of the kinds).
+    pending_age: f64,
 }
 
 /// The simulated cluster as its own process on a fixed port.
@@ -240,8 +261,9 @@ struct Proxy {
     admin: SocketAddr,
     upstream: SocketAddr,
     log: std::path::PathBuf,
-    /// Arguments beyond the soak's own (`--audit`'s).
+    /// Arguments beyond the soak's own (`--audit`'s), and environment (`--upload`'s).
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     child: Child,
 }
 
@@ -252,6 +274,7 @@ impl Proxy {
         upstream: SocketAddr,
         log: &std::path::Path,
         extra: &[String],
+        env: &[(String, String)],
     ) -> Proxy {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let file = std::fs::OpenOptions::new()
@@ -281,6 +304,7 @@ impl Proxy {
             .args(["--upstream-ping-timeout", &ms(PING_TIMEOUT)])
             .args(["--handshake-timeout", "5s", "--max-sessions", "100000"])
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -294,6 +318,7 @@ impl Proxy {
             upstream,
             log: log.to_owned(),
             extra: extra.to_vec(),
+            env: env.to_vec(),
             child,
         }
     }
@@ -327,7 +352,14 @@ impl Proxy {
 
     fn restart(&mut self) {
         self.kill();
-        *self = Proxy::start(self.addr, self.admin, self.upstream, &self.log, &self.extra);
+        *self = Proxy::start(
+            self.addr,
+            self.admin,
+            self.upstream,
+            &self.log,
+            &self.extra,
+            &self.env,
+        );
     }
 }
 
@@ -426,6 +458,7 @@ async fn inject(
     fault: Fault,
     cluster: &Arc<Mutex<Cluster>>,
     relay: &FaultRelay,
+    store: Option<&s3::Forwarder>,
     proxy: SocketAddr,
 ) -> Option<Result<Duration, String>> {
     let detect = 2 * fault.bound();
@@ -456,6 +489,14 @@ async fn inject(
         }
         Fault::RelayReset => {
             relay.reset_all();
+            None
+        }
+        Fault::StoreRestart => {
+            if let Some(store) = store {
+                store.down();
+                tokio::time::sleep(FAULT_LENGTH).await;
+                store.up();
+            }
             None
         }
         Fault::RelayTruncate => {
@@ -491,6 +532,18 @@ async fn inject(
     }
 }
 
+/// moto's server: `MOTO_SERVER`, else where scripts/install-test-deps.sh puts it.
+fn moto_server() -> std::path::PathBuf {
+    std::env::var_os("MOTO_SERVER")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
+            Some(home.join(".cache/kube-ws-proxy/moto/bin/moto_server"))
+        })
+        .filter(|p| p.is_file())
+        .expect("--upload needs moto_server: run scripts/install-test-deps.sh or set MOTO_SERVER")
+}
+
 fn median(v: &mut [u64]) -> u64 {
     if v.is_empty() {
         return 0;
@@ -514,6 +567,7 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(if smoke { 3 } else { 30 }),
     );
+    let upload = std::env::args().any(|a| a == "--upload");
     let faults: Vec<Fault> = match arg("--faults") {
         Some(list) if list == "none" => Vec::new(),
         Some(list) => list
@@ -521,17 +575,24 @@ fn main() {
             .map(|n| {
                 *Fault::ALL
                     .iter()
+                    .chain(upload.then_some(&Fault::StoreRestart))
                     .find(|f| f.name() == n)
                     .unwrap_or_else(|| panic!("unknown fault {n}"))
             })
             .collect(),
+        // The store's restart second, so that the smoke run has it too.
+        None if upload => {
+            let mut all = Fault::ALL.to_vec();
+            all.insert(1, Fault::StoreRestart);
+            all
+        }
         None => Fault::ALL.to_vec(),
     };
     let bound = Duration::from_secs(arg("--bound").and_then(|v| v.parse().ok()).unwrap_or(60));
     let max_drift: f64 = arg("--max-drift")
         .and_then(|v| v.parse().ok())
         .unwrap_or(5.0);
-    let audited = std::env::args().any(|a| a == "--audit");
+    let audited = upload || std::env::args().any(|a| a == "--audit");
     raise_fd_limit();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -554,15 +615,35 @@ fn main() {
         let proxy_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let audit_dir = dir.path().join("audit");
-        let audit = audited.then(|| soak_audit::Audit::start(&audit_dir));
-        let extra = if audited { soak_audit::Audit::proxy_args(&audit_dir) } else { Vec::new() };
-        let proxy = Arc::new(Mutex::new(Proxy::start(proxy_addr, admin, relay.addr, &log, &extra)));
+        // `--upload`: moto, the forwarder the faults take down in front of it, the bucket.
+        let (_moto, store_forwarder, uploads) = if upload {
+            let server = s3::S3Server::start(&moto_server()).await;
+            let forwarder = Arc::new(s3::Forwarder::start(server.addr).await);
+            let target = format!("s3://{}", soak_audit::BUCKET);
+            let store = s3::bucket(&server.endpoint(), &target).await;
+            let uploads = soak_audit::Uploads { store: Arc::new(store), server: server.addr };
+            (Some(server), Some(forwarder), Some(uploads))
+        } else {
+            (None, None, None)
+        };
+        let audit = audited.then(|| soak_audit::Audit::start(&audit_dir, uploads.clone()));
+        let mut extra = if audited { soak_audit::Audit::proxy_args(&audit_dir) } else { Vec::new() };
+        let mut env = Vec::new();
+        if let Some(f) = &store_forwarder {
+            extra.extend(soak_audit::Uploads::proxy_args(&f.endpoint()));
+            env.extend(s3::AWS_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        }
+        let proxy = Arc::new(Mutex::new(Proxy::start(proxy_addr, admin, relay.addr, &log, &extra, &env)));
         let pid = proxy.lock().unwrap().pid();
         let pod_echo = echo_service().await;
         println!(
             "soak: {duration:?}, {sessions} sessions at once, faults every {fault_every:?}: {}{}",
             faults.iter().map(|f| f.name()).collect::<Vec<_>>().join(","),
-            if audited { "; audit log and recordings on" } else { "" }
+            match (audited, upload) {
+                (_, true) => "; audit log and recordings on, uploaded to a store",
+                (true, false) => "; audit log and recordings on",
+                _ => "",
+            }
         );
 
         // Warm-up: one of each, then the baseline of an idle proxy.
@@ -600,6 +681,16 @@ fn main() {
                     // One lock at a time: a guard in the literal would live to its end.
                     let tasks = proxy.lock().unwrap().metric_sum("kube_ws_proxy_runtime_tasks_alive");
                     let active = proxy.lock().unwrap().metric_sum("kube_ws_proxy_sessions_active");
+                    let pending_age = if upload {
+                        let age = |kind: &str| {
+                            proxy.lock().unwrap().metric_sum(&format!(
+                                "kube_ws_proxy_upload_oldest_pending_seconds{{kind=\"{kind}\"}}"
+                            ))
+                        };
+                        age("recording").max(age("audit"))
+                    } else {
+                        0.0
+                    };
                     let sample = Sample {
                         at: started.elapsed(),
                         rss_kib: rss_kib(pid),
@@ -607,6 +698,7 @@ fn main() {
                         threads: threads(pid),
                         tasks,
                         active,
+                        pending_age,
                     };
                     samples.lock().unwrap().push(sample);
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -618,6 +710,7 @@ fn main() {
             let cluster = cluster.clone();
             let relay = relay.clone();
             let faults = faults.clone();
+            let store = store_forwarder.clone();
             tokio::spawn(async move {
                 if faults.is_empty() || fault_every.is_zero() {
                     return;
@@ -630,7 +723,8 @@ fn main() {
                     }
                     let fault = *next.next().unwrap();
                     let start = Instant::now();
-                    let victim_ok = inject(fault, &cluster, &relay, proxy_addr).await;
+                    let victim_ok =
+                        inject(fault, &cluster, &relay, store.as_deref(), proxy_addr).await;
                     windows.lock().unwrap().push(Window {
                         fault,
                         start,
@@ -684,6 +778,17 @@ fn main() {
         sampler.await.unwrap();
         let ran_for = started.elapsed();
         let left_active = wait_idle(proxy.clone()).await;
+        // With uploads, the uploader holds a task per file until it is stored: those the
+        // last store restart delayed wait for their retry.
+        if upload {
+            let pending = |p: &Arc<Mutex<Proxy>>| {
+                p.lock().unwrap().metric_sum("kube_ws_proxy_upload_pending_files")
+            };
+            let start = Instant::now();
+            while pending(&proxy) != 0.0 && start.elapsed() < Duration::from_secs(60) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         // Idle pooled connections to the cluster may still be open; give them back first.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let end_fds = open_fds(pid);
@@ -695,8 +800,11 @@ fn main() {
         // Before the proxy is killed: a killed proxy leaves its sessions without `ended`.
         let audited = match audit {
             Some(a) => {
-                let counters = soak_audit::counters(|name| proxy.lock().unwrap().metric_sum(name));
-                Some(a.finish(Duration::from_secs(15), counters).await)
+                // With uploads, a file that failed during the last store restart waits for its
+                // retry (its backoff doubles from 1 s).
+                let wait = Duration::from_secs(if upload { 60 } else { 15 });
+                let metric = |name: &str| proxy.lock().unwrap().metric_sum(name);
+                Some(a.finish(wait, metric).await)
             }
             None => None,
         };
@@ -861,6 +969,10 @@ fn main() {
         println!("| RSS median per tenth of the run, KiB | {} |", tenths.join(" → "));
         println!("| descriptors idle before → idle after (most under load) | {baseline_fds} → {end_fds} ({max_fds}) |");
         println!("| threads, most | {max_threads} |");
+        if upload {
+            let max_age = samples.iter().map(|s| s.pending_age).fold(0.0, f64::max);
+            println!("| oldest pending upload, most | {max_age:.0} s |");
+        }
         println!("| runtime tasks idle before → idle after (most under load) | {baseline_tasks} → {end_tasks} ({max_tasks}) |");
         println!("| sessions_active after the run | {left_active} |");
         println!("| proxy SIGKILLed under load | {} |", match &kill {
