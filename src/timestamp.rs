@@ -1,8 +1,9 @@
 //! RFC 3339 UTC timestamps, as Kubernetes writes them (the simulated cluster's objects and
-//! logs) and as audit events carry them. A few lines of calendar arithmetic instead of a date
-//! library: nothing here needs time zones or parsing.
+//! logs) and as audit events carry them, and the compact form recordings and audit batches are
+//! named by (read back when a restart finds them). A few lines of calendar arithmetic instead of
+//! a date library: nothing here needs time zones.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `2026-11-25T01:02:03Z`: second precision, as in Kubernetes objects.
 pub fn rfc3339(t: SystemTime) -> String {
@@ -21,6 +22,47 @@ pub fn rfc3339_millis(t: SystemTime) -> String {
 /// The UTC calendar date (year, month, day) of `t`: the date folders of uploaded objects.
 pub fn utc_date(t: SystemTime) -> (i64, u32, u32) {
     civil_from_days(since_epoch(t).0.div_euclid(86_400))
+}
+
+/// `20261129T033000Z`: [`rfc3339`] without its separators, as recordings and audit batches are
+/// named (sortable, and safe in any file system or object key).
+pub fn compact(t: SystemTime) -> String {
+    rfc3339(t)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect()
+}
+
+/// A [`compact`] time read back; `None` unless it is exactly that form of a real date.
+pub fn parse_compact(stamp: &str) -> Option<SystemTime> {
+    let b = stamp.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = stamp.get(r)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())?
+    };
+    let (y, mo, d) = (digits(0..4)?, digits(4..6)?, digits(6..8)?);
+    let (h, mi, s) = (digits(9..11)?, digits(11..13)?, digits(13..15)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s;
+    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Whole seconds and the milliseconds after them; times before 1970 read as the epoch.
@@ -57,8 +99,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]
@@ -72,5 +112,29 @@ mod tests {
         assert_eq!(rfc3339(t), "2024-02-29T23:59:59Z");
         let t = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339_millis(t), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn compact_stamps_read_back() {
+        for secs in [
+            0u64,
+            951_782_400,
+            1_709_210_096,
+            1_795_910_399,
+            1_795_910_400,
+        ] {
+            let t = UNIX_EPOCH + Duration::from_secs(secs);
+            let stamp = compact(t);
+            assert_eq!(parse_compact(&stamp), Some(t), "{stamp}");
+        }
+        for bad in [
+            "",
+            "20261129T033000",
+            "2026112xT033000Z",
+            "20261329T033000Z",
+            "20261129T243000Z",
+        ] {
+            assert_eq!(parse_compact(bad), None, "{bad}");
+        }
     }
 }

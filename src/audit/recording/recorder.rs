@@ -302,10 +302,7 @@ impl Recordings {
             .folder(place.folder)
             .inspect_err(|_| counted.failures.inc())?;
         let now = SystemTime::now();
-        let stamp: String = crate::timestamp::rfc3339(now)
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .collect();
+        let stamp = crate::timestamp::compact(now);
         let path = dir.join(format!("{stamp}_{session_id}.cast"));
         let (width, height) = writer::default_size();
         let header = Header {

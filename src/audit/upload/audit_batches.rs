@@ -127,7 +127,7 @@ impl AuditBatches {
         self.seq += 1;
         let name = format!(
             "{}_{}-{}.jsonl",
-            compact_stamp(now),
+            crate::timestamp::compact(now),
             crate::audit::instance::instance_id(),
             self.seq
         );
@@ -153,14 +153,6 @@ impl AuditBatches {
     }
 }
 
-/// `20261129T033000Z`: an RFC 3339 UTC time without its separators, as recordings' names.
-pub fn compact_stamp(t: SystemTime) -> String {
-    crate::timestamp::rfc3339(t)
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect()
-}
-
 /// The audit batches an earlier run left in `dir`, as jobs, oldest first.
 pub fn leftovers(dir: &Path, target: &UploadTarget) -> std::io::Result<Vec<UploadJob>> {
     let mut found = Vec::new();
@@ -179,7 +171,7 @@ pub fn leftovers(dir: &Path, target: &UploadTarget) -> std::io::Result<Vec<Uploa
         let Some(started) = name
             .strip_suffix(".jsonl")
             .and_then(|n| n.split_once('_'))
-            .and_then(|(stamp, _)| super::pending::parse_stamp(stamp))
+            .and_then(|(stamp, _)| crate::timestamp::parse_compact(stamp))
         else {
             continue;
         };

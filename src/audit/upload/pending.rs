@@ -49,7 +49,7 @@ pub fn scan(spool: &Path, target: &UploadTarget) -> std::io::Result<Vec<Leftover
 fn leftover(path: &Path, cluster: Option<&str>, target: &UploadTarget) -> Option<Leftover> {
     let name = path.file_name()?.to_str()?;
     let (stamp, session_id) = name.strip_suffix(".cast")?.split_once('_')?;
-    let started = parse_stamp(stamp)?;
+    let started = crate::timestamp::parse_compact(stamp)?;
     if session_id.is_empty()
         || !session_id
             .bytes()
@@ -69,68 +69,9 @@ fn leftover(path: &Path, cluster: Option<&str>, target: &UploadTarget) -> Option
     })
 }
 
-/// `20261129T033000Z` (the recorder's RFC 3339 start without its separators) as a time.
-pub(crate) fn parse_stamp(stamp: &str) -> Option<SystemTime> {
-    let b = stamp.as_bytes();
-    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
-        return None;
-    }
-    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
-        let s = stamp.get(r)?;
-        s.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| s.parse().ok())?
-    };
-    let (y, mo, d) = (digits(0..4)?, digits(4..6)?, digits(6..8)?);
-    let (h, mi, s) = (digits(9..11)?, digits(11..13)?, digits(13..15)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s;
-    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stamps_read_back_as_the_recorder_writes_them() {
-        for secs in [
-            0u64,
-            951_782_400,
-            1_709_210_096,
-            1_795_910_399,
-            1_795_910_400,
-        ] {
-            let t = UNIX_EPOCH + Duration::from_secs(secs);
-            let stamp: String = crate::timestamp::rfc3339(t)
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric())
-                .collect();
-            assert_eq!(parse_stamp(&stamp), Some(t), "{stamp}");
-        }
-        for bad in [
-            "",
-            "20261129T033000",
-            "2026112xT033000Z",
-            "20261329T033000Z",
-            "20261129T243000Z",
-        ] {
-            assert_eq!(parse_stamp(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn the_scan_finds_recordings_oldest_first_with_their_keys() {
