@@ -4,7 +4,7 @@
 //! had not yet been removed is stored again, never lost.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use super::target::UploadTarget;
 use super::uploader::UploadJob;
