@@ -427,6 +427,7 @@ mod tests {
             "s3-endpoint" => "https://minio.example:9000".into(),
             "s3-region" => "eu-west-1".into(),
             "s3-path-style" => "true".into(),
+            "s3-sse-kms-key-id" => "alias/evidence".into(),
             _ => panic!("give --{long} a sample value for the config-file test"),
         }
     }

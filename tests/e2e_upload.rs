@@ -3,7 +3,10 @@
 //! multipart objects; a kubectl 1.33 session's recording lands under
 //! `PREFIX/YYYY/MM/DD/<session id>.cast`, replays with `asciinema cat`, leaves the spool, and
 //! its audit `ended` event names the object; with the store down the `ended` event says
-//! `pending` and an `uploaded` event follows once the store is back.
+//! `pending` and an `uploaded` event follows once the store is back. With `--s3-sse` every
+//! object (single and multipart, recordings and audit batches) is stored under the asked
+//! server-side encryption and KMS key, as HeadObject reports; a KMS key without a KMS
+//! algorithm stops the start.
 
 use crate::common;
 
@@ -757,4 +760,206 @@ async fn a_store_behind_tls_is_trusted_through_its_ca_file_only() {
         .to_owned();
     let object = store.get(&key).await.expect("the object");
     assert!(String::from_utf8_lossy(&object).contains("OVER-TLS"));
+}
+
+/// The KMS key the encrypting tests name (moto takes any key id: it keeps the name and
+/// encrypts nothing).
+const KMS_KEY: &str = "arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-kube-ws-proxy-evidence";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_client_asks_for_server_side_encryption_of_single_and_multipart_objects() {
+    use kube_ws_proxy::audit::upload::{Encryption, PART_SIZE};
+    let Some(moto) = require_moto() else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let endpoint = server.endpoint();
+    let plain = bucket(&endpoint, "s3://sealed/p").await;
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::write(&small, b"ten bytes!").unwrap();
+    // Two parts: a multipart upload's parts take the encryption of its CreateMultipartUpload.
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![b'x'; PART_SIZE as usize + (1 << 20)]).unwrap();
+
+    // Without --s3-sse nothing is asked: the bucket's default (here none) applies.
+    plain.put_file("p/plain", &small).await.unwrap();
+    assert_eq!(plain.encryption_of("p/plain").await.unwrap(), (None, None));
+
+    let kms = Some(KMS_KEY.to_owned());
+    let cases = [
+        ("aes256", Encryption::S3Managed, None),
+        ("kms", Encryption::Kms(kms.clone()), kms.clone()),
+        // moto keeps a DSSE object's key but reports only its algorithm.
+        ("dsse", Encryption::DualLayerKms(kms.clone()), None),
+    ];
+    for (name, encryption, reported_key) in cases {
+        let algorithm = encryption.algorithm().to_owned();
+        let store = common::s3::store_encrypting(&endpoint, "s3://sealed/p", encryption).await;
+        for (size, file) in [("small", &small), ("big", &big)] {
+            let key = format!("p/{name}-{size}");
+            store.put_file(&key, file).await.unwrap();
+            assert_eq!(
+                store.encryption_of(&key).await.unwrap(),
+                (Some(algorithm.clone()), reported_key.clone()),
+                "{key}"
+            );
+        }
+    }
+    // Read back whole, with nothing of the encryption to say (SSE-S3 and KMS are the store's).
+    let sealed = common::s3::store(&endpoint, "s3://sealed/p").await;
+    assert!(sealed.get("p/kms-big").await.unwrap() == std::fs::read(&big).unwrap());
+}
+
+/// The `s3://evidence/` key the `ended` event of the session whose command holds `needle`
+/// names as its recording's object, once stored.
+async fn stored_recording(o: &Operated, needle: &str) -> String {
+    let ended = ended_of(o, needle).await;
+    assert_eq!(ended["recording_upload"], "stored", "{ended}");
+    ended["recording_object"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("s3://evidence/")
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_with_s3_sse_kms_stores_recordings_and_audit_batches_under_its_key() {
+    let (Some(moto), Some(k33)) = (require_moto(), require_kubectl("1.33")) else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
+    let spool = tempfile::tempdir().unwrap();
+    let dir = spool.path().display().to_string();
+    let o = Operated::start_env(
+        &[
+            "--record",
+            "required",
+            "--record-dir",
+            &dir,
+            "--record-upload",
+            "s3://evidence/recordings",
+            "--record-upload-wait",
+            "60s",
+            "--audit-upload",
+            "s3://evidence/audit",
+            "--audit-upload-interval",
+            "1s",
+            "--s3-endpoint",
+            &server.endpoint(),
+            "--s3-sse",
+            "aws:kms",
+            "--s3-sse-kms-key-id",
+            KMS_KEY,
+        ],
+        &AWS_ENV,
+    )
+    .await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    // A small recording (one PUT) and one past a part's size (a multipart upload): 9 MiB.
+    let small = o
+        .kubectl(&k33, &tina, &["exec", "web", "--", "echo", "SEALED-SMALL"])
+        .await;
+    assert!(small.status.success(), "{}", stderr(&small));
+    let script = "head -c 9437184 /dev/zero | tr '\\0' s; echo; echo SEALED-BIG";
+    let big = o
+        .kubectl(&k33, &tina, &["exec", "web", "--", "sh", "-c", script])
+        .await;
+    assert!(big.status.success(), "{}", stderr(&big));
+
+    let kms = (Some("aws:kms".to_owned()), Some(KMS_KEY.to_owned()));
+    for needle in ["SEALED-SMALL", "SEALED-BIG"] {
+        let key = stored_recording(&o, needle).await;
+        assert_eq!(store.encryption_of(&key).await.unwrap(), kms, "{key}");
+        let object = store.get(&key).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&object).contains(needle),
+            "{needle} not in {key}"
+        );
+        if needle == "SEALED-BIG" {
+            assert!(object.len() as u64 > kube_ws_proxy::audit::upload::PART_SIZE);
+        }
+    }
+    // The audit log's batches too.
+    let deadline = tokio::time::Instant::now() + T;
+    let batch = loop {
+        if let Some((key, _)) = store.list("audit/").await.unwrap().into_iter().next() {
+            break key;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no audit batch stored"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(store.encryption_of(&batch).await.unwrap(), kms, "{batch}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_with_s3_sse_aes256_stores_recordings_encrypted_by_the_store() {
+    let (Some(moto), Some(k33)) = (require_moto(), require_kubectl("1.33")) else {
+        return;
+    };
+    let server = S3Server::start(&moto).await;
+    let store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
+    let spool = tempfile::tempdir().unwrap();
+    let dir = spool.path().display().to_string();
+    let o = Operated::start_env(
+        &[
+            "--record",
+            "required",
+            "--record-dir",
+            &dir,
+            "--record-upload",
+            "s3://evidence/recordings",
+            "--record-upload-wait",
+            "60s",
+            "--s3-endpoint",
+            &server.endpoint(),
+            "--s3-sse",
+            "AES256",
+        ],
+        &AWS_ENV,
+    )
+    .await;
+    let tina = o.kubeconfig("tina", Some(TINA), None);
+    let done = o
+        .kubectl(&k33, &tina, &["exec", "web", "--", "echo", "SEALED-AES"])
+        .await;
+    assert!(done.status.success(), "{}", stderr(&done));
+    let key = stored_recording(&o, "SEALED-AES").await;
+    assert_eq!(
+        store.encryption_of(&key).await.unwrap(),
+        (Some("AES256".to_owned()), None),
+        "{key}"
+    );
+}
+
+#[test]
+fn a_kms_key_without_a_kms_algorithm_stops_the_start() {
+    let start = |flags: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_kube-ws-proxy"))
+            .args([
+                "--upstream",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{flags:?} started");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let aes = start(&["--s3-sse", "AES256", "--s3-sse-kms-key-id", KMS_KEY]);
+    assert!(
+        aes.contains("--s3-sse-kms-key-id") && aes.contains("AES256"),
+        "{aes}"
+    );
+    let alone = start(&["--s3-sse-kms-key-id", KMS_KEY]);
+    assert!(alone.contains("--s3-sse <"), "{alone}");
 }

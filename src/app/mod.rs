@@ -50,6 +50,8 @@ pub enum StartError {
     },
     #[error("recordings: {0}")]
     Recording(String),
+    #[error("uploads: {0}")]
+    Encryption(#[from] crate::audit::upload::EncryptionError),
     #[error("--peers: {0}")]
     Peers(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -125,6 +127,9 @@ pub async fn start(args: &ServeArgs) -> Result<RunningProxy, StartError> {
     configure_sessions(&mut state, args);
     let (fleet, specs) = clusters::fleet_from_args(args, &state.sessions)?;
     configure_connections(&mut state, args)?;
+    // The store's settings are checked whether or not anything is uploaded: a security
+    // setting that disagrees with itself is refused, never left to be found later.
+    args.audit.store_settings()?;
     open_audit_log(&mut state, args).await?;
     start_recordings(&mut state, args).await?;
     let state = Arc::new(state);
@@ -365,7 +370,7 @@ async fn start_uploader(
     kind: UploadKind,
     wait: std::time::Duration,
 ) -> Result<Uploader, StartError> {
-    let store = Store::new(target, &args.audit.store_settings())
+    let store = Store::new(target, &args.audit.store_settings()?)
         .await
         .map_err(|e| StartError::Recording(e.to_string()))?;
     let check = store.clone();

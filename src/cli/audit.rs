@@ -7,7 +7,9 @@ use clap::Args;
 
 use super::values::{parse_bytes, parse_bytes_or_zero, parse_duration};
 use crate::audit::recording::RecordPolicy;
-use crate::audit::upload::{StoreSettings, UploadTarget};
+use crate::audit::upload::{
+    Encryption, EncryptionError, SseAlgorithm, StoreSettings, UploadTarget,
+};
 use crate::proxy::route::kubelet::NodeProxySessions;
 
 /// Audit and recording.
@@ -212,17 +214,119 @@ pub struct AuditArgs {
     /// PEM file of the CAs that sign the store's certificate, beside the system's roots.
     #[arg(long, env = "KUBE_WS_PROXY_S3_CA_FILE", value_name = "PATH")]
     pub s3_ca_file: Option<PathBuf>,
+
+    /// Server-side encryption the store must apply to every object the proxy writes.
+    ///
+    /// `AES256` (SSE-S3), `aws:kms` (SSE-KMS) or `aws:kms:dsse` (DSSE-KMS), sent with each
+    /// recording's and audit batch's upload; default: none asked, the bucket's default applies.
+    /// A bucket policy that denies unencrypted uploads then refuses nothing of the proxy's.
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_S3_SSE",
+        value_enum,
+        value_name = "ALGORITHM"
+    )]
+    pub s3_sse: Option<SseAlgorithm>,
+
+    /// The KMS key for `--s3-sse aws:kms` or `aws:kms:dsse`: a key id, ARN, alias or alias ARN.
+    ///
+    /// Default: the account's AWS-managed key for S3. Refused with `AES256` and without
+    /// `--s3-sse`. The proxy's credentials need `kms:GenerateDataKey` on it (and `kms:Decrypt`
+    /// for multipart uploads and for the sessions API to read recordings back).
+    #[arg(
+        long,
+        env = "KUBE_WS_PROXY_S3_SSE_KMS_KEY_ID",
+        value_name = "KEY",
+        requires = "s3_sse"
+    )]
+    pub s3_sse_kms_key_id: Option<String>,
 }
 
 impl AuditArgs {
-    /// How the store of `--record-upload` is reached.
-    pub fn store_settings(&self) -> StoreSettings {
-        StoreSettings {
+    /// How the store of `--record-upload` and `--audit-upload` is reached, and what it is asked
+    /// to do with each object; an error if `--s3-sse` and `--s3-sse-kms-key-id` disagree.
+    pub fn store_settings(&self) -> Result<StoreSettings, EncryptionError> {
+        Ok(StoreSettings {
             endpoint: self.s3_endpoint.clone(),
             region: self.s3_region.clone(),
             path_style: self.s3_path_style.unwrap_or(self.s3_endpoint.is_some()),
             ca_file: self.s3_ca_file.clone(),
             static_keys: None,
+            encryption: Encryption::from_flags(self.s3_sse, self.s3_sse_kms_key_id.as_deref())?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    const ARN: &str = "arn:aws:kms:us-east-1:111122223333:key/evidence";
+
+    fn parsed(flags: &[&str]) -> Result<AuditArgs, clap::Error> {
+        let argv = ["kube-ws-proxy", "--upstream", "http://127.0.0.1:1"]
+            .iter()
+            .chain(flags);
+        Cli::try_parse_from(argv).map(|cli| cli.serve.audit)
+    }
+
+    #[test]
+    fn s3_sse_takes_s3_s_three_names_and_a_kms_key() {
+        assert_eq!(
+            parsed(&[]).unwrap().store_settings().unwrap().encryption,
+            None
+        );
+        for (name, want) in [
+            ("AES256", Encryption::S3Managed),
+            ("aws:kms", Encryption::Kms(None)),
+            ("aws:kms:dsse", Encryption::DualLayerKms(None)),
+        ] {
+            let settings = parsed(&["--s3-sse", name])
+                .unwrap()
+                .store_settings()
+                .unwrap();
+            assert_eq!(settings.encryption, Some(want), "{name}");
         }
+        let kms = parsed(&["--s3-sse", "aws:kms", "--s3-sse-kms-key-id", ARN]).unwrap();
+        assert_eq!(
+            kms.store_settings().unwrap().encryption,
+            Some(Encryption::Kms(Some(ARN.into())))
+        );
+        let dsse = parsed(&[
+            "--s3-sse=aws:kms:dsse",
+            "--s3-sse-kms-key-id=alias/evidence",
+        ]);
+        assert_eq!(
+            dsse.unwrap().store_settings().unwrap().encryption,
+            Some(Encryption::DualLayerKms(Some("alias/evidence".into())))
+        );
+        // Other spellings are S3's errors waiting to happen: refused by the parser.
+        for bad in ["aes256", "kms", "aws:kms:", "SSE-C", ""] {
+            assert!(parsed(&["--s3-sse", bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_kms_key_without_a_kms_algorithm_is_refused() {
+        // Alone: the parser refuses it, naming the flag it needs.
+        let alone = parsed(&["--s3-sse-kms-key-id", ARN]).unwrap_err();
+        assert_eq!(
+            alone.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        assert!(alone.to_string().contains("--s3-sse"), "{alone}");
+        // With AES256: refused at start, before any store is reached.
+        let aes = parsed(&["--s3-sse", "AES256", "--s3-sse-kms-key-id", ARN]).unwrap();
+        let refused = aes.store_settings().unwrap_err();
+        assert_eq!(refused, EncryptionError::KeyWithAes256);
+        assert!(refused.to_string().contains("aws:kms"), "{refused}");
+        let empty = parsed(&["--s3-sse", "aws:kms", "--s3-sse-kms-key-id", ""]).unwrap();
+        assert_eq!(
+            empty.store_settings().unwrap_err(),
+            EncryptionError::EmptyKey
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use kube_ws_proxy::audit::upload::{Store, StoreSettings, UploadTarget};
+use kube_ws_proxy::audit::upload::{Encryption, Store, StoreSettings, UploadTarget};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -89,12 +89,27 @@ pub async fn store(endpoint: &str, target: &str) -> Store {
 
 /// [`store`], trusting the CAs of the PEM file `ca` too.
 pub async fn store_trusting(endpoint: &str, target: &str, ca: Option<&Path>) -> Store {
+    store_with(endpoint, target, ca, None).await
+}
+
+/// [`store`], asking the store to encrypt each object it writes with `encryption`.
+pub async fn store_encrypting(endpoint: &str, target: &str, encryption: Encryption) -> Store {
+    store_with(endpoint, target, None, Some(encryption)).await
+}
+
+async fn store_with(
+    endpoint: &str,
+    target: &str,
+    ca: Option<&Path>,
+    encryption: Option<Encryption>,
+) -> Store {
     let settings = StoreSettings {
         endpoint: Some(endpoint.to_owned()),
         region: Some("us-east-1".into()),
         path_style: true,
         ca_file: ca.map(Path::to_owned),
         static_keys: Some((AWS_ENV[0].1.to_owned(), AWS_ENV[1].1.to_owned())),
+        encryption,
     };
     let target: UploadTarget = target.parse().unwrap();
     Store::new(target, &settings).await.expect("a store client")

@@ -21,10 +21,11 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, Length};
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ServerSideEncryption};
 use aws_sdk_s3::Client;
 use aws_smithy_http_client::tls;
 
+use super::encryption::Encryption;
 use super::target::UploadTarget;
 
 /// Files up to this size go in one PUT; larger ones in parts of this size (S3's smallest
@@ -50,6 +51,9 @@ pub struct StoreSettings {
     /// tests; the command line has no flag for it (a secret in a flag is in every process
     /// listing).
     pub static_keys: Option<(String, String)>,
+    /// The server-side encryption asked for each object written (`--s3-sse`); `None`: the
+    /// bucket's default.
+    pub encryption: Option<Encryption>,
 }
 
 /// Why the store could not be set up.
@@ -164,6 +168,10 @@ pub struct Store {
     /// payload is not hashed for the signature (S3's `UNSIGNED-PAYLOAD`), which would read
     /// each file twice. Plain http (loopback only) signs it.
     unsigned_payload: bool,
+    /// Sent with every PutObject and CreateMultipartUpload (a multipart object's parts take
+    /// its upload's): S3's algorithm and, with KMS, the key.
+    sse: Option<ServerSideEncryption>,
+    sse_kms_key_id: Option<String>,
 }
 
 impl Store {
@@ -212,10 +220,13 @@ impl Store {
         if let Some(endpoint) = endpoint {
             config = config.endpoint_url(endpoint);
         }
+        let encryption = settings.encryption.as_ref();
         Ok(Self {
             client: Client::from_conf(config.build()),
             target,
             unsigned_payload,
+            sse: encryption.map(sdk_algorithm),
+            sse_kms_key_id: encryption.and_then(|e| e.kms_key_id().map(str::to_owned)),
         })
     }
 
@@ -260,6 +271,8 @@ impl Store {
                 .bucket(self.target.bucket())
                 .key(key)
                 .content_length(len as i64)
+                .set_server_side_encryption(self.sse.clone())
+                .set_ssekms_key_id(self.sse_kms_key_id.clone())
                 .body(body)
                 .customize();
             let put = if self.unsigned_payload {
@@ -283,6 +296,8 @@ impl Store {
             .create_multipart_upload()
             .bucket(bucket)
             .key(key)
+            .set_server_side_encryption(self.sse.clone())
+            .set_ssekms_key_id(self.sse_kms_key_id.clone())
             .send()
             .await
             .map_err(|e| sorted("CreateMultipartUpload", e))?;
@@ -392,6 +407,26 @@ impl Store {
             .map_err(|e| sorted("DeleteObject", e))
     }
 
+    /// The server-side encryption the store reports for the object at `key` (`HeadObject`):
+    /// S3's algorithm and the KMS key, as the store names them (tests and operators' checks).
+    pub async fn encryption_of(
+        &self,
+        key: &str,
+    ) -> Result<(Option<String>, Option<String>), StoreError> {
+        let head = self
+            .client
+            .head_object()
+            .bucket(self.target.bucket())
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| sorted("HeadObject", e))?;
+        Ok((
+            head.server_side_encryption().map(|s| s.as_str().to_owned()),
+            head.ssekms_key_id().map(str::to_owned),
+        ))
+    }
+
     /// The whole object at `key` (tests: objects they compare with their spool files).
     pub async fn get(&self, key: &str) -> Result<Vec<u8>, StoreError> {
         let got = self
@@ -450,6 +485,15 @@ async fn file_range(path: &Path, offset: u64, len: u64) -> Result<ByteStream, St
         .map_err(|e| StoreError::file(path, e))
 }
 
+/// The SDK's name for the algorithm of `encryption`.
+fn sdk_algorithm(encryption: &Encryption) -> ServerSideEncryption {
+    match encryption {
+        Encryption::S3Managed => ServerSideEncryption::Aes256,
+        Encryption::Kms(_) => ServerSideEncryption::AwsKms,
+        Encryption::DualLayerKms(_) => ServerSideEncryption::AwsKmsDsse,
+    }
+}
+
 /// The endpoint, if it is an http(s) URL; plain http only to a loopback address.
 fn checked_endpoint(endpoint: &str) -> Result<String, StoreSetupError> {
     let url = url::Url::parse(endpoint).map_err(|_| StoreSetupError::Endpoint(endpoint.into()))?;
@@ -498,6 +542,17 @@ fn http_client(ca_file: Option<&Path>) -> Result<SharedHttpClient, StoreSetupErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sdk_sends_each_algorithm_under_s3_s_name() {
+        for e in [
+            Encryption::S3Managed,
+            Encryption::Kms(None),
+            Encryption::DualLayerKms(Some("k".into())),
+        ] {
+            assert_eq!(sdk_algorithm(&e).as_str(), e.algorithm());
+        }
+    }
 
     #[test]
     fn endpoints_are_https_or_loopback_http() {
