@@ -41,7 +41,7 @@ use super::queue::{self, Outbox};
 use super::state::RecordingState;
 use super::writer::{self, Counted, EventKind, Message};
 use crate::audit::bounds;
-use crate::audit::upload::{Stored, UploadJob, UploadState, Uploader};
+use crate::audit::upload::{SpoolCap, Stored, UploadJob, UploadState, Uploader};
 
 /// Bytes of events waiting for the writer, all sessions together.
 const BUDGET_BYTES: usize = 16 * 1024 * 1024;
@@ -172,14 +172,17 @@ pub enum RecordingError {
         free: u64,
         min_free: u64,
     },
-    /// The spool holds `--record-spool-max` or more bytes not yet in the store.
+    /// The spool holds `--record-spool-max` or more bytes not yet in the store, or as many
+    /// files as that allows ([`SpoolCap::files`]).
     #[error(
-        "the recording spool is full: {bytes} bytes wait for their upload to {target}, \
-         --record-spool-max is {max}"
+        "the recording spool is full: {bytes} bytes in {files} files wait for their upload to \
+         {target}, --record-spool-max is {max} (at most {max_files} files)"
     )]
     SpoolFull {
         bytes: u64,
+        files: u64,
         max: u64,
+        max_files: u64,
         target: String,
     },
 }
@@ -211,7 +214,7 @@ pub struct Recordings {
     /// Where closed recordings go (`--record-upload`), if anywhere.
     uploader: Option<Uploader>,
     /// `--record-spool-max`: no recording starts while the spool holds this much.
-    spool_max: Option<u64>,
+    spool_max: Option<SpoolCap>,
 }
 
 impl Recordings {
@@ -247,19 +250,21 @@ impl Recordings {
     /// `spool_max` bytes or more (`--record-spool-max`), no recording starts.
     pub fn upload_to(&mut self, uploader: Uploader, spool_max: Option<u64>) {
         self.uploader = Some(uploader);
-        self.spool_max = spool_max;
+        self.spool_max = spool_max.map(|bytes| SpoolCap { bytes });
     }
 
-    /// Refuses a new recording while the spool is at its cap.
+    /// Refuses a new recording while the spool is at its cap, in bytes or in files waiting.
     fn check_spool(&self) -> Result<(), RecordingError> {
-        let (Some(max), Some(uploader)) = (self.spool_max, &self.uploader) else {
+        let (Some(cap), Some(uploader)) = (self.spool_max, &self.uploader) else {
             return Ok(());
         };
-        let bytes = uploader.spool().bytes();
-        if bytes >= max {
+        let (bytes, files) = (uploader.spool().bytes(), uploader.pending_files());
+        if cap.reached(bytes, files) {
             return Err(RecordingError::SpoolFull {
                 bytes,
-                max,
+                files,
+                max: cap.bytes,
+                max_files: cap.files(),
                 target: uploader.target().to_string(),
             });
         }

@@ -19,7 +19,7 @@ pub mod uploader;
 
 pub use audit_batches::AuditBatches;
 pub use encryption::{Encryption, EncryptionError, SseAlgorithm};
-pub use spool::SpoolUsage;
+pub use spool::{SpoolCap, SpoolUsage};
 pub use store::{FailureReason, Store, StoreError, StoreSettings, StoreSetupError, PART_SIZE};
 pub use target::{TargetError, UploadTarget};
 pub use uploader::{Stored, UploadCounters, UploadJob, UploadKind, UploadState, Uploader};
