@@ -427,12 +427,17 @@ impl Drop for Audit {
 }
 
 /// Reads the audit log as it grows (across rotations) and checks the recordings it names.
+/// The checks (a fetch from the store each, with uploads on) run in a task of their own, so
+/// that the reading never waits for them: a reader that fell behind by two rotations would
+/// lose the file between them (one backup is kept).
 async fn follow(
     dir: PathBuf,
     uploads: Option<Uploads>,
     seen: Arc<Mutex<Seen>>,
     stop: Arc<AtomicBool>,
 ) {
+    let (to_check, checks) = tokio::sync::mpsc::unbounded_channel();
+    let checker = tokio::spawn(check_all(checks, uploads.clone(), seen.clone()));
     let path = dir.join("audit.log");
     let mut file: Option<(std::fs::File, u64)> = None;
     let mut partial = Vec::new();
@@ -462,26 +467,49 @@ async fn follow(
         }
         // Checked as soon as the event that names it is read: a session's `ended` event is
         // written only once its recording is complete (or stored).
-        let checks = due.drain(..).map(|d| check_due(d, uploads.as_ref()));
-        let checked: Vec<_> = futures_util::stream::iter(checks)
-            .buffer_unordered(8)
-            .collect()
-            .await;
-        for (what, checked) in checked {
-            let mut s = seen.lock().unwrap();
-            match checked {
-                Ok(bytes) => {
-                    s.recordings_checked += 1;
-                    s.recording_bytes += bytes;
-                }
-                Err(e) => s.bad.push(format!("{what}: {e}")),
-            }
+        for d in due.drain(..) {
+            let _ = to_check.send(d);
         }
         if stopping {
-            return;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    drop(to_check);
+    checker.await.unwrap();
+}
+
+/// Checks what comes on `checks`, 8 at a time, counting each in `seen`, until the follower
+/// is done.
+async fn check_all(
+    checks: tokio::sync::mpsc::UnboundedReceiver<Due>,
+    uploads: Option<Uploads>,
+    seen: Arc<Mutex<Seen>>,
+) {
+    let checks = tokio_stream_of(checks)
+        .map(|d| {
+            let uploads = uploads.clone();
+            async move { check_due(d, uploads.as_ref()).await }
+        })
+        .buffer_unordered(8);
+    futures_util::pin_mut!(checks);
+    while let Some((what, checked)) = checks.next().await {
+        let mut s = seen.lock().unwrap();
+        match checked {
+            Ok(bytes) => {
+                s.recordings_checked += 1;
+                s.recording_bytes += bytes;
+            }
+            Err(e) => s.bad.push(format!("{what}: {e}")),
+        }
+    }
+}
+
+/// A receiver as a stream.
+fn tokio_stream_of<T>(
+    rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
 }
 
 /// Checks one recording, then removes it (the file, or the object: moto keeps objects in
