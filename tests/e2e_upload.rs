@@ -18,50 +18,52 @@ use common::operated::{Operated, T, TINA};
 use common::s3::{bucket, Forwarder, S3Server, AWS_ENV};
 use serde_json::Value;
 
-/// The audit event of `stage` for `session_id` in `o`'s audit log, once written.
-async fn event(o: &Operated, stage: &str, session_id: &str, within: Duration) -> Value {
+/// The first audit event in `o`'s log that `matches`, once written within `within`; `what`
+/// names it if none comes.
+async fn audit_event(
+    o: &Operated,
+    within: Duration,
+    what: &str,
+    matches: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let text = std::fs::read_to_string(&o.audit_log).unwrap_or_default();
         let found = text
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| e["stage"] == stage && e["session_id"] == session_id);
+            .find(|e| matches(e));
         if let Some(e) = found {
             return e;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no {stage} event for {session_id} in {text}"
+            "no {what} in {text}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
+/// The audit event of `stage` for `session_id` in `o`'s audit log, once written.
+async fn event(o: &Operated, stage: &str, session_id: &str, within: Duration) -> Value {
+    let what = format!("{stage} event for {session_id}");
+    audit_event(o, within, &what, |e| {
+        e["stage"] == stage && e["session_id"] == session_id
+    })
+    .await
+}
+
 /// The `ended` event of the session whose command holds `needle`, once written (a session's
 /// end is written after its client is told: kubectl may be done before it).
 async fn ended_of(o: &Operated, needle: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let text = std::fs::read_to_string(&o.audit_log).unwrap_or_default();
-        if let Some(e) = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| {
-                e["stage"] == "ended"
-                    && e["command"]
-                        .as_array()
-                        .is_some_and(|c| c.iter().any(|a| a.as_str().unwrap().contains(needle)))
-            })
-        {
-            return e;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no ended event for {needle}: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("ended event for {needle}");
+    audit_event(o, T, &what, |e| {
+        e["stage"] == "ended"
+            && e["command"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|a| a.as_str().unwrap().contains(needle)))
+    })
+    .await
 }
 
 /// Today's (UTC) `YYYY/MM/DD`, from the `ended` event's time.
@@ -103,25 +105,35 @@ async fn the_store_client_puts_single_and_multipart_objects() {
     assert_eq!(store.get("p/small").await.unwrap(), small);
 }
 
-/// A proxy recording to `--record-dir` (its spool) and uploading to `endpoint`.
-async fn uploading_proxy(spool: &std::path::Path, endpoint: &str, wait: &str) -> Operated {
+/// A proxy recording under `policy` to `--record-dir` (its spool), uploading to `endpoint`,
+/// each session waiting `wait` for its upload, with `extra` flags.
+async fn uploading_proxy_with(
+    spool: &std::path::Path,
+    endpoint: &str,
+    policy: &str,
+    wait: &str,
+    extra: &[&str],
+) -> Operated {
     let dir = spool.display().to_string();
-    Operated::start_env(
-        &[
-            "--record",
-            "required",
-            "--record-dir",
-            &dir,
-            "--record-upload",
-            "s3://evidence/recordings",
-            "--s3-endpoint",
-            endpoint,
-            "--record-upload-wait",
-            wait,
-        ],
-        &AWS_ENV,
-    )
-    .await
+    let mut flags = vec![
+        "--record",
+        policy,
+        "--record-dir",
+        &dir,
+        "--record-upload",
+        "s3://evidence/recordings",
+        "--s3-endpoint",
+        endpoint,
+        "--record-upload-wait",
+        wait,
+    ];
+    flags.extend_from_slice(extra);
+    Operated::start_env(&flags, &AWS_ENV).await
+}
+
+/// A proxy recording (`required`) to `--record-dir` (its spool) and uploading to `endpoint`.
+async fn uploading_proxy(spool: &std::path::Path, endpoint: &str, wait: &str) -> Operated {
+    uploading_proxy_with(spool, endpoint, "required", wait, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,23 +264,12 @@ async fn a_store_that_is_down_leaves_the_upload_pending_until_it_is_back() {
 
 /// A proxy with a 2 KiB spool cap under `policy`, uploading through `forwarder`.
 async fn capped_spool_proxy(spool: &std::path::Path, endpoint: &str, policy: &str) -> Operated {
-    let dir = spool.display().to_string();
-    Operated::start_env(
-        &[
-            "--record",
-            policy,
-            "--record-dir",
-            &dir,
-            "--record-upload",
-            "s3://evidence/recordings",
-            "--s3-endpoint",
-            endpoint,
-            "--record-upload-wait",
-            "0s",
-            "--record-spool-max",
-            "2Ki",
-        ],
-        &AWS_ENV,
+    uploading_proxy_with(
+        spool,
+        endpoint,
+        policy,
+        "0s",
+        &["--record-spool-max", "2Ki"],
     )
     .await
 }
@@ -832,29 +833,21 @@ async fn a_proxy_with_s3_sse_kms_stores_recordings_and_audit_batches_under_its_k
     let server = S3Server::start(&moto).await;
     let store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
     let spool = tempfile::tempdir().unwrap();
-    let dir = spool.path().display().to_string();
-    let o = Operated::start_env(
+    let o = uploading_proxy_with(
+        spool.path(),
+        &server.endpoint(),
+        "required",
+        "60s",
         &[
-            "--record",
-            "required",
-            "--record-dir",
-            &dir,
-            "--record-upload",
-            "s3://evidence/recordings",
-            "--record-upload-wait",
-            "60s",
             "--audit-upload",
             "s3://evidence/audit",
             "--audit-upload-interval",
             "1s",
-            "--s3-endpoint",
-            &server.endpoint(),
             "--s3-sse",
             "aws:kms",
             "--s3-sse-kms-key-id",
             KMS_KEY,
         ],
-        &AWS_ENV,
     )
     .await;
     let tina = o.kubeconfig("tina", Some(TINA), None);
@@ -905,23 +898,12 @@ async fn a_proxy_with_s3_sse_aes256_stores_recordings_encrypted_by_the_store() {
     let server = S3Server::start(&moto).await;
     let store = bucket(&server.endpoint(), "s3://evidence/recordings").await;
     let spool = tempfile::tempdir().unwrap();
-    let dir = spool.path().display().to_string();
-    let o = Operated::start_env(
-        &[
-            "--record",
-            "required",
-            "--record-dir",
-            &dir,
-            "--record-upload",
-            "s3://evidence/recordings",
-            "--record-upload-wait",
-            "60s",
-            "--s3-endpoint",
-            &server.endpoint(),
-            "--s3-sse",
-            "AES256",
-        ],
-        &AWS_ENV,
+    let o = uploading_proxy_with(
+        spool.path(),
+        &server.endpoint(),
+        "required",
+        "60s",
+        &["--s3-sse", "AES256"],
     )
     .await;
     let tina = o.kubeconfig("tina", Some(TINA), None);
