@@ -486,7 +486,11 @@ async fn check_all(
     uploads: Option<Uploads>,
     seen: Arc<Mutex<Seen>>,
 ) {
-    let checks = tokio_stream_of(checks)
+    let checks =
+        futures_util::stream::unfold(
+            checks,
+            |mut rx| async move { rx.recv().await.map(|d| (d, rx)) },
+        )
         .map(|d| {
             let uploads = uploads.clone();
             async move { check_due(d, uploads.as_ref()).await }
@@ -503,13 +507,6 @@ async fn check_all(
             Err(e) => s.bad.push(format!("{what}: {e}")),
         }
     }
-}
-
-/// A receiver as a stream.
-fn tokio_stream_of<T>(
-    rx: tokio::sync::mpsc::UnboundedReceiver<T>,
-) -> impl futures_util::Stream<Item = T> {
-    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
 }
 
 /// Checks one recording, then removes it (the file, or the object: moto keeps objects in
@@ -633,21 +630,27 @@ fn take_event(line: &[u8], s: &mut Seen, due: &mut Vec<Due>, uploads: bool) {
 /// A recording fetched whole: header asciicast v2, last line a whole event (or the header);
 /// its size.
 fn check_cast(data: &[u8]) -> Result<u64, String> {
-    let header_end = data
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or("no whole header line")?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&data[..header_end]).map_err(|e| format!("header: {e}"))?;
-    if header["version"] != 2 {
-        return Err(format!("header {header}"));
-    }
+    check_header(data)?;
     let Some(body) = data.strip_suffix(b"\n") else {
         return Err("does not end with a whole line".into());
     };
     let last = &body[body.iter().rposition(|&b| b == b'\n').map_or(0, |n| n + 1)..];
     check_last_line(last)?;
     Ok(data.len() as u64)
+}
+
+/// A recording's first line, in `start` (its first bytes): a whole asciicast v2 header.
+fn check_header(start: &[u8]) -> Result<(), String> {
+    let header_end = start
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or("no whole header line")?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&start[..header_end]).map_err(|e| format!("header: {e}"))?;
+    if header["version"] != 2 {
+        return Err(format!("header {header}"));
+    }
+    Ok(())
 }
 
 /// The last line of a recording: a whole event `[time, code, data]`, or the header.
@@ -668,15 +671,7 @@ fn check_recording(path: &Path) -> Result<u64, String> {
     let size = f.metadata().map_err(|e| e.to_string())?.len();
     let mut head = vec![0u8; size.min(4096) as usize];
     f.read_exact(&mut head).map_err(|e| format!("read: {e}"))?;
-    let header_end = head
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or("no whole header line")?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&head[..header_end]).map_err(|e| format!("header: {e}"))?;
-    if header["version"] != 2 {
-        return Err(format!("header {header}"));
-    }
+    check_header(&head)?;
     // The last line: read back from the end, further while no line break is in sight (an
     // event of a 32 KiB chunk of NUL bytes is 192 KiB long).
     let mut window = 64 * 1024u64;
