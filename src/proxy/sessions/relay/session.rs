@@ -130,8 +130,18 @@ impl RelaySession {
         let session_id = self.session_id;
         let traffic = self.running.traffic();
         let mut relay = Box::pin(pump(client, upstream, traffic, &activity, hooks));
+        let mut relay_done = false;
         let outcome = tokio::select! {
-            () = &mut relay => SessionOutcome::Success,
+            // A relay that delivered an operator's termination then ends with its client:
+            // when both are ready the select may take either, and the session ended as the
+            // operator's, not as a client that closed.
+            () = &mut relay => {
+                relay_done = true;
+                match self.running.slot().stop().termination() {
+                    Some(_) => SessionOutcome::Terminated,
+                    None => SessionOutcome::Success,
+                }
+            }
             silent = liveness.lost() => {
                 info!(session = session_id, silent_ms = silent.as_millis() as u64, "relayed session ended: the client stopped answering pings");
                 SessionOutcome::ClientUnresponsive
@@ -147,7 +157,7 @@ impl RelaySession {
                 SessionOutcome::RecordingFailed
             }
         };
-        if self.ends_itself(outcome) {
+        if !relay_done && self.ends_itself(outcome) {
             // The relay ends it itself: the frame the client has begun, the Status, and the
             // client's own close, within the close drain timeout; then both are cut.
             let _ = tokio::time::timeout(self.linger, &mut relay).await;
