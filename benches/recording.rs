@@ -29,11 +29,12 @@
 //! sees. Its times include kubectl's start (reading its kubeconfig, getting the pod), the same
 //! for both proxies.
 //!
-//! `--echo` measures what recording does to a person typing instead: one session echoes a
-//! byte through `cat` every 20 ms while `--bulk` other sessions (4 by default) pour out text
-//! as fast as they can, through each proxy in turn; it reports the echo's round trips. A
-//! recording proxy whose writer is behind makes sessions wait for its byte budget, and an
-//! echo must not wait behind the others' bulk output.
+//! `--echo` measures what recording does to a person typing instead: one terminal session
+//! (tty) echoes a byte through `cat` every 20 ms while `--bulk` other sessions (4 by default)
+//! pour out text as fast as they can, through each proxy in turn; it reports the echo's round
+//! trips. A recording proxy whose writer is behind makes sessions wait for its byte budget,
+//! and an echo must not wait behind the others' bulk output. (The recording proxy's writer
+//! rests after each write while someone types: `recording::typing`.)
 //!
 //!     cargo bench --bench recording -- --echo [--bulk 4] [--rounds 3] [--only NUL]
 //!
@@ -231,8 +232,9 @@ async fn echo_under_load(
                 moved.load(std::sync::atomic::Ordering::Relaxed),
                 Instant::now(),
             );
-            rtts[i]
-                .extend(workloads::proxy_echo_run(p.addr, ECHOES, Duration::from_millis(20)).await);
+            rtts[i].extend(
+                workloads::proxy_echo_run(p.addr, ECHOES, Duration::from_millis(20), true).await,
+            );
             let during = moved.load(std::sync::atomic::Ordering::Relaxed) - moved0;
             bulk_rate[i].push(during as f64 / (1 << 20) as f64 / started.elapsed().as_secs_f64());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);

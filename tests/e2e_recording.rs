@@ -159,6 +159,21 @@ async fn an_exec_replays_to_exactly_what_kubectl_printed() {
         metrics.contains(r#"kube_ws_proxy_recording_failures_total{cluster="default"} 0"#),
         "{metrics}"
     );
+    // No terminal, nobody typing: the writer never rested.
+    assert_eq!(r.proxy.metric(RESTED), Some(0.0));
+}
+
+/// The seconds the recordings' writer rested because someone typed on a terminal session.
+const RESTED: &str = "kube_ws_proxy_recording_writer_rested_seconds_total";
+
+/// Someone typed on a recorded terminal session and output followed: the writer rested after
+/// writing it (for as long as the write took, a few microseconds here).
+fn writer_rested_for_typing(r: &Recorded) {
+    let rested = r
+        .proxy
+        .metric(RESTED)
+        .expect("the writer's rests are counted");
+    assert!(rested > 0.0, "{rested}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,6 +223,7 @@ async fn an_interactive_session_records_its_window_sizes_and_with_record_stdin_i
         .map(|e| e[2].as_str().unwrap())
         .collect();
     assert_eq!(typed, "stty size\nstty size; exit\n");
+    writer_rested_for_typing(&r);
     // The replay is exactly what kubectl wrote to its terminal.
     let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
         .await
@@ -393,6 +409,7 @@ async fn a_relayed_spdy_interactive_session_records_its_window_sizes() {
         .map(|e| e[2].as_str().unwrap())
         .collect();
     assert_eq!(typed, "stty size\nstty size; exit\n");
+    writer_rested_for_typing(&r);
     let replayed = tokio::task::spawn_blocking(move || replay(&asciinema, &recording))
         .await
         .unwrap();

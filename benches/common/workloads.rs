@@ -207,7 +207,7 @@ pub async fn echo_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
     let query = exec_query(&["cat"], true);
     let mut rtts = Vec::with_capacity(count);
     match path {
-        Path::Proxy => return proxy_echo_run(s.proxy, count, Duration::ZERO).await,
+        Path::Proxy => return proxy_echo_run(s.proxy, count, Duration::ZERO, false).await,
         Path::Direct | Path::Relay => {
             let addr = s.spdy_addr(path);
             let mut st = spdy_connect(addr, &query).await;
@@ -228,24 +228,49 @@ pub async fn echo_run(s: &Setup, path: Path, count: usize) -> Vec<f64> {
 }
 
 /// Round-trip times (µs) of `count` 1-byte echoes through `cat` over a v5 WebSocket through
-/// the proxy at `proxy`, `pause` apart (a person typing rather than a flood).
-pub async fn proxy_echo_run(proxy: SocketAddr, count: usize, pause: Duration) -> Vec<f64> {
-    let query = exec_query(&["cat"], true);
+/// the proxy at `proxy`, `pause` apart (a person typing rather than a flood). With `tty`, on a
+/// terminal as `kubectl exec -it` types: its size first (JSON and a newline, as kubectl sends
+/// it), then a key and Enter each time, timed until the terminal's echo of it comes back (what
+/// a person sees), and `cat`'s line read before the next.
+pub async fn proxy_echo_run(
+    proxy: SocketAddr,
+    count: usize,
+    pause: Duration,
+    tty: bool,
+) -> Vec<f64> {
+    let mut query = exec_query(&["cat"], true);
+    let (typed, back): (&'static [u8], usize) = match tty {
+        // The echo "x\r\n", then cat's "x\r\n".
+        true => (b"\x00x\n", 6),
+        false => (b"\x00x", 1),
+    };
+    if tty {
+        query.push_str("&tty=true");
+    }
     let mut rtts = Vec::with_capacity(count);
     let mut ws = ws_connect(proxy, &query).await;
+    if tty {
+        let size = Bytes::from_static(b"\x04{\"Width\":80,\"Height\":24}\n");
+        ws.send(Message::Binary(size)).await.unwrap();
+    }
     for _ in 0..count {
         let t = Instant::now();
-        ws.send(Message::Binary(Bytes::from_static(b"\x00x")))
+        ws.send(Message::Binary(Bytes::from_static(typed)))
             .await
             .unwrap();
-        loop {
+        let mut got = 0;
+        while got < back {
             match ws.next().await {
-                Some(Ok(Message::Binary(d))) if d.first() == Some(&1) && d.len() > 1 => break,
+                Some(Ok(Message::Binary(d))) if d.first() == Some(&1) && d.len() > 1 => {
+                    if got == 0 {
+                        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                    got += d.len() - 1;
+                }
                 Some(Ok(_)) => continue,
                 other => panic!("echo ended: {other:?}"),
             }
         }
-        rtts.push(t.elapsed().as_secs_f64() * 1e6);
         if !pause.is_zero() {
             tokio::time::sleep(pause).await;
         }

@@ -207,7 +207,7 @@ mod tests {
             namespace: "team-a",
         };
         let rec = recordings
-            .open(place, "r-1", &["sh".into()], "team-a/web".into())
+            .open(place, "r-1", &["sh".into()], "team-a/web".into(), true)
             .await
             .unwrap();
         (dir, recordings, rec)

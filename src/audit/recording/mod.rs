@@ -6,6 +6,7 @@
 //! - `json_escape`: recorded text as the inside of a JSON string, the recorder's hot loop.
 //! - [`recorder`]: the proxy's recordings and each session's handle, bounded memory.
 //! - `writer`: the thread that writes them.
+//! - `typing`: while someone types on a recorded terminal, the writer rests after each write.
 //! - `queue`: the writer's channel, and the order in which it writes what comes on it (cut-off
 //!   output first).
 //! - [`follow`]: reading a recording while it is written, at no cost to its session.
@@ -18,6 +19,7 @@ pub mod lookup;
 mod queue;
 pub mod recorder;
 mod state;
+mod typing;
 mod writer;
 
 pub use follow::{FileProgress, RecordingFeed};

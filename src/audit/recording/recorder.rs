@@ -39,6 +39,7 @@ use super::asciicast::{Header, HeaderSession};
 use super::follow::RecordingFeed;
 use super::queue::{self, Outbox};
 use super::state::RecordingState;
+use super::typing::{Rests, Typing};
 use super::writer::{self, Counted, EventKind, Message};
 use crate::audit::bounds;
 use crate::audit::upload::{SpoolCap, Stored, UploadJob, UploadState, Uploader};
@@ -99,6 +100,8 @@ pub struct RecordingCounters {
     pub recorded_bytes: IntCounterVec,
     /// Recordings that could not start or could not be written to the end.
     pub failures: IntCounterVec,
+    /// Seconds the writer rested between writes because someone was typing ([`super::typing`]).
+    pub writer_rested: prometheus::Counter,
 }
 
 impl RecordingCounters {
@@ -110,6 +113,7 @@ impl RecordingCounters {
         RecordingCounters {
             recorded_bytes: vec("recorded_bytes"),
             failures: vec("failures"),
+            writer_rested: prometheus::Counter::new("rested", "rested").expect("valid counter"),
         }
     }
 
@@ -215,6 +219,8 @@ pub struct Recordings {
     uploader: Option<Uploader>,
     /// `--record-spool-max`: no recording starts while the spool holds this much.
     spool_max: Option<SpoolCap>,
+    /// When someone last typed on a recorded terminal session: the writer rests meanwhile.
+    typing: Arc<Typing>,
 }
 
 impl Recordings {
@@ -230,9 +236,11 @@ impl Recordings {
             ));
         }
         let (tx, inbox) = queue::channel();
+        let typing = Arc::new(Typing::default());
+        let rests = Rests::new(typing.clone(), counters.writer_rested.clone());
         std::thread::Builder::new()
             .name("recordings".into())
-            .spawn(move || writer::run(inbox))?;
+            .spawn(move || writer::run(inbox, rests))?;
         Ok(Recordings {
             config,
             tx,
@@ -242,6 +250,7 @@ impl Recordings {
             counters,
             uploader: None,
             spool_max: None,
+            typing,
         })
     }
 
@@ -292,13 +301,15 @@ impl Recordings {
 
     /// Creates the session's file, `<UTC start>_<session id>.cast` in `--record-dir` or the
     /// folder of it `place` names. The terminal size in the header is the client's first
-    /// resize, if one comes before any output.
+    /// resize, if one comes before any output. What is typed on a session with a terminal
+    /// (`tty`) makes the writer rest ([`super::typing`]).
     pub async fn open(
         &self,
         place: RecordingPlace<'_>,
         session_id: &str,
         command: &[String],
         title: String,
+        tty: bool,
     ) -> Result<Recorder, RecordingError> {
         let mut counted = self.counters.of(place.cluster);
         counted.spool = self.uploader.as_ref().map(|u| u.spool().clone());
@@ -390,6 +401,7 @@ impl Recordings {
             path,
             closing: None,
             upload,
+            typing: tty.then(|| self.typing.clone()),
         })
     }
 }
@@ -509,6 +521,8 @@ pub struct Recorder {
     closing: Option<oneshot::Sender<()>>,
     /// Its upload once closed (`--record-upload`).
     upload: Option<Upload>,
+    /// Told when the client types, on a session with a terminal.
+    typing: Option<Arc<Typing>>,
 }
 
 /// A recording's upload: the uploader, the file's job, and what became of it.
@@ -686,6 +700,12 @@ impl Recorder {
         unrecorded: u64,
         cut: impl std::future::Future<Output = ()>,
     ) -> bool {
+        if let Some(typing) = &self.typing {
+            let typed = |e: Recorded<'_>| matches!(e, Recorded::Input(_));
+            if events.iter().filter_map(T::recorded).any(typed) {
+                typing.typed();
+            }
+        }
         if self.cap_reached(events.iter().filter_map(T::recorded)) {
             return self.may_pass_on().await;
         }
@@ -901,6 +921,7 @@ impl Recorder {
             path: "held".into(),
             closing: None,
             upload: None,
+            typing: None,
         };
         (rec, inbox)
     }
@@ -968,7 +989,7 @@ mod tests {
             };
             let recordings = Recordings::start(config, counters()).unwrap();
             let rec = recordings
-                .open(HERE, "abcd-2", &["cat".into()], "default/web".into())
+                .open(HERE, "abcd-2", &["cat".into()], "default/web".into(), false)
                 .await
                 .unwrap();
             let feed = rec.feed();
@@ -1010,7 +1031,7 @@ mod tests {
         };
         let recordings = Recordings::start(config, counters()).unwrap();
         let rec = recordings
-            .open(HERE, "abcd-3", &["cat".into()], "default/web".into())
+            .open(HERE, "abcd-3", &["cat".into()], "default/web".into(), false)
             .await
             .unwrap();
         let feed = rec.feed();
@@ -1041,6 +1062,7 @@ mod tests {
                 "abcd-1",
                 &["sh".into(), "-i".into()],
                 "default/web".into(),
+                true,
             )
             .await
             .unwrap();
@@ -1086,11 +1108,11 @@ mod tests {
         // turns, with more output than one write gathers, must still each get their own.
         let (_dir, c, recordings) = required_recordings(false);
         let a = recordings
-            .open(HERE, "a-1", &["sh".into()], "default/a".into())
+            .open(HERE, "a-1", &["sh".into()], "default/a".into(), false)
             .await
             .unwrap();
         let b = recordings
-            .open(HERE, "b-1", &["sh".into()], "default/b".into())
+            .open(HERE, "b-1", &["sh".into()], "default/b".into(), false)
             .await
             .unwrap();
         let mut sent = [String::new(), String::new()];
@@ -1140,7 +1162,7 @@ mod tests {
     async fn a_batch_waits_for_its_whole_cost_at_once() {
         let (_dir, _c, recordings) = required_recordings(false);
         let rec = recordings
-            .open(HERE, "batch-1", &["cat".into()], String::new())
+            .open(HERE, "batch-1", &["cat".into()], String::new(), false)
             .await
             .unwrap();
         // Room in the shared budget for one of the chunks, not for all three; together they
@@ -1174,11 +1196,38 @@ mod tests {
         budget_returns(&recordings).await;
     }
 
+    /// Typing on a terminal session, recorded or not (`--record-stdin`), tells the writer to
+    /// rest; output, and input on a session without a terminal (a `kubectl cp`), do not.
+    #[tokio::test]
+    async fn typing_on_a_terminal_session_tells_the_writer() {
+        let (_dir, _c, recordings) = required_recordings(false);
+        let typed = || {
+            recordings.typing.lately_at(
+                std::time::Instant::now(),
+                super::super::typing::TYPING_WINDOW,
+            )
+        };
+        let piped = recordings
+            .open(HERE, "cp-1", &["tar".into()], String::new(), false)
+            .await
+            .unwrap();
+        piped.input(&Bytes::from_static(b"tar stream")).await;
+        let tty = recordings
+            .open(HERE, "sh-1", &["sh".into()], String::new(), true)
+            .await
+            .unwrap();
+        tty.output(&Bytes::from_static(b"$ ")).await;
+        tty.resize(100, 30).await;
+        assert!(!typed());
+        tty.input(&Bytes::from_static(b"l")).await;
+        assert!(typed());
+    }
+
     #[tokio::test]
     async fn a_small_event_takes_the_express_lane_past_a_spent_budget() {
         let (_dir, _c, recordings) = required_recordings(false);
         let rec = recordings
-            .open(HERE, "echo-1", &["sh".into()], String::new())
+            .open(HERE, "echo-1", &["sh".into()], String::new(), false)
             .await
             .unwrap();
         // Other sessions' bulk output holds the whole shared budget.
@@ -1220,7 +1269,7 @@ mod tests {
     async fn output_its_upstream_cut_off_takes_the_cut_lane_past_a_spent_budget() {
         let (_dir, _c, recordings) = recordings_with(RecordPolicy::BestEffort, false);
         let rec = recordings
-            .open(HERE, "cut-1", &["tar".into()], String::new())
+            .open(HERE, "cut-1", &["tar".into()], String::new(), false)
             .await
             .unwrap();
         // Other sessions' bulk output holds the whole shared budget.
@@ -1303,7 +1352,7 @@ mod tests {
     async fn a_batch_larger_than_the_budget_still_passes() {
         let (_dir, c, recordings) = required_recordings(false);
         let rec = recordings
-            .open(HERE, "big-1", &["cat".into()], String::new())
+            .open(HERE, "big-1", &["cat".into()], String::new(), false)
             .await
             .unwrap();
         let chunk = Bytes::from(vec![b'x'; BUDGET_BYTES * 2 / 3]);
@@ -1318,7 +1367,7 @@ mod tests {
         for record_stdin in [false, true] {
             let (_dir, _c, recordings) = required_recordings(record_stdin);
             let rec = recordings
-                .open(HERE, "mix-1", &["sh".into()], String::new())
+                .open(HERE, "mix-1", &["sh".into()], String::new(), false)
                 .await
                 .unwrap();
             let (out, typed) = (Bytes::from_static(b"$ "), Bytes::from_static(b"ls\r"));
@@ -1351,7 +1400,7 @@ mod tests {
         let (dir, c, recordings) = required_recordings(true);
         std::fs::remove_dir(dir.path()).unwrap();
         let err = recordings
-            .open(HERE, "x-1", &[], String::new())
+            .open(HERE, "x-1", &[], String::new(), false)
             .await
             .unwrap_err();
         let kind = err.io_error().map(std::io::Error::kind);
@@ -1384,7 +1433,7 @@ mod tests {
             };
             let recordings = Recordings::start(config, c.clone()).unwrap();
             let err = recordings
-                .open(HERE, "low-1", &[], String::new())
+                .open(HERE, "low-1", &[], String::new(), false)
                 .await
                 .unwrap_err();
             assert!(matches!(err, RecordingError::LowSpace { .. }), "{err}");
@@ -1399,7 +1448,7 @@ mod tests {
     async fn a_required_recording_holds_its_header_before_the_session_starts() {
         let (_dir, _c, recordings) = required_recordings(false);
         let rec = recordings
-            .open(HERE, "early-1", &["sh".into()], String::new())
+            .open(HERE, "early-1", &["sh".into()], String::new(), false)
             .await
             .unwrap();
         // Written by the start, not by the writer: there before any event.
@@ -1453,7 +1502,7 @@ mod tests {
     fn full_disk_recorder(required: bool) -> (RecordingCounters, Recorder) {
         let c = counters();
         let (tx, inbox) = queue::channel();
-        std::thread::spawn(move || writer::run(inbox));
+        std::thread::spawn(move || writer::run(inbox, Rests::unused()));
         let state = Arc::new(RecordingState::new());
         let full = std::fs::OpenOptions::new()
             .write(true)
@@ -1479,6 +1528,7 @@ mod tests {
             path: "/dev/full".into(),
             closing: None,
             upload: None,
+            typing: None,
         };
         (c, rec)
     }
@@ -1506,7 +1556,7 @@ mod tests {
     async fn close_returns_once_the_file_is_complete() {
         let (dir, _c, recordings) = recordings_with(RecordPolicy::BestEffort, false);
         let rec = recordings
-            .open(HERE, "s1", &[], "close".into())
+            .open(HERE, "s1", &[], "close".into(), false)
             .await
             .unwrap();
         let path = rec.path().to_owned();
@@ -1629,7 +1679,7 @@ mod tests {
             let mut tasks = Vec::new();
             for n in 0..48u64 {
                 let rec = recordings
-                    .open(HERE, &format!("stress-{n}"), &[], String::new())
+                    .open(HERE, &format!("stress-{n}"), &[], String::new(), false)
                     .await
                     .unwrap();
                 tasks.push(tokio::spawn(session(rec, n, 40)));

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use prometheus::IntCounter;
@@ -22,6 +23,7 @@ use super::asciicast::{
 };
 use super::queue::Inbox;
 use super::state::RecordingState;
+use super::typing::Rests;
 use crate::audit::upload::SpoolUsage;
 
 /// Terminal size of a recording that never learnt one (non-tty sessions).
@@ -155,12 +157,13 @@ struct Pending {
     recorded: u64,
 }
 
-/// Runs until every sender is gone.
-pub(crate) fn run(mut inbox: Inbox) {
+/// Runs until every sender is gone, resting after its writes as `rests` says.
+pub(crate) fn run(mut inbox: Inbox, rests: Rests) {
     let mut writer = Writer {
         open: HashMap::new(),
         line: Vec::with_capacity(WRITE_AT + 64 * 1024),
         pending: None,
+        rests,
     };
     loop {
         let message = match inbox.try_next() {
@@ -185,6 +188,8 @@ struct Writer {
     /// Reused for every line; holds the pending lines of at most one recording.
     line: Vec<u8>,
     pending: Option<Pending>,
+    /// While someone types, a rest after each write ([`super::typing`]).
+    rests: Rests,
 }
 
 impl Writer {
@@ -303,6 +308,7 @@ impl Writer {
         let Some(Pending { id, recorded: len }) = self.pending.take() else {
             return;
         };
+        let started = Instant::now();
         let written = match self.open.get_mut(&id) {
             Some(rec) => rec.file.write_all(&self.line).map(|()| rec),
             None => {
@@ -310,6 +316,7 @@ impl Writer {
                 return;
             }
         };
+        let wrote = started.elapsed();
         let lines = self.line.len() as u64;
         self.line.clear();
         match written {
@@ -321,6 +328,8 @@ impl Writer {
                 // under a follower: it is published with the lines after it.
                 rec.file_len += lines;
                 rec.state.file_written(rec.file_len, false);
+                // After the sessions waiting on it are told: they go on meanwhile.
+                self.rests.after_write(wrote);
             }
             Err(e) => self.fail(id, e),
         }
@@ -493,7 +502,7 @@ mod tests {
         tx.send(Message::close(2));
         tx.send(Message::close(1));
         drop(tx);
-        run(inbox);
+        run(inbox, Rests::unused());
 
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<serde_json::Value> = text

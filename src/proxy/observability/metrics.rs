@@ -755,6 +755,14 @@ fn recording_counters(r: &Register<'_>) -> RecordingCounters {
             "Recordings that could not start or could not be written to the end, by cluster.",
             &["cluster"],
         ),
+        writer_rested: r.add(
+            prometheus::Counter::new(
+                "kube_ws_proxy_recording_writer_rested_seconds_total",
+                "Seconds the recordings' writer rested after its writes because someone was \
+                 typing on a recorded terminal session.",
+            )
+            .expect("a valid counter"),
+        ),
     }
 }
 

@@ -201,6 +201,7 @@ async fn recorded_session(
             id,
             &["tar".into()],
             format!("default/{id}"),
+            false,
         )
         .await
         .unwrap();

@@ -187,6 +187,7 @@ async fn output_sent_in_a_burst_arrives_and_is_recorded_in_order() {
             "burst-1",
             &["sh".into()],
             String::new(),
+            false,
         )
         .await
         .unwrap();

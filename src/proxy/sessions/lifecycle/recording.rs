@@ -51,10 +51,8 @@ impl OpenedRecording {
         if let Some(name) = name {
             title.push_str(&format!(" in cluster {name}"));
         }
-        match recordings
-            .open(place, &id, &target.options.command, title)
-            .await
-        {
+        let (command, tty) = (&target.options.command, target.options.tty);
+        match recordings.open(place, &id, command, title, tty).await {
             Ok(recorder) => OpenedRecording {
                 recording: Some(SessionRecording { recorder, required }),
                 ..OpenedRecording::default()

@@ -422,7 +422,7 @@ mod tests {
             RecordPolicy::BestEffort
         };
         let recorder = recordings(dir, policy)
-            .open(TOP, "s1", &[], "ns/pod".into())
+            .open(TOP, "s1", &[], "ns/pod".into(), false)
             .await
             .unwrap();
         let observer = Observer::for_protocol(Some("SPDY/3.1"), None).unwrap();
@@ -883,7 +883,7 @@ mod tests {
         let recordings = recordings(dir.path(), RecordPolicy::BestEffort);
         let mut spent = Some(recordings.spend_budget());
         let recorder = recordings
-            .open(TOP, "s1", &[], "ns/pod".into())
+            .open(TOP, "s1", &[], "ns/pod".into(), false)
             .await
             .unwrap();
         let observer = Observer::for_protocol(Some("SPDY/3.1"), None).unwrap();
