@@ -315,7 +315,7 @@ async fn audit_batches(
     let leftovers = crate::audit::upload::audit_batches::leftovers(&dir, uploader.target())
         .map_err(|e| StartError::Recording(format!("{}: {e}", dir.display())))?;
     for job in leftovers {
-        uploader.upload_later(job);
+        uploader.upload_later(job, None);
     }
     Ok(batches)
 }
@@ -403,7 +403,7 @@ fn queue_leftovers(uploader: &Uploader, spool: &std::path::Path) -> Result<(), S
         );
     }
     for leftover in leftovers {
-        uploader.upload_later(leftover.job);
+        uploader.upload_later(leftover.job, None);
     }
     Ok(())
 }

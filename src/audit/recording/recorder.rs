@@ -583,7 +583,8 @@ impl Recorder {
             // The writer closed the file (or is gone, having written all it could).
             Ok(_) => {
                 if let Some(upload) = upload {
-                    let outcome = upload.uploader.upload_and_wait(upload.job).await;
+                    let bytes = state.file_len();
+                    let outcome = upload.uploader.upload_and_wait(upload.job, bytes).await;
                     let _ = upload.outcome.at_end.set(outcome);
                 }
                 state.error()
@@ -592,9 +593,11 @@ impl Recorder {
                 if let Some(upload) = upload {
                     // Uploaded once the writer is done with it, never half-written.
                     let _ = upload.outcome.at_end.set(UploadState::Pending);
+                    let state = state.clone();
                     tokio::spawn(async move {
                         let _ = written.await;
-                        upload.uploader.upload_later(upload.job);
+                        let bytes = Some(state.file_len());
+                        upload.uploader.upload_later(upload.job, bytes);
                     });
                 }
                 Some(state.error().unwrap_or_else(|| {

@@ -130,6 +130,11 @@ impl RecordingState {
         self.file.send_replace(FileProgress { written, closed });
     }
 
+    /// The file's final bytes so far, as the writer counted them (its size once closed).
+    pub(crate) fn file_len(&self) -> u64 {
+        self.file.borrow().written
+    }
+
     pub(crate) fn has_failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
     }

@@ -111,13 +111,16 @@ impl AuditBatches {
             warn!(path = %batch.path.display(), error = %e, "an audit batch could not be flushed");
         }
         drop(batch.file);
-        self.uploader.upload_later(UploadJob {
-            path: batch.path,
-            key: batch.key,
-            session_id: String::new(),
-            after_restart: false,
-            stored: None,
-        });
+        self.uploader.upload_later(
+            UploadJob {
+                path: batch.path,
+                key: batch.key,
+                session_id: String::new(),
+                after_restart: false,
+                stored: None,
+            },
+            None,
+        );
     }
 
     /// A new batch file: `<UTC start>_<instance>-<n>.jsonl`.

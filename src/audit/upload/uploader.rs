@@ -224,9 +224,10 @@ impl Uploader {
     /// Queues `job`, waits at most the session's bound for it to be stored, and says what
     /// the session's `ended` event can say. The upload goes on after the wait, whatever it
     /// was (the caller may be dropped: the upload is not).
-    pub async fn upload_and_wait(&self, job: UploadJob) -> UploadState {
+    /// `bytes` is the file's size, as its writer counted it.
+    pub async fn upload_and_wait(&self, job: UploadJob, bytes: u64) -> UploadState {
         let (tx, mut rx) = oneshot::channel();
-        self.queue(job, Some(tx));
+        self.queue(job, Some(tx), Some(bytes));
         match tokio::time::timeout(self.inner.wait, &mut rx).await {
             Ok(Ok(stored)) => UploadState::Stored(stored),
             _ => {
@@ -248,13 +249,15 @@ impl Uploader {
     }
 
     /// Queues `job` without waiting (the restart scan): an `uploaded` event says when it is
-    /// stored.
-    pub fn upload_later(&self, job: UploadJob) {
-        self.queue(job, None);
+    /// stored. Without the file's size in `bytes`, it is read from the file: a blocking
+    /// `stat`, for callers off the runtime (the restart scan, the audit log's writer thread).
+    pub fn upload_later(&self, job: UploadJob, bytes: Option<u64>) {
+        self.queue(job, None, bytes);
     }
 
-    fn queue(&self, job: UploadJob, waiter: Option<oneshot::Sender<Stored>>) {
-        let bytes = std::fs::metadata(&job.path).map(|m| m.len()).unwrap_or(0);
+    fn queue(&self, job: UploadJob, waiter: Option<oneshot::Sender<Stored>>, bytes: Option<u64>) {
+        let bytes =
+            bytes.unwrap_or_else(|| std::fs::metadata(&job.path).map(|m| m.len()).unwrap_or(0));
         if job.after_restart && self.inner.kind == UploadKind::Recording {
             // Written by an earlier run: not counted by this one's writer.
             self.inner.spool.add(bytes);
