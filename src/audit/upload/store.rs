@@ -474,10 +474,17 @@ impl Store {
     }
 }
 
-/// `len` bytes of `path` from `offset`, read as the SDK sends them (and again on its retry).
+/// How much of a file one read takes. Each read is a trip to tokio's blocking pool: the SDK's
+/// 64 KiB made one every 64 KiB, whose hand-overs cost more than the reads (BENCHMARKS.md,
+/// "Uploading recordings"). At most [`super::uploader::CONCURRENT_UPLOADS`] are read at once.
+const READ_BUFFER: usize = 512 * 1024;
+
+/// `len` bytes of `path` from `offset`, read as the SDK sends them (and again on its retry),
+/// [`READ_BUFFER`] at a time.
 async fn file_range(path: &Path, offset: u64, len: u64) -> Result<ByteStream, StoreError> {
     ByteStream::read_from()
         .path(path)
+        .buffer_size(READ_BUFFER)
         .offset(offset)
         .length(Length::Exact(len))
         .build()
