@@ -126,9 +126,10 @@ async fn exec(
     let status = tokio::select! {
         s = spawned.child.wait() => s,
         _ = cancel.cancelled() => {
+            // Its input closes first (the aborted pump drops its end), then it is killed.
+            pumps.abort();
             process::kill_group(pgid);
             let _ = spawned.child.kill().await;
-            pumps.abort();
             inner.event(SimEvent::ProcessExited { session, exit_code: None });
             return None;
         }
@@ -340,22 +341,46 @@ async fn pump_out(mut src: OutputSource, mut tx: Option<mpsc::Sender<Bytes>>) {
 /// Session stdin → process stdin; end of the channel → end of input for the process.
 async fn pump_in(
     mut rx: mpsc::Receiver<Bytes>,
-    mut sink: Option<StdinSink>,
+    sink: Option<StdinSink>,
     inner: Arc<Inner>,
     session: u64,
 ) {
+    let mut stdin = ProcessStdin {
+        sink,
+        inner,
+        session,
+    };
     while let Some(chunk) = rx.recv().await {
-        if let Some(s) = sink.as_mut() {
+        if let Some(s) = stdin.sink.as_mut() {
             if s.write_all(&chunk).await.is_err() {
                 // The process no longer reads stdin; keep consuming so the session is not stuck.
-                sink = None;
+                stdin.sink = None;
             }
         }
     }
-    if let Some(s) = sink {
+    if let Some(s) = stdin.sink.take() {
         s.close().await;
     }
-    inner.event(SimEvent::StdinClosed { session });
+}
+
+/// The process's end of a session's stdin. However the pump ends (the session's stdin ended,
+/// or the session was cancelled when its connection went, aborting the pump), dropping it
+/// closes the process's input and says so: a connection cut right after the stdin stream's end
+/// must not hide that end from tests that wait for it.
+struct ProcessStdin {
+    sink: Option<StdinSink>,
+    inner: Arc<Inner>,
+    session: u64,
+}
+
+impl Drop for ProcessStdin {
+    fn drop(&mut self) {
+        // A pipe closes with its end. A terminal's input has no end of its own (its master
+        // stays the session's): a cancelled session's process is killed right after.
+        drop(self.sink.take());
+        let session = self.session;
+        self.inner.event(SimEvent::StdinClosed { session });
+    }
 }
 
 /// A long-running attach target.

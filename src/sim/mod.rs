@@ -325,7 +325,9 @@ pub enum SimEvent {
         tty: bool,
     },
     /// The session's stdin ended (SPDY FIN/RST on `stdin`) and the process's stdin was closed
-    /// (pipes) or sent Ctrl-D (tty). Attach: the session stopped feeding the container.
+    /// (pipes) or sent Ctrl-D (tty), or the session was cancelled (its connection went) while
+    /// its stdin was open: the process's input closed with it. Attach: the session stopped
+    /// feeding the container.
     StdinClosed { session: u64 },
     /// The exec'd process ended (exit code) or could not be started (`None`).
     ProcessExited {
